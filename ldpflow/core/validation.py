@@ -1,0 +1,117 @@
+"""Parameter and input validation with one error-message format.
+
+Every check raises ``TypeError`` for a wrong type and ``ValueError`` for a bad value; the
+message names the parameter, the constraint, and the value received. Checks run once, at
+construction or at the boundary of a batch call, never per element.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "InvalidReportError",
+    "check_epsilon",
+    "check_domain_size",
+    "check_positive_int",
+    "check_power_of_two",
+    "check_probability",
+    "check_values",
+]
+
+
+class InvalidReportError(ValueError):
+    """A report (or a batch of reports) that no conforming client could have produced."""
+
+
+def check_epsilon(epsilon: float, *, name: str = "epsilon") -> float:
+    """Return ``epsilon`` as a float, or raise if it is not a finite real number > 0."""
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(epsilon).__name__}")
+    if not 0 < float(epsilon) < math.inf:  # also rejects NaN
+        raise ValueError(f"{name} must be in (0, inf), got {epsilon!r}")
+    return float(epsilon)
+
+
+def check_positive_int(value: int, *, name: str, minimum: int = 1) -> int:
+    """Return ``value`` as an int, or raise if it is not an integer >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} ({value!r})")
+    if int(value) < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_domain_size(domain_size: int, *, name: str = "domain_size") -> int:
+    """A domain holds the values ``0 .. domain_size - 1``; at least two of them."""
+    return check_positive_int(domain_size, name=name, minimum=2)
+
+
+def check_power_of_two(value: int, *, name: str, minimum: int = 2) -> int:
+    """Return ``value`` if it is an integer power of two >= ``minimum``."""
+    value = check_positive_int(value, name=name, minimum=minimum)
+    if value & (value - 1):
+        raise ValueError(f"{name} must be a power of two, got {value!r}")
+    return value
+
+
+def check_probability(value: float, *, name: str, open_interval: bool = False) -> float:
+    """Return ``value`` as a float in [0, 1] (or (0, 1) when ``open_interval``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    ok = 0 < value < 1 if open_interval else 0 <= value <= 1
+    if not ok:
+        bounds = "(0, 1)" if open_interval else "[0, 1]"
+        raise ValueError(f"{name} must be in {bounds}, got {value!r}")
+    return value
+
+
+def check_values(values: npt.ArrayLike, domain_size: int, *, name: str = "values") -> np.ndarray:
+    """Return ``values`` as a 1-d int64 array of integers in ``[0, domain_size)``.
+
+    Raises
+    ------
+    TypeError
+        If the values are not integers (floats with integral values are accepted).
+    ValueError
+        If the array is not one-dimensional or a value lies outside the domain; the message
+        names the first offending value and its position.
+    """
+    arr = np.asarray(values)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    if arr.dtype.kind == "f":
+        if arr.size and not np.all(np.isfinite(arr) & (arr == np.floor(arr))):
+            bad = int(np.flatnonzero(~(np.isfinite(arr) & (arr == np.floor(arr))))[0])
+            raise TypeError(f"{name} must be integers, got {arr[bad]!r} at position {bad}")
+    elif arr.dtype.kind not in "iu" and not (arr.dtype.kind == "O" and arr.size == 0):
+        if arr.dtype.kind == "b":
+            raise TypeError(f"{name} must be integers, got booleans")
+        if arr.dtype.kind == "O":
+            try:
+                arr = arr.astype(np.int64)
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise TypeError(f"{name} must be integers: {exc}") from None
+        else:
+            raise TypeError(f"{name} must be integers, got dtype {arr.dtype}")
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= domain_size:
+        bad = int(np.flatnonzero(arr >= domain_size)[0])
+        raise ValueError(
+            f"{name} must lie in [0, {domain_size}), got {int(arr[bad])} at position {bad}"
+        )
+    out = arr.astype(np.int64) if arr.dtype.kind != "u" else arr.astype(np.int64)
+    if out.size:
+        bad_mask = (out < 0) | (out >= domain_size)
+        if bad_mask.any():
+            bad = int(np.flatnonzero(bad_mask)[0])
+            raise ValueError(
+                f"{name} must lie in [0, {domain_size}), got {int(out[bad])} at position {bad}"
+            )
+    return out

@@ -1,0 +1,3 @@
+"""Avro schemas (``*.avsc``, the source of truth) and ``load_schema``."""
+
+__all__: list[str] = []

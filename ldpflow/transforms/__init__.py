@@ -1,0 +1,3 @@
+"""Apache Beam transforms over the core objects: reading, validation, combining, writing."""
+
+__all__: list[str] = []
