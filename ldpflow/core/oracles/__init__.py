@@ -1,0 +1,31 @@
+"""Frequency oracles (``ORACLES.md``): one small class per protocol, batch first."""
+
+from ldpflow.core.oracles.base import Accumulator, Estimate, FrequencyOracle, Reports
+from ldpflow.core.oracles.grr import DirectEncoding
+from ldpflow.core.oracles.hadamard import HadamardResponse, OneBitHadamard
+from ldpflow.core.oracles.local_hashing import (
+    BinaryLocalHashing,
+    OptimizedLocalHashing,
+    optimal_hash_range,
+)
+from ldpflow.core.oracles.registry import ORACLES, make
+from ldpflow.core.oracles.subset import SubsetSelection
+from ldpflow.core.oracles.unary import OptimizedUnaryEncoding, SymmetricUnaryEncoding
+
+__all__ = [
+    "Accumulator",
+    "Estimate",
+    "FrequencyOracle",
+    "Reports",
+    "DirectEncoding",
+    "OptimizedUnaryEncoding",
+    "SymmetricUnaryEncoding",
+    "OptimizedLocalHashing",
+    "BinaryLocalHashing",
+    "HadamardResponse",
+    "OneBitHadamard",
+    "SubsetSelection",
+    "ORACLES",
+    "make",
+    "optimal_hash_range",
+]

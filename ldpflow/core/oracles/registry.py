@@ -1,0 +1,44 @@
+"""Registry keys -> oracle classes; CLI flags, configs and tests use only the keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ldpflow.core.oracles.base import FrequencyOracle
+from ldpflow.core.oracles.grr import DirectEncoding
+from ldpflow.core.oracles.hadamard import HadamardResponse, OneBitHadamard
+from ldpflow.core.oracles.local_hashing import BinaryLocalHashing, OptimizedLocalHashing
+from ldpflow.core.oracles.subset import SubsetSelection
+from ldpflow.core.oracles.unary import OptimizedUnaryEncoding, SymmetricUnaryEncoding
+
+__all__ = ["ORACLES", "make"]
+
+ORACLES: dict[str, type[FrequencyOracle]] = {
+    "grr": DirectEncoding,
+    "oue": OptimizedUnaryEncoding,
+    "sue": SymmetricUnaryEncoding,
+    "olh": OptimizedLocalHashing,
+    "blh": BinaryLocalHashing,
+    "hr": HadamardResponse,
+    "ss": SubsetSelection,
+    "onebit": OneBitHadamard,
+}
+
+
+def make(name: str, **parameters: Any) -> FrequencyOracle:
+    """Build the oracle registered under ``name`` (``grr oue sue olh blh hr ss onebit``).
+
+    Raises
+    ------
+    ValueError
+        For an unknown name (the message lists the known ones) or a bad parameter.
+    TypeError
+        For a parameter the oracle does not take, or one of the wrong type.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"oracle name must be a string, got {type(name).__name__}")
+    try:
+        cls = ORACLES[name.lower()]
+    except KeyError:
+        raise ValueError(f"oracle must be one of {' '.join(ORACLES)}, got {name!r}") from None
+    return cls(**parameters)  # type: ignore[call-arg]
