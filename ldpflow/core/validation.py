@@ -72,7 +72,10 @@ def check_probability(value: float, *, name: str, open_interval: bool = False) -
 
 
 def check_values(values: npt.ArrayLike, domain_size: int, *, name: str = "values") -> np.ndarray:
-    """Return ``values`` as a 1-d int64 array of integers in ``[0, domain_size)``.
+    """Return ``values`` as a 1-d integer array of values in ``[0, domain_size)``.
+
+    The result is int64, or uint64 when ``domain_size > 2**63`` (64-bit values, as in
+    heavy-hitter prefixes).
 
     Raises
     ------
@@ -82,35 +85,44 @@ def check_values(values: npt.ArrayLike, domain_size: int, *, name: str = "values
         If the array is not one-dimensional or a value lies outside the domain; the message
         names the first offending value and its position.
     """
+    wide = domain_size > 2**63
     arr = np.asarray(values)
     if arr.ndim == 0:
         arr = arr.reshape(1)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
-    if arr.dtype.kind == "f":
-        if arr.size and not np.all(np.isfinite(arr) & (arr == np.floor(arr))):
-            bad = int(np.flatnonzero(~(np.isfinite(arr) & (arr == np.floor(arr))))[0])
-            raise TypeError(f"{name} must be integers, got {arr[bad]!r} at position {bad}")
-    elif arr.dtype.kind not in "iu" and not (arr.dtype.kind == "O" and arr.size == 0):
-        if arr.dtype.kind == "b":
-            raise TypeError(f"{name} must be integers, got booleans")
-        if arr.dtype.kind == "O":
-            try:
-                arr = arr.astype(np.int64)
-            except (TypeError, ValueError, OverflowError) as exc:
-                raise TypeError(f"{name} must be integers: {exc}") from None
-        else:
-            raise TypeError(f"{name} must be integers, got dtype {arr.dtype}")
-    if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= domain_size:
-        bad = int(np.flatnonzero(arr >= domain_size)[0])
-        raise ValueError(
-            f"{name} must lie in [0, {domain_size}), got {int(arr[bad])} at position {bad}"
-        )
-    out = arr.astype(np.int64) if arr.dtype.kind != "u" else arr.astype(np.int64)
-    if out.size:
-        bad_mask = (out < 0) | (out >= domain_size)
-        if bad_mask.any():
-            bad = int(np.flatnonzero(bad_mask)[0])
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.uint64 if wide else np.int64)
+    kind = arr.dtype.kind
+    if kind == "b":
+        raise TypeError(f"{name} must be integers, got booleans")
+    if kind == "f":
+        integral = np.isfinite(arr) & (arr == np.floor(arr))
+        if not integral.all():
+            bad = int(np.flatnonzero(~integral)[0])
+            raise TypeError(f"{name} must be integers, got {arr[bad].item()!r} at position {bad}")
+    elif kind == "O":
+        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in arr):
+            raise TypeError(f"{name} must be integers, got objects of other types")
+        ints = [int(v) for v in arr]
+        for i, v in enumerate(ints):
+            if not 0 <= v < domain_size:
+                raise ValueError(f"{name} must lie in [0, {domain_size}), got {v} at position {i}")
+        return np.array(ints, dtype=np.uint64 if wide else np.int64)
+    elif kind not in "iu":
+        raise TypeError(f"{name} must be integers, got dtype {arr.dtype}")
+    if kind == "i" or kind == "f":
+        negative = arr < 0
+        if negative.any():
+            bad = int(np.flatnonzero(negative)[0])
+            raise ValueError(
+                f"{name} must lie in [0, {domain_size}), got {arr[bad].item()!r} at position {bad}"
+            )
+    out = arr.astype(np.uint64 if wide else np.int64)
+    if not wide or domain_size < 2**64:
+        too_big = out >= np.array(domain_size, dtype=out.dtype)
+        if too_big.any():
+            bad = int(np.flatnonzero(too_big)[0])
             raise ValueError(
                 f"{name} must lie in [0, {domain_size}), got {int(out[bad])} at position {bad}"
             )

@@ -11,7 +11,10 @@ import numpy as np
 from ldpflow.core import hashing, randomness, validation
 from ldpflow.core.oracles.base import FrequencyOracle, Reports
 
-__all__ = ["LocalHashing", "OptimizedLocalHashing", "BinaryLocalHashing", "optimal_hash_range"]
+#: The widest values whose full domain is aggregated (a 2**L counter vector).
+MAX_FULL_DOMAIN_BITS = 28
+
+__all__ = ["MAX_FULL_DOMAIN_BITS", "LocalHashing", "OptimizedLocalHashing", "BinaryLocalHashing", "optimal_hash_range"]
 
 
 def optimal_hash_range(epsilon: float) -> int:
@@ -93,6 +96,12 @@ class LocalHashing(FrequencyOracle):
         return [((y < 0) | (y >= self.hash_range), f"bucket outside [0, {self.hash_range})")]
 
     def _counts_size(self) -> int:
+        if self.value_bits > MAX_FULL_DOMAIN_BITS:
+            raise ValueError(
+                f"full-domain aggregation of local hashing needs 2**{self.value_bits} counters; "
+                f"domain_size must be <= 2**{MAX_FULL_DOMAIN_BITS}, got {self.domain_size} "
+                "(count candidate sets with ldpflow.core.heavy_hitters instead)"
+            )
         return 1 << self.value_bits
 
     def _count(self, reports: Reports) -> np.ndarray:
