@@ -8,10 +8,15 @@ The top-level package re-exports the core API only and never imports Apache Beam
     consistent = ldpflow.postprocess(est, "norm-sub")
 """
 
+from importlib import metadata as _metadata
+
 from ldpflow.core.oracles import ORACLES, Accumulator, Estimate, FrequencyOracle, Reports
 from ldpflow.core.oracles import make as oracle
 
-__version__ = "0.1.0"
+try:  # the version lives in setup.py only
+    __version__ = _metadata.version("ldpflow")
+except _metadata.PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ORACLES",

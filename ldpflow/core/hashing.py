@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 __all__ = [
     "GOLDEN_GAMMA",
+    "splitmix64_mix",
     "splitmix64_stream",
     "hash_rows",
     "hash_values",
@@ -39,6 +40,14 @@ def _mask(bits: int) -> np.uint64:
     return _U64((1 << bits) - 1) if bits < 64 else ~_U64(0)
 
 
+def splitmix64_mix(z: np.ndarray) -> np.ndarray:
+    """splitmix64's output function of the (already advanced) states ``z`` (uint64)."""
+    with np.errstate(over="ignore"):
+        t = (z ^ (z >> _U64(30))) * _MIX1
+        t = (t ^ (t >> _U64(27))) * _MIX2
+    return t ^ (t >> _U64(31))
+
+
 def splitmix64_stream(seeds: npt.ArrayLike, count: int) -> np.ndarray:
     """The first ``count`` splitmix64 outputs from each state ``s``: shape ``(n, count)``."""
     z = np.array(seeds, dtype=_U64, copy=True).reshape(-1)
@@ -46,9 +55,7 @@ def splitmix64_stream(seeds: npt.ArrayLike, count: int) -> np.ndarray:
     with np.errstate(over="ignore"):
         for i in range(count):
             z += GOLDEN_GAMMA
-            t = (z ^ (z >> _U64(30))) * _MIX1
-            t = (t ^ (t >> _U64(27))) * _MIX2
-            out[:, i] = t ^ (t >> _U64(31))
+            out[:, i] = splitmix64_mix(z)
     return out
 
 

@@ -25,7 +25,16 @@ import os
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["RandomSource", "NumpySource", "SecureSource", "as_source", "make_rng"]
+from ldpflow.core import hashing
+
+__all__ = [
+    "RandomSource",
+    "NumpySource",
+    "SecureSource",
+    "SplitMix64Source",
+    "as_source",
+    "make_rng",
+]
 
 _U64 = np.uint64
 _TWO53 = float(2**53)
@@ -180,6 +189,31 @@ class SecureSource(RandomSource):
 
     def words(self, size: int) -> npt.NDArray[np.uint64]:
         return np.frombuffer(os.urandom(8 * size), dtype="<u8").astype(_U64, copy=False)
+
+
+class SplitMix64Source(RandomSource):
+    """The splitmix64 stream from a 64-bit state: portable and reproducible, NOT secure.
+
+    Its words are the outputs of the hash family's splitmix64 (``ORACLES.md``), so a client
+    in any language can replay a perturbation exactly; the published test vectors use it.
+    """
+
+    secure = False
+
+    def __init__(self, seed: int):
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be an integer, got {type(seed).__name__}")
+        if not 0 <= int(seed) < 2**64:
+            raise ValueError(f"seed must be in [0, 2**64), got {seed!r}")
+        self.state = int(seed)
+
+    def words(self, size: int) -> npt.NDArray[np.uint64]:
+        # Output i is splitmix64's finaliser of state + (i + 1) * gamma.
+        steps = np.arange(1, size + 1, dtype=_U64)
+        with np.errstate(over="ignore"):
+            states = _U64(self.state) + steps * hashing.GOLDEN_GAMMA
+        self.state = (self.state + size * int(hashing.GOLDEN_GAMMA)) % 2**64
+        return hashing.splitmix64_mix(states)
 
 
 def as_source(rng: RandomSource | np.random.Generator | None) -> RandomSource:

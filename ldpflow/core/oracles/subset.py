@@ -124,8 +124,9 @@ class SubsetSelection(FrequencyOracle):
             rows = start + np.flatnonzero(surplus[start : start + _FIX_ROWS])
             state = (surplus[rows], rows * width, values[rows])
             tails.append(self._fix_steps(flat, *state, source, until=_FIX_ROWS // 64))
-        state = tuple(np.concatenate(parts) for parts in zip(*tails))
-        self._fix_steps(flat, *state, source, until=0)
+        if tails:
+            surplus, base, own = (np.concatenate(parts) for parts in zip(*tails))
+            self._fix_steps(flat, surplus, base, own, source, until=0)
 
     def _fix_steps(
         self,

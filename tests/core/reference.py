@@ -1,0 +1,91 @@
+"""Independent reference implementations from the spec text, in plain Python integers.
+
+The tests compare the vectorised code against these; nothing here is imported by ldpflow.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations, product
+
+MASK64 = 2**64 - 1
+
+
+def splitmix64(state: int, count: int) -> list[int]:
+    out = []
+    z = state
+    for _ in range(count):
+        z = (z + 0x9E3779B97F4A7C15) & MASK64
+        t = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+        t = ((t ^ (t >> 27)) * 0x94D049BB133111EB) & MASK64
+        out.append(t ^ (t >> 31))
+    return out
+
+
+def hash_value(seed: int, value: int, value_bits: int, hash_range: int) -> int:
+    """H_s(v) exactly as ORACLES.md defines it."""
+    b = hash_range.bit_length() - 1
+    stream = splitmix64(seed, b + 1)
+    mask = (1 << value_bits) - 1
+    rows = [r & mask for r in stream[:b]]
+    a = stream[b] & (hash_range - 1)
+    h = a
+    for j, r in enumerate(rows):
+        h ^= (bin(r & value).count("1") & 1) << j
+    return h
+
+
+def hadamard(i: int, j: int) -> int:
+    return -1 if bin(i & j).count("1") % 2 else 1
+
+
+def output_distribution(oracle, value: int, seeds: list[int] | None = None) -> dict:
+    """Exact Pr[report | value] from the spec, as {report key: probability}."""
+    e = math.exp(oracle.epsilon)
+    d = oracle.domain_size
+    name = oracle.name
+    if name == "grr":
+        return {y: (e if y == value else 1.0) / (e + d - 1) for y in range(d)}
+    if name in ("oue", "sue"):
+        p, q = oracle.p, oracle.q
+        dist = {}
+        for bits in product((0, 1), repeat=d):
+            prob = 1.0
+            for u, bit in enumerate(bits):
+                one = p if u == value else q
+                prob *= one if bit else 1 - one
+            dist[bits] = prob
+        return dist
+    if name in ("olh", "blh"):
+        g = oracle.hash_range
+        L = max(1, (d - 1).bit_length())
+        dist = {}
+        for s in seeds:
+            h = hash_value(s, value, L, g)
+            for y in range(g):
+                dist[(s, y)] = (e if y == h else 1.0) / (e + g - 1) / len(seeds)
+        return dist
+    if name == "hr":
+        K = 1 << d.bit_length()
+        return {
+            y: (e if hadamard(value + 1, y) == 1 else 1.0) * 2 / (K * (e + 1)) for y in range(K)
+        }
+    if name == "ss":
+        w = max(1, math.floor(d / (e + 1) + 0.5))
+        p = w * e / (w * e + d - w)
+        dist = {}
+        for subset in combinations(range(d), w):
+            if value in subset:
+                dist[subset] = p / math.comb(d - 1, w - 1)
+            else:
+                dist[subset] = (1 - p) / math.comb(d - 1, w)
+        return dist
+    if name == "onebit":
+        K = 1 << d.bit_length()
+        dist = {}
+        for column in range(K):  # column uniform: users spread evenly over the K columns
+            one = e / (e + 1) if hadamard(value, column) == 1 else 1 / (e + 1)
+            dist[(column, 1)] = one / K
+            dist[(column, 0)] = (1 - one) / K
+        return dist
+    raise KeyError(name)

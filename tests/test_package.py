@@ -1,0 +1,54 @@
+"""Package-wide rules: the import boundary, __all__, metadata in one place."""
+
+from __future__ import annotations
+
+import importlib
+import pathlib
+import pkgutil
+import subprocess
+import sys
+
+import pytest
+
+import ldpflow
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def all_modules():
+    names = ["ldpflow"]
+    for info in pkgutil.walk_packages(ldpflow.__path__, "ldpflow."):
+        names.append(info.name)
+    return names
+
+
+def test_core_and_top_level_do_not_import_beam():
+    code = ("import sys, ldpflow, ldpflow.core, ldpflow.core.oracles; "
+            + "".join(f"import {m}; " for m in all_modules() if m.startswith("ldpflow.core"))
+            + "sys.exit('apache_beam' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
+def test_core_imports_only_numpy_scipy_and_itself():
+    allowed = {"numpy", "scipy", "ldpflow", "__future__"}
+    stdlib = set(sys.stdlib_module_names)
+    for path in (ROOT / "ldpflow" / "core").rglob("*.py"):
+        for line in path.read_text().splitlines():
+            words = line.split()
+            if len(words) >= 2 and words[0] in ("import", "from") and not line.startswith(" "):
+                top = words[1].split(".")[0]
+                assert top in allowed or top in stdlib, f"{path.name}: {line}"
+
+
+@pytest.mark.parametrize("name", all_modules())
+def test_every_public_module_lists_existing_names(name):
+    module = importlib.import_module(name)
+    assert hasattr(module, "__all__"), f"{name} has no __all__"
+    for attr in module.__all__:
+        assert hasattr(module, attr), f"{name}.__all__ names missing {attr}"
+
+
+def test_version_lives_in_setup_py_only():
+    setup = (ROOT / "setup.py").read_text()
+    assert f'version="{ldpflow.__version__}"' in setup
+    assert "[project]" not in (ROOT / "pyproject.toml").read_text()
