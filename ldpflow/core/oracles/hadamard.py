@@ -133,6 +133,18 @@ class OneBitHadamard(FrequencyOracle):
     def _variance_terms(self, n: int) -> tuple[float, float]:
         return 4 * self.e / (n * (self.e - 1) ** 2), 0.0
 
+    def column_sampling_variance(self, n: int, distribution: npt.ArrayLike) -> np.ndarray:
+        """The extra error variance when users' values are drawn i.i.d. from ``distribution``.
+
+        Each column sees only its own users, so against the population's empirical
+        frequencies the estimate of ``v`` also carries ``(1 - pi_v - sum_{x != v} pi_x^2) / n``
+        (with ``n / K`` users per column): ``sum_j [x_j != v] H_K[v ^ x_j, column_j] / n`` has
+        mean 0 and that variance. :meth:`variance` is exact when every column holds the same
+        multiset of values.
+        """
+        pi = np.asarray(distribution, dtype=float)
+        return (1 - pi - (np.sum(pi**2) - pi**2)) / n
+
     def perturb(
         self,
         values: npt.ArrayLike,
