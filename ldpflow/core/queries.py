@@ -1,0 +1,348 @@
+"""Queries on a frequency vector and the error metrics of their answers.
+
+Contract (``../shared/spec/CONSISTENCY.md``, "Queries and metrics"; seed 000 Section V,
+seed 002 for F1 and NCR): pure functions of numpy vectors, no randomness except through an
+injected generator. A frequency vector is a one-dimensional float array over the domain
+``0 .. d-1`` (a post-processed estimate, or the true frequencies).
+
+Queries:
+
+* **full domain**: the frequency of every value;
+* **top-k** (frequent values): the frequencies of the ``k`` values with the largest *true*
+  frequencies (ties broken towards the smaller value, so the set is deterministic);
+* **set-value**: the sum of the frequencies over a subset of the domain, e.g. a random subset
+  of ``rho% * d`` values (:func:`random_subsets`).
+
+Post-Pos (``postprocess(..., "post-pos")`` returns the raw vector) is applied here: every
+query and metric takes ``clamp=True`` to replace each *answer* (a single frequency or a
+subset sum) by ``max(answer, 0)``.
+
+Metrics: mean squared error over the full domain, the true top-k and a family of subsets;
+the l1 and l-infinity errors; for heavy hitters, precision, recall and F1 of an identified
+set against the true top-k, and NCR (each true top-k value of rank ``r`` weighs
+``k - r + 1``; NCR is the weight identified over the total weight ``k (k + 1) / 2``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "TopKScores",
+    "full_domain",
+    "top_k_values",
+    "top_k",
+    "random_subsets",
+    "set_value",
+    "mse",
+    "mse_full_domain",
+    "mse_top_k",
+    "mse_set_value",
+    "l1_error",
+    "linf_error",
+    "precision_recall_f1",
+    "ncr",
+    "top_k_scores",
+]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+# -- validation ------------------------------------------------------------------------------
+def _vector(values: npt.ArrayLike, name: str) -> FloatArray:
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be an array of real numbers: {exc}") from None
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{name} must be a non-empty one-dimensional array, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.flatnonzero(~np.isfinite(arr))[0])
+        raise ValueError(f"{name} must be finite, got {float(arr[bad])!r} at position {bad}")
+    return arr
+
+
+def _pair(estimate: npt.ArrayLike, truth: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
+    est, tru = _vector(estimate, "estimate"), _vector(truth, "truth")
+    if est.shape != tru.shape:
+        raise ValueError(
+            f"estimate and truth must have the same length, got {est.size} and {tru.size}"
+        )
+    return est, tru
+
+
+def _k(k: Any, domain_size: int) -> int:
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise TypeError(f"k must be an integer, got {type(k).__name__} ({k!r})")
+    if not 1 <= int(k) <= domain_size:
+        raise ValueError(f"k must be in [1, {domain_size}] (the domain size), got {k!r}")
+    return int(k)
+
+
+def _subset_mask(subsets: npt.ArrayLike, domain_size: int) -> npt.NDArray[np.bool_]:
+    """Subsets as a (count, d) boolean mask; a 1-d mask or index list is one subset."""
+    arr = np.asarray(subsets)
+    if arr.dtype == np.bool_:
+        mask = np.atleast_2d(arr)
+        if mask.ndim != 2 or mask.shape[1] != domain_size:
+            raise ValueError(
+                f"subsets as a boolean mask must have shape (count, {domain_size}), "
+                f"got {arr.shape}"
+            )
+        return mask
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"subsets must be a boolean mask or integer indices, got dtype {arr.dtype}")
+    index = np.atleast_2d(arr)
+    if index.ndim != 2:
+        raise ValueError(f"subsets as indices must be 1-d or 2-d, got shape {arr.shape}")
+    if index.size and (index.min() < 0 or index.max() >= domain_size):
+        bad = int(index[(index < 0) | (index >= domain_size)][0])
+        raise ValueError(f"subsets must hold values in [0, {domain_size}), got {bad}")
+    mask = np.zeros((index.shape[0], domain_size), dtype=bool)
+    np.put_along_axis(mask, index, True, axis=1)
+    return mask
+
+
+def _clamped(answers: FloatArray, clamp: bool) -> FloatArray:
+    return np.maximum(answers, 0.0) if clamp else answers
+
+
+# -- queries ---------------------------------------------------------------------------------
+def full_domain(frequencies: npt.ArrayLike, *, clamp: bool = False) -> FloatArray:
+    """The frequency of every value (``clamp=True``: each one at least 0, i.e. Post-Pos)."""
+    return _clamped(_vector(frequencies, "frequencies").copy(), clamp)
+
+
+def top_k_values(frequencies: npt.ArrayLike, k: int) -> npt.NDArray[np.int64]:
+    """The ``k`` values with the largest frequencies, largest first.
+
+    Ties are broken towards the smaller value (a stable sort), so the answer is deterministic.
+
+    Parameters
+    ----------
+    frequencies : array_like of float, shape (d,)
+    k : int
+        ``1 <= k <= d``.
+
+    Returns
+    -------
+    ndarray of int64, shape (k,)
+        The values in decreasing order of frequency: index ``r - 1`` holds rank ``r``.
+    """
+    f = _vector(frequencies, "frequencies")
+    k = _k(k, f.size)
+    return np.argsort(-f, kind="stable")[:k].astype(np.int64)
+
+
+def top_k(
+    frequencies: npt.ArrayLike, truth: npt.ArrayLike, k: int, *, clamp: bool = False
+) -> FloatArray:
+    """The answers ``frequencies[v]`` for the ``k`` values ``v`` of largest *true* frequency.
+
+    The query set comes from ``truth`` (neither the oracle nor the post-processing knows it),
+    in decreasing order of true frequency.
+    """
+    est, tru = _pair(frequencies, truth)
+    return _clamped(est[top_k_values(tru, k)], clamp)
+
+
+def random_subsets(
+    domain_size: int, size: int, count: int, rng: np.random.Generator
+) -> npt.NDArray[np.bool_]:
+    """``count`` subsets of ``size`` distinct values, each uniform among all such subsets.
+
+    Parameters
+    ----------
+    domain_size : int
+        ``d >= 1``.
+    size : int
+        Values per subset, ``1 <= size <= d`` (seed 000 uses ``round(rho/100 * d)``).
+    count : int
+        Number of subsets, ``>= 1``.
+    rng : numpy.random.Generator
+        The source of randomness (pass a seeded one for reproducible experiments).
+
+    Returns
+    -------
+    ndarray of bool, shape (count, domain_size)
+        Row ``i`` marks the values of subset ``i``.
+    """
+    for name, value, low in (("domain_size", domain_size, 1), ("count", count, 1)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+        if value < low:
+            raise ValueError(f"{name} must be >= {low}, got {value!r}")
+    if isinstance(size, bool) or not isinstance(size, numbers.Integral):
+        raise TypeError(f"size must be an integer, got {type(size).__name__}")
+    if not 1 <= size <= domain_size:
+        raise ValueError(f"size must be in [1, {domain_size}] (the domain size), got {size!r}")
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    # The ranks of iid uniforms are a uniform random permutation per row; its first `size`
+    # entries are a uniform subset.
+    chosen = np.argsort(rng.random((int(count), int(domain_size))), axis=1)[:, : int(size)]
+    return _subset_mask(chosen, int(domain_size))
+
+
+def set_value(
+    frequencies: npt.ArrayLike, subsets: npt.ArrayLike, *, clamp: bool = False
+) -> FloatArray:
+    """The sum of ``frequencies`` over each subset (``clamp=True``: each sum at least 0).
+
+    Parameters
+    ----------
+    frequencies : array_like of float, shape (d,)
+    subsets : array_like
+        A boolean mask of shape ``(count, d)`` or ``(d,)``, or integer indices of shape
+        ``(count, size)`` or ``(size,)`` (indices within a row should be distinct).
+
+    Returns
+    -------
+    ndarray of float64, shape (count,)
+    """
+    f = _vector(frequencies, "frequencies")
+    mask = _subset_mask(subsets, f.size)
+    return _clamped(mask.astype(np.float64) @ f, clamp)
+
+
+# -- error metrics ---------------------------------------------------------------------------
+def mse(answers: npt.ArrayLike, truth: npt.ArrayLike) -> float:
+    """Mean squared error between two answer vectors of equal length."""
+    est, tru = _pair(answers, truth)
+    return float(np.mean((est - tru) ** 2))
+
+
+def mse_full_domain(
+    frequencies: npt.ArrayLike, truth: npt.ArrayLike, *, clamp: bool = False
+) -> float:
+    """``(1/d) sum_v (f'_v - f_v)^2`` (seed 000 Section V-A)."""
+    est, tru = _pair(frequencies, truth)
+    return mse(full_domain(est, clamp=clamp), tru)
+
+
+def mse_top_k(
+    frequencies: npt.ArrayLike, truth: npt.ArrayLike, k: int, *, clamp: bool = False
+) -> float:
+    """The MSE over the ``k`` values of largest true frequency."""
+    est, tru = _pair(frequencies, truth)
+    return mse(top_k(est, tru, k, clamp=clamp), tru[top_k_values(tru, k)])
+
+
+def mse_set_value(
+    frequencies: npt.ArrayLike,
+    truth: npt.ArrayLike,
+    subsets: npt.ArrayLike,
+    *,
+    clamp: bool = False,
+) -> float:
+    """The MSE of the subset sums: mean over subsets of ``(f'(S) - f(S))^2``."""
+    est, tru = _pair(frequencies, truth)
+    return mse(set_value(est, subsets, clamp=clamp), set_value(tru, subsets))
+
+
+def l1_error(frequencies: npt.ArrayLike, truth: npt.ArrayLike, *, clamp: bool = False) -> float:
+    """``sum_v |f'_v - f_v|`` over the full domain."""
+    est, tru = _pair(frequencies, truth)
+    return float(np.sum(np.abs(full_domain(est, clamp=clamp) - tru)))
+
+
+def linf_error(frequencies: npt.ArrayLike, truth: npt.ArrayLike, *, clamp: bool = False) -> float:
+    """``max_v |f'_v - f_v|`` over the full domain."""
+    est, tru = _pair(frequencies, truth)
+    return float(np.max(np.abs(full_domain(est, clamp=clamp) - tru)))
+
+
+# -- heavy hitters ---------------------------------------------------------------------------
+def _value_set(values: npt.ArrayLike, name: str) -> set[int]:
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a one-dimensional collection of values, got {arr.shape}")
+    if arr.size and arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integer values, got dtype {arr.dtype}")
+    return {int(v) for v in arr}
+
+
+def precision_recall_f1(
+    identified: npt.ArrayLike, relevant: npt.ArrayLike
+) -> tuple[float, float, float]:
+    """Precision, recall and F1 of an identified set of values against the relevant set.
+
+    Parameters
+    ----------
+    identified : array_like of int
+        The values reported (e.g. the estimated top-k). Duplicates count once.
+    relevant : array_like of int
+        The true top-k values; must not be empty.
+
+    Returns
+    -------
+    (precision, recall, f1) : tuple of float
+        ``|I & R| / |I|``, ``|I & R| / |R|`` and their harmonic mean. An empty identified set
+        has precision 0 (nothing correct was identified), hence F1 0.
+    """
+    found, true = _value_set(identified, "identified"), _value_set(relevant, "relevant")
+    if not true:
+        raise ValueError("relevant must hold at least one value, got an empty set")
+    hits = len(found & true)
+    precision = hits / len(found) if found else 0.0
+    recall = hits / len(true)
+    f1 = 2 * precision * recall / (precision + recall) if hits else 0.0
+    return precision, recall, f1
+
+
+def ncr(identified: npt.ArrayLike, true_top_k: npt.ArrayLike) -> float:
+    """Normalized cumulative rank of an identified set (seed 002).
+
+    Parameters
+    ----------
+    identified : array_like of int
+        The values reported; order and duplicates do not matter.
+    true_top_k : array_like of int
+        The true top-k values *in rank order* (largest first, as :func:`top_k_values` gives).
+
+    Returns
+    -------
+    float
+        ``sum over identified true values of (k - r + 1)`` over ``k (k + 1) / 2``: 1 when the
+        whole top-k is identified; missing the rank-1 value costs the most.
+    """
+    ranked = np.asarray(true_top_k)
+    true_set = _value_set(ranked, "true_top_k")
+    k = ranked.size
+    if k == 0:
+        raise ValueError("true_top_k must hold at least one value, got none")
+    if len(true_set) != k:
+        raise ValueError(f"true_top_k must hold distinct values, got {ranked.tolist()}")
+    found = _value_set(identified, "identified")
+    weights = k - np.arange(k)  # rank r (1-based) weighs k - r + 1
+    hit = np.fromiter((int(v) in found for v in ranked), dtype=bool, count=k)
+    return float(weights[hit].sum() / (k * (k + 1) / 2))
+
+
+@dataclasses.dataclass(frozen=True)
+class TopKScores:
+    """How well the estimated top-k matches the true top-k.
+
+    Attributes
+    ----------
+    precision, recall, f1, ncr : float
+        See :func:`precision_recall_f1` and :func:`ncr`; all in ``[0, 1]``.
+    """
+
+    precision: float
+    recall: float
+    f1: float
+    ncr: float
+
+
+def top_k_scores(frequencies: npt.ArrayLike, truth: npt.ArrayLike, k: int) -> TopKScores:
+    """Score the ``k`` largest estimates as a heavy-hitter answer against the true top-k."""
+    est, tru = _pair(frequencies, truth)
+    identified, relevant = top_k_values(est, k), top_k_values(tru, k)
+    precision, recall, f1 = precision_recall_f1(identified, relevant)
+    return TopKScores(precision, recall, f1, ncr(identified, relevant))
