@@ -28,7 +28,8 @@ name              non-negative  sums to 1   output
 ================  ============  ==========  ==================================================
 
 Every method preserves the order of the estimates weakly: ``f~_a < f~_b`` implies
-``f'_a <= f'_b`` and ``f~_a == f~_b`` implies ``f'_a == f'_b``.
+``f'_a <= f'_b`` and ``f~_a == f~_b`` implies ``f'_a == f'_b`` (Power and PowerNS up to the
+discretisation error of their numerical sums, see :func:`power`).
 
 Edge cases (each one is tested):
 
@@ -124,7 +125,7 @@ def _as_frequencies(frequencies: npt.ArrayLike, name: str = "frequencies") -> Fl
     if not finite.all():
         bad = int(np.flatnonzero(~finite)[0])
         raise ValueError(
-            f"{name} must be finite, got {arr[bad]!r} at position {bad} "
+            f"{name} must be finite, got {float(arr[bad])!r} at position {bad} "
             "(an estimate from n == 0 reports is all NaN and cannot be post-processed)"
         )
     return arr
@@ -240,8 +241,10 @@ def base_cut(frequencies: npt.ArrayLike, *, sigma: float, alpha: float = 2.0) ->
 def norm(frequencies: npt.ArrayLike) -> FloatArray:
     """Norm: ``f~ + (1 - sum f~) / d``; sums to 1, unbiased, may be negative.
 
-    It is the Euclidean projection onto the hyperplane ``sum f = 1``. For GRR, HR and SS the
-    raw estimates already sum to 1 and Norm changes nothing (up to rounding).
+    It is the Euclidean projection onto the hyperplane ``sum f = 1``. Where every report
+    supports the same number of domain values (GRR, SS) the raw estimates already sum to 1
+    and Norm changes nothing (up to rounding); for HR that holds only when ``d + 1`` is a
+    power of two, since reports may support the padding values beyond ``d``.
     """
     f = _as_frequencies(frequencies)
     return f + (1.0 - math.fsum(f)) / f.size

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from ldpflow.core import postprocess as pp
+from ldpflow.core.oracles import registry
 from ldpflow.core.oracles.base import Estimate
 from ldpflow.core.postprocess import METHODS, postprocess
 
@@ -168,6 +169,22 @@ def test_estimate_of_zero_reports_raises(method):
 def test_bad_vectors_raise(method, bad):
     with pytest.raises(ValueError, match="frequencies must"):
         run(method, bad)
+
+
+@pytest.mark.parametrize("oracle", sorted(registry.ORACLES))
+def test_every_method_on_every_oracle_keeps_its_promises(oracle):
+    rng = np.random.default_rng(17)
+    d = 100
+    values = rng.choice(d, size=20_000, p=zipf(d))
+    fo = registry.make(oracle, epsilon=1.0, domain_size=d)
+    est = fo.estimate(fo.aggregate(fo.perturb(values, rng=rng)))
+    for method in METHODS:
+        out = postprocess(est, method)
+        assert out.shape == (d,) and np.all(np.isfinite(out)), method
+        if method in NON_NEGATIVE:
+            assert np.all(out >= 0), method
+        if method in SUMS_TO_ONE:
+            assert abs(math.fsum(out) - 1) <= rounding(est.frequencies) + rounding(out), method
 
 
 # -- the promised properties, on any input ----------------------------------------------------
