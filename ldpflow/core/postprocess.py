@@ -243,8 +243,8 @@ def norm(frequencies: npt.ArrayLike) -> FloatArray:
 
     It is the Euclidean projection onto the hyperplane ``sum f = 1``. Where every report
     supports the same number of domain values (GRR, SS) the raw estimates already sum to 1
-    and Norm changes nothing (up to rounding); for HR that holds only when ``d + 1`` is a
-    power of two, since reports may support the padding values beyond ``d``.
+    and Norm changes nothing (up to rounding). The paper counts HR among them; the HR of
+    ``ORACLES.md`` (row ``v + 1`` of ``H_K``) is not, so Norm does change its estimates.
     """
     f = _as_frequencies(frequencies)
     return f + (1.0 - math.fsum(f)) / f.size
