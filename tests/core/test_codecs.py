@@ -1,0 +1,183 @@
+"""Value codecs: integers as themselves, strings as big-endian UTF-8 prefixes."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ldpflow.core import codecs
+
+# -- integers ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bits", [1, 8, 33, 63, 64])
+def test_integer_codec_round_trips_the_extremes(bits):
+    codec = codecs.IntegerCodec(bits=bits)
+    values = np.array([0, 2**bits - 1], dtype=np.uint64)
+    codes = codec.encode(values)
+    assert codes.dtype == np.uint64
+    np.testing.assert_array_equal(codec.decode(codes), values)
+
+
+@pytest.mark.parametrize("bits", [0, 65])
+def test_integer_codec_bits_out_of_range_is_named(bits):
+    with pytest.raises(ValueError, match=rf"bits must be .*got {bits}"):
+        codecs.IntegerCodec(bits=bits)
+
+
+@pytest.mark.parametrize("bits", [8, 63])
+def test_integer_codec_refuses_a_value_of_2_to_the_bits(bits):
+    with pytest.raises(ValueError, match=rf"values must lie in \[0, 2\*\*{bits}\), got {2**bits} at position 1"):
+        codecs.IntegerCodec(bits=bits).encode(np.array([1, 2**bits], dtype=np.uint64))
+
+
+def test_integer_codec_refuses_negative_and_fractional_values():
+    codec = codecs.IntegerCodec(bits=16)
+    with pytest.raises(ValueError, match="got -1 at position 0"):
+        codec.encode([-1, 3])
+    with pytest.raises(TypeError, match="values must be integers, got 1.5 at position 1"):
+        codec.encode([1.0, 1.5])
+
+
+def test_invalid_integers_gives_countable_reasons():
+    rows, reasons = codecs.invalid_integers(np.array([3, 256, -1, 255]), 8)
+    assert rows.tolist() == [1, 2]
+    assert reasons == ["value outside [0, 2**8)"] * 2
+    rows, reasons = codecs.invalid_integers(np.array([1.0, 2.5, 300.0]), 8)
+    assert rows.tolist() == [1, 2]
+    assert reasons == ["value is not an integer", "value outside [0, 2**8)"]
+    rows, reasons = codecs.invalid_integers(np.array([2**70, "x", 5], dtype=object), 64)
+    assert rows.tolist() == [0, 1]
+    assert reasons == ["value outside [0, 2**64)", "value is not an integer"]
+
+
+def test_check_unsigned_accepts_python_ints_up_to_2_to_the_64():
+    out = codecs.check_unsigned(np.array([2**64 - 1, 0], dtype=object), 64)
+    assert out.dtype == np.uint64 and int(out[0]) == 2**64 - 1
+
+
+# -- strings ----------------------------------------------------------------------------------
+
+
+def test_string_codec_layout_is_big_endian_zero_padded():
+    codec = codecs.StringCodec(bits=32)
+    assert codec.encode(["ab"]).tolist() == [0x61620000]
+    assert codec.encode(["abcd", ""]).tolist() == [0x61626364, 0]
+
+
+@pytest.mark.parametrize("bits", [8, 40, 64])
+def test_string_codec_round_trips_short_strings(bits):
+    codec = codecs.StringCodec(bits=bits)
+    words = [w for w in ["", "a", "é", "a\x00b", "€", "hello", "abcdefgh"]
+             if len(w.encode()) <= bits // 8]
+    assert codec.decode(codec.encode(words)) == words
+
+
+@given(st.text(max_size=8).filter(lambda s: len(s.encode()) <= 8 and not s.endswith("\x00")))
+def test_string_codec_round_trip_property(text):
+    codec = codecs.StringCodec(bits=64)
+    assert codec.decode(codec.encode([text]), errors="strict") == [text]
+
+
+@given(st.lists(st.integers(1, 255), min_size=1, max_size=8), st.integers(1, 8))
+def test_string_codec_prefixes_are_byte_prefixes(byte_list, cut):
+    codec = codecs.StringCodec(bits=64)
+    raw = bytes(byte_list)
+    cut = min(cut, len(raw))
+    whole, head = codec.encode([raw, raw[:cut]])
+    shift = np.uint64(64 - 8 * cut)
+    assert whole >> shift == head >> shift
+
+
+def test_string_codec_preserves_bytewise_order():
+    codec = codecs.StringCodec(bits=64)
+    words = ["b", "ab", "a", "abc", "zz", "é", "B"]
+    codes = codec.encode(words)
+    by_code = [w for _, w in sorted(zip(codes.tolist(), words))]
+    assert by_code == sorted(words, key=lambda w: w.encode())
+
+
+def test_string_codec_refuses_long_strings_by_default():
+    codec = codecs.StringCodec(bits=32)
+    with pytest.raises(ValueError, match=r"at most 4 UTF-8 bytes \(bits=32\), got b'hello' \(5 bytes\) at position 1"):
+        codec.encode(["ok", "hello"])
+
+
+def test_string_codec_truncates_at_a_character_boundary_when_asked():
+    codec = codecs.StringCodec(bits=32)
+    assert codec.decode(codec.encode(["hello"], truncate=True)) == ["hell"]
+    # "abé€": 'é' is 2 bytes (3..4), '€' 3 bytes; 4 bytes keep "abé", 3 bytes keep "ab".
+    assert codec.decode(codec.encode(["abé€"], truncate=True), errors="strict") == ["abé"]
+    three = codecs.StringCodec(bits=24)
+    assert three.decode(three.encode(["abé"], truncate=True), errors="strict") == ["ab"]
+
+
+def test_string_codec_refuses_trailing_nul():
+    with pytest.raises(ValueError, match="must not end in a NUL character"):
+        codecs.StringCodec(bits=64).encode(["ab\x00"])
+
+
+def test_string_codec_invalid_rows_gives_countable_reasons():
+    codec = codecs.StringCodec(bits=16)
+    rows, reasons = codec.invalid_rows(["ab", "abc", 7, "a\x00", b"xy"])
+    assert rows.tolist() == [1, 2, 3]
+    assert reasons == [
+        "string longer than 2 UTF-8 bytes",
+        "not a string",
+        "string ends in a NUL character",
+    ]
+    rows, _ = codec.invalid_rows(["abc"], truncate=True)
+    assert rows.size == 0
+
+
+def test_string_codec_rejects_non_strings_and_single_strings():
+    codec = codecs.StringCodec(bits=16)
+    with pytest.raises(TypeError, match="must be str, got int at position 0"):
+        codec.encode([3])
+    with pytest.raises(TypeError, match="got a single string"):
+        codec.encode("ab")
+
+
+def test_string_codec_bits_must_be_a_multiple_of_8():
+    with pytest.raises(ValueError, match="multiple of 8, got 12"):
+        codecs.StringCodec(bits=12)
+
+
+def test_string_codec_decodes_invalid_utf8_with_replacement_or_raises():
+    codec = codecs.StringCodec(bits=16)
+    code = np.array([0xFF41], dtype=np.uint64)
+    assert codec.decode(code) == ["\ufffdA"]
+    with pytest.raises(UnicodeDecodeError):
+        codec.decode(code, errors="strict")
+
+
+def test_string_codec_decode_refuses_codes_out_of_range():
+    with pytest.raises(ValueError, match=r"codes must lie in \[0, 2\*\*16\)"):
+        codecs.StringCodec(bits=16).decode([2**16])
+
+
+def test_string_codec_handles_empty_batches():
+    codec = codecs.StringCodec(bits=64)
+    assert codec.encode([]).shape == (0,)
+    assert codec.decode(np.zeros(0, dtype=np.uint64)) == []
+
+
+# -- both -------------------------------------------------------------------------------------
+
+
+def test_make_codec_by_name():
+    assert codecs.make_codec("string", bits=64) == codecs.StringCodec(bits=64)
+    assert codecs.make_codec("int", bits=20) == codecs.IntegerCodec(bits=20)
+    with pytest.raises(ValueError, match=r"codec must be one of \['int', 'string'\], got 'x'"):
+        codecs.make_codec("x", bits=8)
+
+
+def test_codecs_are_frozen_and_picklable():
+    codec = codecs.StringCodec(bits=64)
+    assert pickle.loads(pickle.dumps(codec)) == codec
+    with pytest.raises(AttributeError):
+        codec.bits = 8  # type: ignore[misc]
