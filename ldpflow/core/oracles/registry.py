@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ldpflow.core.oracles.base import FrequencyOracle
@@ -11,7 +12,7 @@ from ldpflow.core.oracles.local_hashing import BinaryLocalHashing, OptimizedLoca
 from ldpflow.core.oracles.subset import SubsetSelection
 from ldpflow.core.oracles.unary import OptimizedUnaryEncoding, SymmetricUnaryEncoding
 
-__all__ = ["ORACLES", "make"]
+__all__ = ["ORACLES", "make", "from_key"]
 
 ORACLES: dict[str, type[FrequencyOracle]] = {
     "grr": DirectEncoding,
@@ -42,3 +43,10 @@ def make(name: str, **parameters: Any) -> FrequencyOracle:
     except KeyError:
         raise ValueError(f"oracle must be one of {' '.join(ORACLES)}, got {name!r}") from None
     return cls(**parameters)  # type: ignore[call-arg]
+
+
+@functools.lru_cache(maxsize=256)
+def from_key(key: tuple) -> FrequencyOracle:
+    """The oracle whose :attr:`~FrequencyOracle.key` is ``key`` (cached: oracles are immutable)."""
+    name, *items = key
+    return make(name, **dict(items))
