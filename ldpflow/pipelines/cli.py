@@ -3,8 +3,13 @@
 Commands
 --------
 demo
-    Simulate users on built-in Zipf data, perturb with every oracle, estimate, and print
-    true vs estimated frequencies of the top values.
+    The main job on built-in data: simulate, estimate on Beam, print and plot the top values.
+simulate
+    Synthetic users -> perturbed report files and truth.json.
+estimate
+    Report files -> consistent frequency estimates (Apache Beam).
+
+Run ``ldpflow COMMAND --help`` for a command's flags.
 """
 
 from __future__ import annotations
@@ -22,7 +27,21 @@ def _demo(argv: list[str]) -> int:
     return demo.run(argv)
 
 
-COMMANDS = {"demo": _demo}
+def _simulate(argv: list[str]) -> int:
+    from ldpflow.pipelines import simulate
+
+    simulate.run(argv)
+    return 0
+
+
+def _estimate(argv: list[str]) -> int:
+    from ldpflow.pipelines import estimate
+
+    estimate.run(argv)
+    return 0
+
+
+COMMANDS = {"demo": _demo, "simulate": _simulate, "estimate": _estimate}
 
 
 def main(argv: list[str] | None = None) -> int:
