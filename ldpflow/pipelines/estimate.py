@@ -33,7 +33,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from ldpflow.core import postprocess as postprocess_module
-from ldpflow.pipelines.options import EstimateOptions
+from ldpflow.pipelines.options import EstimateOptions, require
 from ldpflow.transforms.estimate import DeadLetterSummaryFn, EstimateReports
 from ldpflow.transforms.io import ReadReports, WriteDeadLetters, WriteEstimates
 
@@ -81,6 +81,7 @@ def run(argv: list[str] | None = None) -> dict:
     """Run the job; returns the ``estimates.json`` document."""
     options = PipelineOptions(argv)
     opts = options.view_as(EstimateOptions)
+    require(opts, "input", "output")
     try:
         methods = parse_methods(opts.methods)
     except ValueError as exc:

@@ -85,7 +85,7 @@ def _avro_chunks(stream: IO[bytes], source: str) -> Iterator[tuple[list, list, b
 def _json_chunks(stream: IO[bytes], source: str) -> Iterator[tuple[list, list, bool]]:
     records: list = []
     dead: list = []
-    for number, line in enumerate(stream, start=1):
+    for number, line in enumerate(iter(stream.readline, b""), start=1):
         text = line.strip()
         if not text:
             continue
