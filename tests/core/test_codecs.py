@@ -31,7 +31,8 @@ def test_integer_codec_bits_out_of_range_is_named(bits):
 
 @pytest.mark.parametrize("bits", [8, 63])
 def test_integer_codec_refuses_a_value_of_2_to_the_bits(bits):
-    with pytest.raises(ValueError, match=rf"values must lie in \[0, 2\*\*{bits}\), got {2**bits} at position 1"):
+    message = rf"values must lie in \[0, 2\*\*{bits}\), got {2**bits} at position 1"
+    with pytest.raises(ValueError, match=message):
         codecs.IntegerCodec(bits=bits).encode(np.array([1, 2**bits], dtype=np.uint64))
 
 
@@ -97,13 +98,14 @@ def test_string_codec_preserves_bytewise_order():
     codec = codecs.StringCodec(bits=64)
     words = ["b", "ab", "a", "abc", "zz", "é", "B"]
     codes = codec.encode(words)
-    by_code = [w for _, w in sorted(zip(codes.tolist(), words))]
+    by_code = [w for _, w in sorted(zip(codes.tolist(), words, strict=True))]
     assert by_code == sorted(words, key=lambda w: w.encode())
 
 
 def test_string_codec_refuses_long_strings_by_default():
     codec = codecs.StringCodec(bits=32)
-    with pytest.raises(ValueError, match=r"at most 4 UTF-8 bytes \(bits=32\), got b'hello' \(5 bytes\) at position 1"):
+    message = r"at most 4 UTF-8 bytes \(bits=32\), got b'hello' \(5 bytes\) at position 1"
+    with pytest.raises(ValueError, match=message):
         codec.encode(["ok", "hello"])
 
 
