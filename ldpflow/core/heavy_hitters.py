@@ -589,9 +589,7 @@ class PrefixExtendingMethod:
             if idx.size == 0:
                 continue
             prefixes = vals[idx] >> _U64(self.value_bits - bits)
-            # The values were checked above; the oracle's own check refuses a domain of
-            # exactly 2**63 values (a 63-bit prefix), so call its client directly.
-            reports = self.oracle(stage)._perturb(prefixes, source)
+            reports = self.oracle(stage).perturb(prefixes, source)
             seeds[idx] = reports.columns["seed"]
             buckets[idx] = reports.columns["bucket"]
         return Reports(

@@ -85,7 +85,7 @@ def check_values(values: npt.ArrayLike, domain_size: int, *, name: str = "values
         If the array is not one-dimensional or a value lies outside the domain; the message
         names the first offending value and its position.
     """
-    wide = domain_size > 2**63
+    wide = domain_size >= 2**63  # values past 2**63 - 1 need uint64
     arr = np.asarray(values)
     if arr.ndim == 0:
         arr = arr.reshape(1)

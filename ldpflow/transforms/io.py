@@ -91,6 +91,7 @@ class ReadReports(beam.PTransform):
         return (
             pbegin
             | "Match" >> fileio.MatchFiles(self._pattern)
+            | "SpreadFiles" >> beam.Reshuffle()  # files go to all workers, not one bundle
             | "Open" >> fileio.ReadMatches()
             | "ReadFiles" >> beam.ParDo(self._fn).with_outputs(DEAD_LETTERS, main="reports")
         )
