@@ -8,6 +8,10 @@ simulate
     Synthetic users -> perturbed report files and truth.json.
 estimate
     Report files -> consistent frequency estimates (Apache Beam).
+stream
+    Reports from Pub/Sub -> windowed consistent estimates (Apache Beam, streaming).
+heavy-hitters
+    PEM reports -> the most frequent values of a huge domain (Apache Beam).
 
 Run ``ldpflow COMMAND --help`` for a command's flags.
 """
@@ -41,7 +45,27 @@ def _estimate(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"demo": _demo, "simulate": _simulate, "estimate": _estimate}
+def _stream(argv: list[str]) -> int:
+    from ldpflow.pipelines import stream
+
+    stream.run(argv)
+    return 0
+
+
+def _heavy_hitters(argv: list[str]) -> int:
+    from ldpflow.pipelines import heavy_hitters
+
+    heavy_hitters.run(argv)
+    return 0
+
+
+COMMANDS = {
+    "demo": _demo,
+    "simulate": _simulate,
+    "estimate": _estimate,
+    "stream": _stream,
+    "heavy-hitters": _heavy_hitters,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,7 +35,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from ldpflow.core import postprocess as postprocess_module
 from ldpflow.pipelines.options import EstimateOptions, require
 from ldpflow.transforms.estimate import DeadLetterSummaryFn, EstimateReports
-from ldpflow.transforms.io import ReadReports, WriteDeadLetters, WriteEstimates
+from ldpflow.transforms.io import ReadReports, SplitDeadLetters, WriteDeadLetters, WriteEstimates
 
 __all__ = ["run", "parse_methods", "batch_runner"]
 
@@ -65,16 +65,21 @@ def batch_runner(options: PipelineOptions):
 
 
 def build(pipeline: beam.Pipeline, opts: EstimateOptions, methods: list[str]):
-    """Wire read -> estimate -> write into ``pipeline``; returns the written document."""
+    """Wire read -> estimate -> write into ``pipeline``; returns the single terminal step."""
     expect = {k: v for k, v in {"oracle": opts.expect_oracle, "epsilon": opts.expect_epsilon,
                                 "domain_size": opts.expect_domain_size}.items() if v is not None}
-    read = pipeline | "ReadReports" >> ReadReports(opts.input, opts.input_format, expect)
-    results = {"reports": read.reports, "dead_letters": read.dead_letters} | (
-        "EstimateReports" >> EstimateReports(methods))
-    summary = read.dead_letters | "SummariseDeadLetters" >> beam.CombineGlobally(
+    read = (pipeline
+            | "ReadReports" >> ReadReports(opts.input, opts.input_format, expect)
+            | "Split" >> SplitDeadLetters())
+    results = read | "EstimateReports" >> EstimateReports(methods)
+    summary = read["dead_letters"] | "SummariseDeadLetters" >> beam.CombineGlobally(
         DeadLetterSummaryFn())
-    read.dead_letters | "WriteDeadLetters" >> WriteDeadLetters(opts.output)
-    return results | "WriteEstimates" >> WriteEstimates(opts.output, summary)
+    written = (
+        results | "WriteEstimates" >> WriteEstimates(opts.output, summary),
+        read["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(opts.output),
+    )
+    # One terminal step that depends on every sink: some runners (Dask) only run the last leaf.
+    return written | "Sinks" >> beam.Flatten() | "Done" >> beam.combiners.Count.Globally()
 
 
 def run(argv: list[str] | None = None) -> dict:

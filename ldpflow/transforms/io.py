@@ -1,15 +1,19 @@
 """Reading report files and writing estimates, as Beam transforms.
 
 ``ReadReports`` matches a glob, reads each file a whole Avro block (or JSON/Parquet chunk)
-at a time into numpy columns, validates every record and emits ``(key, ReportBatch)`` plus a
-``dead_letters`` output of :class:`DeadLetter` with a reason. Counters (namespace
-``ldpflow``): ``records``, ``reports``, ``dead_letters``, ``files``.
+at a time into numpy columns, validates every record and emits ``(key, ReportBatch)``
+elements and :class:`DeadLetter` elements (with a reason) in one PCollection;
+``SplitDeadLetters`` separates them. (One output split by filters rather than tagged outputs:
+some runners, Dask among them, mishandle tagged outputs.) Counters (namespace ``ldpflow``):
+``records``, ``reports``, ``dead_letters``, ``files``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -22,10 +26,15 @@ from apache_beam.metrics import Metrics
 from ldpflow.transforms import formats
 from ldpflow.transforms.records import DeadLetter, estimate_records, parse_records
 
-__all__ = ["ReadReports", "ReadReportFileFn", "WriteEstimates", "WriteDeadLetters", "DEAD_LETTERS"]
+__all__ = [
+    "ReadReports",
+    "ReadReportFileFn",
+    "SplitDeadLetters",
+    "WriteEstimates",
+    "WriteDeadLetters",
+]
 
 _LOGGER = logging.getLogger(__name__)
-DEAD_LETTERS = "dead_letters"
 _PROGRESS_SECONDS = 10.0
 
 
@@ -63,8 +72,7 @@ class ReadReportFileFn(beam.DoFn):
                 self._reports.inc(valid)
                 self._dead.inc(len(refused))
                 yield from batches.items()
-                for letter in refused:
-                    yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
+                yield from refused
                 now = time.monotonic()
                 if now - last_log >= _PROGRESS_SECONDS:
                     _LOGGER.info("%s: %d records so far (%.0f/s)", path, records,
@@ -76,10 +84,7 @@ class ReadReportFileFn(beam.DoFn):
 
 
 class ReadReports(beam.PTransform):
-    """Report files matching ``file_pattern`` -> ``(key, ReportBatch)`` and dead letters.
-
-    Returns a ``DoOutputsTuple``: ``.reports`` (main) and ``.dead_letters``.
-    """
+    """Report files matching ``file_pattern`` -> ``(key, ReportBatch)`` and ``DeadLetter``s."""
 
     def __init__(self, file_pattern: str, fmt: str | None = None,
                  expect: Mapping[str, Any] | None = None, envelope: bool = False):
@@ -93,8 +98,22 @@ class ReadReports(beam.PTransform):
             | "Match" >> fileio.MatchFiles(self._pattern)
             | "SpreadFiles" >> beam.Reshuffle()  # files go to all workers, not one bundle
             | "Open" >> fileio.ReadMatches()
-            | "ReadFiles" >> beam.ParDo(self._fn).with_outputs(DEAD_LETTERS, main="reports")
+            | "ReadFiles" >> beam.ParDo(self._fn)
         )
+
+
+def _is_dead_letter(element) -> bool:
+    return isinstance(element, DeadLetter)
+
+
+class SplitDeadLetters(beam.PTransform):
+    """Mixed elements -> ``{"reports": (key, ReportBatch)..., "dead_letters": DeadLetter...}``."""
+
+    def expand(self, mixed):
+        return {
+            "reports": mixed | "Reports" >> beam.Filter(lambda e: not _is_dead_letter(e)),
+            "dead_letters": mixed | "DeadLetters" >> beam.Filter(_is_dead_letter),
+        }
 
 
 class _WriteEstimateFilesFn(beam.DoFn):
@@ -141,16 +160,36 @@ class WriteEstimates(beam.PTransform):
         )
 
 
+class _WriteDeadLetterFileFn(beam.DoFn):
+    def __init__(self, folder: str):
+        super().__init__()
+        self._folder = folder
+
+    def process(self, element):
+        source, lines = element
+        digest = hashlib.sha1(source.encode("utf-8")).hexdigest()[:10]
+        base = os.path.basename(source.rstrip("/")) or "records"
+        path = f"{self._folder}/{base}-{digest}.jsonl"
+        lines = sorted(lines)
+        with FileSystems.create(path) as f:
+            f.write(("\n".join(lines) + "\n").encode("utf-8"))
+        yield path, len(lines)
+
+
 class WriteDeadLetters(beam.PTransform):
-    """Dead letters as JSON lines under ``OUTPUT/dead_letters/`` (one object per record)."""
+    """Dead letters as JSON lines, one file per source: ``OUTPUT/dead_letters/NAME-HASH.jsonl``.
+
+    Outputs ``(path, count)`` per file written.
+    """
 
     def __init__(self, output: str):
         super().__init__()
-        self._prefix = output.rstrip("/") + "/dead_letters/dead_letters"
+        self._folder = output.rstrip("/") + "/dead_letters"
 
     def expand(self, dead_letters):
         return (
             dead_letters
-            | "ToJson" >> beam.Map(DeadLetter.to_json)
-            | "Write" >> beam.io.WriteToText(self._prefix, file_name_suffix=".jsonl")
+            | "BySource" >> beam.Map(lambda letter: (letter.source, letter.to_json()))
+            | "Group" >> beam.GroupByKey()
+            | "WriteFiles" >> beam.ParDo(_WriteDeadLetterFileFn(self._folder))
         )
