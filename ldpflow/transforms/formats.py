@@ -28,6 +28,8 @@ __all__ = [
     "write_parquet",
     "to_json_record",
     "from_json_record",
+    "decode_message",
+    "encode_message",
 ]
 
 FORMATS = ("avro", "json", "parquet")
@@ -144,3 +146,54 @@ def write_parquet(path: str, records: list[dict]) -> None:
         ("seed", pa.int64()), ("bucket", pa.int32()), ("column", pa.int64()), ("bit", pa.int32()),
     ])
     pq.write_table(pa.Table.from_pylist(records, schema=schema), path)
+
+
+_AVRO_MAGIC = b"Obj\x01"
+
+
+def encode_message(records: Iterable[dict], fmt: str = "avro") -> bytes:
+    """A Pub/Sub message body carrying a batch of reports: an Avro container (default) or
+    JSON lines."""
+    if fmt == "avro":
+        buffer = io.BytesIO()
+        write_avro(buffer, records, codec="null")
+        return buffer.getvalue()
+    if fmt == "json":
+        text = io.StringIO()
+        write_json_lines(text, records)
+        return text.getvalue().encode("utf-8")
+    raise ValueError(f"message format must be avro or json, got {fmt!r}")
+
+
+def decode_message(data: bytes, source: str = "") -> tuple[list, list, bool]:
+    """The reports of one message: ``(records, dead_letters, trusted)``.
+
+    A message holds an Avro container file of reports (collectors batch device reports), one
+    JSON report, a JSON array of reports, or JSON lines. A body that is none of these is one
+    dead letter.
+    """
+    if not isinstance(data, (bytes, bytearray)):
+        return [], [DeadLetter(source, f"message body must be bytes, got {type(data).__name__}",
+                               repr(data)[:200])], False
+    if data[:4] == _AVRO_MAGIC:
+        import fastavro
+
+        try:
+            return list(fastavro.reader(io.BytesIO(data))), [], True
+        except Exception as exc:  # noqa: BLE001 - fastavro raises many types on corrupt input
+            return [], [DeadLetter(source, f"malformed Avro message: {type(exc).__name__}: {exc}",
+                                   data[:200])], False
+    text = bytes(data).strip()
+    try:
+        decoded = json.loads(text)
+        items = decoded if isinstance(decoded, list) else [decoded]
+        return [from_json_record(item) for item in items], [], False
+    except ValueError:
+        pass
+    records, dead = [], []
+    for chunk, undecodable, _ in _json_chunks(io.BytesIO(text), source):
+        records += chunk
+        dead += undecodable
+    if not records and dead:  # not JSON lines either: one bad message, not N bad lines
+        return [], [DeadLetter(source, "malformed message: neither Avro nor JSON", data[:200])], False
+    return records, dead, False

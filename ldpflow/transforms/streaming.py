@@ -1,0 +1,285 @@
+"""Streaming estimation: Pub/Sub messages -> deduplicated, windowed, consistent estimates.
+
+``EstimateStream`` takes a PCollection of messages (``PubsubMessage`` or raw bytes; a
+message holds an Avro container of reports, or JSON) and returns ``{"estimates": ...,
+"dead_letters": ...}``:
+
+1. ``DecodeMessagesFn`` decodes and validates every report (dead letters with reasons);
+2. ``AssignEventTimesFn`` splits each batch by event-time cell and timestamps it (reports
+   carry their own event time, or the message's ``--timestamp_attribute`` sets it);
+3. ``DeduplicateReportsFn`` (stateful, per key and cell) drops reports whose id was seen
+   before: redelivery changes no estimate (duplicates share their event time, so a cell
+   holds every copy);
+4. windows (fixed or sliding) with watermark, early and late firings and *accumulating*
+   panes; ``CombinePerKey`` of the exact integer accumulators, so every pane is estimated
+   from the merged counts of all the window's reports and is consistent on its own;
+5. ``FormatPaneFn`` estimates and post-processes, tagging window and pane.
+
+Counters (namespace ``ldpflow``): ``messages``, ``records``, ``reports``, ``dead_letters``,
+``duplicates``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import math
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.coders import PickleCoder
+from apache_beam.metrics import Metrics
+from apache_beam.transforms import trigger, window
+from apache_beam.transforms.userstate import CombiningValueStateSpec
+from apache_beam.utils.timestamp import Duration, Timestamp
+
+from ldpflow.core.dedup import SeenIds, report_id_hashes
+from ldpflow.core.postprocess import postprocess
+from ldpflow.transforms import formats
+from ldpflow.transforms.combine import FrequencyOracleCombineFn
+from ldpflow.transforms.io import SplitDeadLetters
+from ldpflow.transforms.records import DeadLetter, estimate_result, key_to_json, parse_records
+
+__all__ = [
+    "WindowSpec",
+    "DecodeMessagesFn",
+    "AssignEventTimesFn",
+    "DeduplicateReportsFn",
+    "FormatPaneFn",
+    "EstimateStream",
+    "parse_event_time",
+]
+
+_LOGGER = logging.getLogger(__name__)
+PANE_TIMING = {0: "EARLY", 1: "ON_TIME", 2: "LATE", 3: "UNKNOWN"}
+
+
+def parse_event_time(text: str) -> int:
+    """Milliseconds since the epoch from an attribute: an integer, or RFC 3339 text."""
+    text = text.strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    stamp = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if stamp.tzinfo is None:
+        raise ValueError(f"event time {text!r} has no time zone")
+    return int(round(stamp.timestamp() * 1000))
+
+
+class WindowSpec:
+    """Windows, firings and lateness of a streaming estimate (all times in seconds).
+
+    Parameters
+    ----------
+    size : float
+        Window length, > 0.
+    period : float, optional
+        Sliding windows start every ``period`` seconds (``size`` must be a multiple of it);
+        ``None`` for fixed windows.
+    allowed_lateness : float
+        Late reports update their window (a LATE pane each) until the watermark passes the
+        window's end by this much; later ones are dropped.
+    early_firing : float
+        Emit an EARLY pane every this many seconds of processing time while data arrives
+        (0: none).
+    """
+
+    def __init__(self, size: float, period: float | None = None, allowed_lateness: float = 0.0,
+                 early_firing: float = 0.0):
+        if not size > 0:
+            raise ValueError(f"window_size must be > 0 seconds, got {size!r}")
+        if period is not None:
+            if not 0 < period <= size:
+                raise ValueError(f"window_period must be in (0, window_size], got {period!r}")
+            if round(size / period) * period != size:
+                raise ValueError(
+                    f"window_size must be a multiple of window_period, got {size!r} and {period!r}")
+        if not allowed_lateness >= 0:
+            raise ValueError(f"allowed_lateness must be >= 0 seconds, got {allowed_lateness!r}")
+        if not early_firing >= 0:
+            raise ValueError(f"early_firing must be >= 0 seconds, got {early_firing!r}")
+        self.size, self.period = float(size), (None if period is None else float(period))
+        self.allowed_lateness, self.early_firing = float(allowed_lateness), float(early_firing)
+
+    @property
+    def cell(self) -> float:
+        """The event-time cell: every report of a cell lies in the same windows."""
+        return self.period if self.period is not None else self.size
+
+    def window_fn(self):
+        if self.period is None:
+            return window.FixedWindows(self.size)
+        return window.SlidingWindows(self.size, self.period)
+
+    def window_into(self) -> beam.WindowInto:
+        # AfterProcessingTime takes whole seconds.
+        early = (trigger.AfterProcessingTime(int(math.ceil(self.early_firing)))
+                 if self.early_firing else None)
+        late = trigger.AfterCount(1) if self.allowed_lateness else None
+        return beam.WindowInto(
+            self.window_fn(),
+            trigger=trigger.AfterWatermark(early=early, late=late),
+            accumulation_mode=trigger.AccumulationMode.ACCUMULATING,
+            allowed_lateness=Duration(seconds=self.allowed_lateness),
+        )
+
+    def cell_window_into(self) -> beam.WindowInto:
+        return beam.WindowInto(window.FixedWindows(self.cell),
+                               allowed_lateness=Duration(seconds=self.allowed_lateness))
+
+
+class DecodeMessagesFn(beam.DoFn):
+    """Messages -> ``(key, ReportBatch)`` (with envelopes) and ``DeadLetter`` elements."""
+
+    def __init__(self, expect: Mapping[str, Any] | None = None,
+                 timestamp_attribute: str | None = None):
+        super().__init__()
+        self._expect = dict(expect) if expect else None
+        self._attribute = timestamp_attribute
+        self._messages = Metrics.counter("ldpflow", "messages")
+        self._records = Metrics.counter("ldpflow", "records")
+        self._reports = Metrics.counter("ldpflow", "reports")
+        self._dead = Metrics.counter("ldpflow", "dead_letters")
+
+    def process(self, message):
+        data = getattr(message, "data", message)
+        attributes = getattr(message, "attributes", None) or {}
+        source = f"pubsub:{getattr(message, 'message_id', None) or 'message'}"
+        self._messages.inc()
+        records, dead, trusted = formats.decode_message(data, source)
+        self._records.inc(len(records) + len(dead))
+        stamp = None
+        if self._attribute and records:
+            try:
+                stamp = parse_event_time(str(attributes[self._attribute]))
+            except (KeyError, ValueError) as exc:
+                reason = f"message attribute {self._attribute!r} missing or invalid: {exc!r}"
+                dead += [DeadLetter(source, reason, record) for record in records]
+                records = []
+        batches, refused = parse_records(records, source=source, expect=self._expect,
+                                         trusted=trusted, envelope=True)
+        dead += refused
+        if stamp is not None:
+            for batch in batches.values():
+                batch.event_times[:] = stamp
+        self._reports.inc(sum(len(b) for b in batches.values()))
+        self._dead.inc(len(dead))
+        yield from batches.items()
+        yield from dead
+
+
+class AssignEventTimesFn(beam.DoFn):
+    """``(key, batch)`` -> one sub-batch per event-time cell, timestamped at the cell start."""
+
+    def __init__(self, cell_seconds: float):
+        super().__init__()
+        self._cell_ms = int(round(cell_seconds * 1000))
+
+    def process(self, element):
+        key, batch = element
+        cells = batch.event_times // self._cell_ms
+        distinct = np.unique(cells).tolist()
+        for cell in distinct:
+            part = batch if len(distinct) == 1 else batch[cells == cell]
+            start = Timestamp(micros=cell * self._cell_ms * 1000)
+            yield window.TimestampedValue((key, part), start)
+
+
+class SeenIdsCombineFn(beam.CombineFn):
+    """The state of :class:`DeduplicateReportsFn`: a :class:`SeenIds` of 64-bit id hashes."""
+
+    def create_accumulator(self):
+        return SeenIds()
+
+    def add_input(self, seen, hashes):
+        seen.add_new(hashes)
+        return seen
+
+    def merge_accumulators(self, accumulators):
+        merged = None
+        for seen in accumulators:
+            merged = seen if merged is None else merged.union(seen)
+        return merged if merged is not None else SeenIds()
+
+    def extract_output(self, seen):
+        return seen
+
+
+class DeduplicateReportsFn(beam.DoFn):
+    """Drops reports whose id this key and event-time cell has seen (state per key, window)."""
+
+    SEEN = CombiningValueStateSpec("seen", PickleCoder(), SeenIdsCombineFn())
+
+    def __init__(self):
+        super().__init__()
+        self._duplicates = Metrics.counter("ldpflow", "duplicates")
+
+    def process(self, element, seen=beam.DoFn.StateParam(SEEN)):
+        _, batch = element  # keyed by the key's text form: a deterministic state key
+        key = batch.key
+        hashes = report_id_hashes(batch.report_ids)
+        _, first = np.unique(hashes, return_index=True)
+        new = np.zeros(hashes.size, dtype=bool)
+        new[first] = True
+        new &= ~seen.read().contains(hashes)
+        duplicates = int(hashes.size - np.count_nonzero(new))
+        if duplicates:
+            self._duplicates.inc(duplicates)
+        if new.any():
+            seen.add(hashes[new])
+            yield key, (batch if duplicates == 0 else batch[new])
+
+
+class FormatPaneFn(beam.DoFn):
+    """``(key, Accumulator)`` of one pane -> a result dict tagged with window and pane."""
+
+    def __init__(self, methods: Sequence[str]):
+        super().__init__()
+        self._methods = tuple(methods)
+
+    def process(self, element, win=beam.DoFn.WindowParam, pane=beam.DoFn.PaneInfoParam):
+        key, accumulator = element
+        result = estimate_result(key, accumulator, 0, self._methods, postprocess)
+        result.pop("dead_letters")  # streaming dead letters are counted in their own output
+        result["window_start"] = int(win.start.micros // 1000)
+        result["window_end"] = int(win.end.micros // 1000)
+        result["pane"] = PANE_TIMING.get(int(pane.timing), "UNKNOWN")
+        result["pane_index"] = int(pane.index)
+        yield result
+
+
+class EstimateStream(beam.PTransform):
+    """Messages -> ``{"estimates": result dicts per window/key/pane, "dead_letters": ...}``."""
+
+    def __init__(self, methods: Sequence[str], windows: WindowSpec,
+                 expect: Mapping[str, Any] | None = None, timestamp_attribute: str | None = None):
+        super().__init__()
+        self._methods = tuple(methods)
+        self._windows = windows
+        self._expect = expect
+        self._attribute = timestamp_attribute
+
+    def expand(self, messages):
+        split = (messages
+                 | "Decode" >> beam.ParDo(DecodeMessagesFn(self._expect, self._attribute))
+                 | "Split" >> SplitDeadLetters())
+        estimates = (
+            split["reports"]
+            | "EventTimes" >> beam.ParDo(AssignEventTimesFn(self._windows.cell))
+            | "Cells" >> self._windows.cell_window_into()
+            | "KeyText" >> beam.MapTuple(lambda key, batch: (key_to_json(key), batch))
+            .with_output_types(typing.Tuple[str, typing.Any])
+            | "Deduplicate" >> beam.ParDo(DeduplicateReportsFn())
+            | "Windows" >> self._windows.window_into()
+            | "Count" >> beam.CombinePerKey(FrequencyOracleCombineFn())
+            | "Estimate" >> beam.ParDo(FormatPaneFn(self._methods))
+        )
+        return {"estimates": estimates, "dead_letters": split["dead_letters"]}
+
+
+def result_to_message(result: dict) -> bytes:
+    """A pane's result as a Pub/Sub message body (JSON)."""
+    return json.dumps(result, sort_keys=True).encode("utf-8")

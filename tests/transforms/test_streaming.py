@@ -1,0 +1,175 @@
+"""Streaming estimation with TestStream: windows, watermark, lateness, firings, duplicates."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import ldpflow
+from ldpflow.transforms import formats
+from ldpflow.transforms.records import reports_to_records
+
+beam = pytest.importorskip("apache_beam")
+from apache_beam.io.gcp.pubsub import PubsubMessage  # noqa: E402
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions  # noqa: E402
+from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner  # noqa: E402
+from apache_beam.testing.test_stream import TestStream  # noqa: E402
+from apache_beam.testing.util import assert_that, equal_to  # noqa: E402
+from apache_beam.transforms.window import TimestampedValue  # noqa: E402
+
+from ldpflow.transforms.streaming import EstimateStream, WindowSpec, parse_event_time  # noqa: E402
+
+pytestmark = pytest.mark.pipeline
+ORACLE = ldpflow.oracle("olh", epsilon=1.0, domain_size=32)
+
+
+def make_reports(prefix, times_s, seed):
+    n = len(times_s)
+    rng = np.random.default_rng(seed)
+    reports = ORACLE.perturb(rng.integers(0, 32, n), rng=rng)
+    records = reports_to_records(ORACLE, reports, [f"{prefix}{i}" for i in range(n)],
+                                 [f"user-{prefix}{i}" for i in range(n)],
+                                 (np.asarray(times_s) * 1000).astype(np.int64))
+    return reports, records
+
+
+def message(records, fmt="avro", attributes=None):
+    return PubsubMessage(formats.encode_message(records, fmt), attributes or {})
+
+
+def run_stream(stream, windows, *, checks, methods=("base", "norm-sub"), attribute=None):
+    options = PipelineOptions([])
+    options.view_as(StandardOptions).streaming = True
+    with beam.Pipeline(runner=BundleBasedDirectRunner(), options=options) as p:
+        out = p | stream | EstimateStream(list(methods), windows, timestamp_attribute=attribute)
+        checks(out)
+
+
+def pane_view(result):
+    return (result["window_start"] // 1000, result["pane"], result["n"])
+
+
+def test_windows_follow_event_time_and_duplicates_change_nothing():
+    a_reports, a = make_reports("a", [5] * 40 + [50] * 20, seed=1)
+    b_reports, b = make_reports("b", [61] * 30 + [119] * 10, seed=2)
+    stream = (TestStream().advance_watermark_to(0)
+              .add_elements([TimestampedValue(message(a), 1), TimestampedValue(message(a), 2)])
+              .add_elements([TimestampedValue(message(b[:25]), 3)])
+              .add_elements([TimestampedValue(message(b[20:] + a[:7]), 4)])  # overlaps again
+              .advance_watermark_to(300)
+              .advance_watermark_to_infinity())
+    first = ORACLE.estimate(ORACLE.aggregate(a_reports)).frequencies.tolist()
+    second = ORACLE.estimate(ORACLE.aggregate(b_reports)).frequencies.tolist()
+
+    def checks(out):
+        assert_that(out["estimates"] | beam.Map(pane_view),
+                    equal_to([(0, "ON_TIME", 60), (60, "ON_TIME", 40)]), label="panes")
+        assert_that(out["estimates"] | beam.Map(lambda r: (r["window_start"], r["estimates"]["base"])),
+                    equal_to([(0, first), (60000, second)]), label="exact")
+        assert_that(out["estimates"] | beam.Map(lambda r: math.isclose(sum(r["estimates"]["norm-sub"]), 1.0)),
+                    equal_to([True, True]), label="consistent")
+
+    run_stream(stream, WindowSpec(60), checks=checks)
+
+
+def test_late_data_within_lateness_updates_and_beyond_is_dropped():
+    _, on_time = make_reports("t", [10] * 30, seed=3)
+    _, late = make_reports("l", [20] * 5, seed=4)
+    _, too_late = make_reports("x", [30] * 7, seed=5)
+    stream = (TestStream().advance_watermark_to(0)
+              .add_elements([TimestampedValue(message(on_time), 10)])
+              .advance_watermark_to(61)            # window [0, 60) fires ON_TIME with 30
+              .add_elements([TimestampedValue(message(late), 62)])    # within 60 s lateness
+              .add_elements([TimestampedValue(message(late), 63)])    # and redelivered
+              .advance_watermark_to(200)           # past 60 + 60: the window is closed
+              .add_elements([TimestampedValue(message(too_late), 201)])
+              .advance_watermark_to_infinity())
+
+    def checks(out):
+        assert_that(out["estimates"] | beam.Map(pane_view),
+                    equal_to([(0, "ON_TIME", 30), (0, "LATE", 35)]))
+
+    run_stream(stream, WindowSpec(60, allowed_lateness=60), checks=checks)
+
+
+def test_early_panes_accumulate():
+    _, first = make_reports("e", [5] * 12, seed=6)
+    _, second = make_reports("f", [6] * 8, seed=7)
+    stream = (TestStream().advance_watermark_to(0)
+              .add_elements([TimestampedValue(message(first), 5)])
+              .advance_processing_time(20)          # early firing: 12 so far
+              .add_elements([TimestampedValue(message(second), 6)])
+              .advance_watermark_to(100)
+              .advance_watermark_to_infinity())
+
+    def checks(out):
+        assert_that(out["estimates"] | beam.Map(pane_view),
+                    equal_to([(0, "EARLY", 12), (0, "ON_TIME", 20)]))
+
+    run_stream(stream, WindowSpec(60, early_firing=10), checks=checks)
+
+
+def test_sliding_windows_count_each_report_in_every_window_it_lies_in():
+    _, records = make_reports("s", [10] * 4 + [40] * 6 + [70] * 9, seed=8)
+    stream = (TestStream().advance_watermark_to(0)
+              .add_elements([TimestampedValue(message(records), 1)])
+              .advance_watermark_to_infinity())
+
+    def checks(out):
+        assert_that(out["estimates"] | beam.Map(pane_view),
+                    equal_to([(-30, "ON_TIME", 4), (0, "ON_TIME", 10), (30, "ON_TIME", 15),
+                              (60, "ON_TIME", 9)]))
+
+    run_stream(stream, WindowSpec(60, period=30), checks=checks)
+
+
+def test_bad_messages_and_reports_are_dead_letters():
+    _, good = make_reports("g", [5] * 10, seed=9)
+    bad = [dict(good[0], report_id="bad", bucket=99)]
+    stream = (TestStream().advance_watermark_to(0)
+              .add_elements([TimestampedValue(message(good + bad, fmt="json"), 1),
+                             TimestampedValue(PubsubMessage(b"\x00garbage", {}), 2)])
+              .advance_watermark_to_infinity())
+
+    def checks(out):
+        assert_that(out["estimates"] | beam.Map(pane_view), equal_to([(0, "ON_TIME", 10)]),
+                    label="estimates")
+        assert_that(out["dead_letters"] | beam.Map(lambda d: d.reason.split(" (")[0]),
+                    equal_to(["bucket outside [0, 4)",
+                              "malformed message: neither Avro nor JSON"]), label="dead")
+
+    run_stream(stream, WindowSpec(60), checks=checks)
+
+
+def test_timestamp_attribute_sets_event_time():
+    _, records = make_reports("m", [5] * 6, seed=10)
+    stream = (TestStream().advance_watermark_to(0)
+              .add_elements([TimestampedValue(message(records, attributes={"ts": "125000"}), 125),
+                             TimestampedValue(message(records[:1], attributes={}), 126)])
+              .advance_watermark_to_infinity())
+
+    def checks(out):
+        assert_that(out["estimates"] | beam.Map(pane_view), equal_to([(120, "ON_TIME", 6)]),
+                    label="estimates")
+        assert_that(out["dead_letters"] | beam.Map(lambda d: d.reason.split(":")[0]),
+                    equal_to(["message attribute 'ts' missing or invalid"]), label="dead")
+
+    run_stream(stream, WindowSpec(60), checks=checks, attribute="ts")
+
+
+@pytest.mark.parametrize("text,ms", [("1700000000123", 1700000000123),
+                                     ("2026-01-01T00:00:01Z", 1767225601000),
+                                     ("2026-01-01T01:00:00.5+01:00", 1767225600500)])
+def test_parse_event_time(text, ms):
+    assert parse_event_time(text) == ms
+
+
+def test_window_spec_validation():
+    with pytest.raises(ValueError, match="window_size must be a multiple of window_period"):
+        WindowSpec(60, period=25)
+    with pytest.raises(ValueError, match="window_size must be > 0 seconds, got 0"):
+        WindowSpec(0)
+    with pytest.raises(ValueError, match="allowed_lateness must be >= 0"):
+        WindowSpec(60, allowed_lateness=-1)
