@@ -55,7 +55,16 @@ def parse_methods(text: str) -> list[str]:
 
 
 def batch_runner(options: PipelineOptions):
-    """The runner to use: as given, else the Python FnApiRunner (offline, no downloads)."""
+    """The runner to use: as given, else the Python FnApiRunner (offline, no downloads).
+
+    ``--runner=DaskRunner`` (optionally with ``--dask_local_workers=N``) gets a DaskRunner
+    that closes its client and cluster after the run (``ldpflow.pipelines.runners``).
+    """
+    from ldpflow.pipelines import runners
+
+    dask = runners.dask_runner(options)
+    if dask is not None:
+        return dask
     runner = options.view_as(StandardOptions).runner
     if runner is None:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
