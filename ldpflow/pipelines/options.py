@@ -6,9 +6,37 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from ldpflow.core.oracles import registry
 
-__all__ = ["EstimateOptions", "StreamOptions", "DEFAULT_METHODS", "require"]
+__all__ = [
+    "EstimateOptions",
+    "StreamOptions",
+    "HeavyHittersOptions",
+    "DEFAULT_METHODS",
+    "require",
+]
 
 DEFAULT_METHODS = "base,base-pos,base-cut,norm,norm-sub,mle-apx,power-ns"
+
+
+class _OnceParser:
+    """A parser view that adds each flag once.
+
+    Beam builds one argparse parser from every ``PipelineOptions`` subclass
+    (``get_all_options``, called by ``Pipeline.run``), and argparse refuses a flag defined
+    twice; the job classes here share flags (``--input``, ``--output``, ...). The first
+    definition serves that combined parser; each job's own view (``view_as``) still parses
+    with its own class's definitions.
+    """
+
+    def __init__(self, parser):
+        self._parser = parser
+
+    def add_argument(self, *names, **kwargs):
+        if any(name in self._parser._option_string_actions for name in names):
+            return None
+        return self._parser.add_argument(*names, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._parser, name)
 
 
 class EstimateOptions(PipelineOptions):
@@ -16,6 +44,7 @@ class EstimateOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser):
+        parser = _OnceParser(parser)
         # Not argparse-required: Beam parses every options class for every pipeline, so a
         # required flag here would break unrelated pipelines; run() checks them instead.
         parser.add_argument("--input", default=None,
@@ -41,6 +70,7 @@ class StreamOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser):
+        parser = _OnceParser(parser)
         parser.add_argument("--subscription", default=None,
                             help="(required) Pub/Sub subscription: projects/P/subscriptions/S.")
         parser.add_argument("--output_topic", default=None,
@@ -71,6 +101,51 @@ class StreamOptions(PipelineOptions):
         parser.add_argument("--expect_oracle", choices=sorted(registry.ORACLES), default=None)
         parser.add_argument("--expect_epsilon", type=float, default=None)
         parser.add_argument("--expect_domain_size", type=int, default=None)
+
+
+class HeavyHittersOptions(PipelineOptions):
+    """Flags of ``ldpflow heavy-hitters`` (PEM: the prefix extending method).
+
+    ``--k``, ``--bits`` and ``--query_limit`` (with ``--start_bits``, ``--step_bits`` or
+    ``--num_groups`` when not the defaults of seed 002) fix the number of stages when the
+    pipeline is built; reports of any other configuration are dead letters.
+    """
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser = _OnceParser(parser)
+        parser.add_argument("--input", default=None,
+                            help="(required) Report files (glob): .avro, .jsonl or .parquet, "
+                                 "optionally .gz.")
+        parser.add_argument("--output", default=None,
+                            help="(required) Output directory: heavy_hitters.json, "
+                                 "dead_letters/.")
+        parser.add_argument("--k", type=int, default=None,
+                            help="(required) Top-k size: every stage keeps k prefixes.")
+        parser.add_argument("--bits", type=int, default=None,
+                            help="(required) m: the width of the values, in [1, 64].")
+        parser.add_argument("--query_limit", type=int, default=None,
+                            help="Q: the most candidates one stage may estimate "
+                                 "(default 2**20, seed 002's).")
+        parser.add_argument("--start_bits", type=int, default=None,
+                            help="gamma: default ceil(log2 k).")
+        parser.add_argument("--step_bits", type=int, default=None,
+                            help="eta: default the largest with k * 2**eta <= Q.")
+        parser.add_argument("--num_groups", type=int, default=None,
+                            help="g: default ceil((bits - start_bits) / step_bits); when "
+                                 "given it must agree.")
+        parser.add_argument("--threshold", type=float, default=None,
+                            help="Threshold variant: stages keep only prefixes of estimated "
+                                 "frequency >= THRESHOLD (still at most k).")
+        parser.add_argument("--codec", choices=("int", "string"), default="int",
+                            help="How values were encoded: int (m-bit integers) or string "
+                                 "(the first m/8 UTF-8 bytes); the output decodes them.")
+        parser.add_argument("--epsilon", type=float, default=None,
+                            help="Refuse (dead-letter) reports made with any other epsilon "
+                                 "(default: each epsilon in the input is its own result).")
+        parser.add_argument("--input_format", choices=("avro", "json", "parquet"),
+                            default=None,
+                            help="Format of every input file (default: from each file's name).")
 
 
 def require(options: PipelineOptions, *names: str) -> None:
