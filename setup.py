@@ -24,6 +24,7 @@ setuptools.setup(
     extras_require={
         "beam": ["apache-beam>=2.60", "fastavro>=1.9", "pyarrow>=14"],
         "dask": ["apache-beam[dask]>=2.60"],
+        "gcp": ["google-cloud-pubsub>=2.1,<3"],
         "plot": ["matplotlib>=3.7"],
         "test": ["pytest>=7.4", "hypothesis>=6.90"],
     },
