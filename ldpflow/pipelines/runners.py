@@ -63,7 +63,7 @@ def wants_dask(options: PipelineOptions) -> bool:
     if options.view_as(DaskClusterOptions).dask_local_workers is not None:
         return True
     if isinstance(runner, str):
-        return runner in _DASK_NAMES
+        return runner.rsplit(".", 1)[-1] in _DASK_NAMES  # also the dotted class path
     return runner is not None and type(runner).__name__ == "DaskRunner"
 
 
@@ -95,7 +95,7 @@ def dask_runner(options: PipelineOptions):
     local = options.view_as(DaskClusterOptions).dask_local_workers
     runner = options.view_as(StandardOptions).runner
     if local is not None:
-        if isinstance(runner, str) and runner not in _DASK_NAMES:
+        if isinstance(runner, str) and runner.rsplit(".", 1)[-1] not in _DASK_NAMES:
             raise ValueError(f"--dask_local_workers needs --runner=DaskRunner, got {runner!r}")
         if local < 1:
             raise ValueError(f"--dask_local_workers must be a positive integer, got {local}")

@@ -1,0 +1,138 @@
+"""The batch jobs on Beam's DaskRunner, on 2 worker processes, equal the FnApiRunner exactly.
+
+Counts are integers and every estimate is a deterministic function of them, so a runner that
+splits, shuffles and merges the reports differently must still write the same documents,
+float for float (compared with ``==``).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+
+import ldpflow
+from ldpflow.pipelines import cli, estimate, runners, simulate
+from ldpflow.transforms import formats
+from ldpflow.transforms.records import reports_to_records
+
+pytestmark = [pytest.mark.pipeline, pytest.mark.dask]
+
+METHODS = "base,norm-sub,base-cut"
+
+
+def executed_tasks(cluster) -> dict[str, int]:
+    """Tasks each worker of ``cluster`` has executed so far, by worker address."""
+    from dask.distributed import Client
+
+    with Client(cluster.scheduler_address) as client:
+        return client.run(lambda dask_worker: dask_worker.state.executed_count)
+
+
+def dead_letters(output: str) -> list[str]:
+    return sorted(line for path in glob.glob(f"{output}/dead_letters/*.jsonl")
+                  for line in open(path, encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    """Reports of three oracles in three formats, plus a file with broken records."""
+    root = tmp_path_factory.mktemp("reports")
+    for name, fmt, users in (("grr", "avro", 3000), ("olh", "json", 2000), ("hr", "parquet", 1500)):
+        simulate.run(["--oracle", name, "--epsilon", "1.0", "--domain_size", "32",
+                      "--users", str(users), "--seed", "11", "--shards", "3",
+                      "--format", fmt, "--output", str(root / name)])
+    oracle = ldpflow.oracle("oue", epsilon=2.0, domain_size=16)
+    rng = np.random.default_rng(4)
+    n = 400
+    records = reports_to_records(oracle, oracle.perturb(rng.integers(0, 16, n), rng=rng),
+                                 [f"b{i}" for i in range(n)], [f"v{i}" for i in range(n)],
+                                 np.zeros(n, dtype=int))
+    records[5] = dict(records[5], oracle="nope")
+    records[6] = dict(records[6], epsilon=-1.0)
+    records[7] = dict(records[7], bits=b"\x01")
+    (root / "oue").mkdir()
+    with open(root / "oue" / "reports-broken.jsonl", "w", encoding="utf-8") as f:
+        formats.write_json_lines(f, records)
+        f.write("{not json\n")
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def on_fnapi(reports, tmp_path_factory):
+    output = str(tmp_path_factory.mktemp("fnapi"))
+    document = estimate.run([f"--input={reports}/*/reports-*", f"--output={output}",
+                             f"--methods={METHODS}"])
+    return document, output
+
+
+def test_fnapi_reference_counts_every_record(on_fnapi):
+    document, _ = on_fnapi
+    by_oracle = {r["oracle"]: r for r in document["results"]}
+    assert {k: by_oracle[k]["n"] for k in ("grr", "olh", "hr")} == {
+        "grr": 3000, "olh": 2000, "hr": 1500}
+    assert by_oracle["oue"]["n"] == 397  # 400 records, 3 of them refused
+    assert document["dead_letters"]["total"] == 4  # ... and one line that is not JSON
+    assert document["records"] == 3000 + 2000 + 1500 + 400 + 1
+
+
+def test_estimate_on_dask_equals_fnapi(reports, on_fnapi, dask_cluster, tmp_path):
+    expected, fnapi_output = on_fnapi
+    before = executed_tasks(dask_cluster)
+    document = estimate.run([
+        f"--input={reports}/*/reports-*", f"--output={tmp_path}", f"--methods={METHODS}",
+        "--runner=DaskRunner", f"--dask_client_address={dask_cluster.scheduler_address}",
+        "--dask_npartitions=4",
+    ])
+    after = executed_tasks(dask_cluster)
+    assert document == expected  # n, dead letters and every float, exactly
+    with open(f"{tmp_path}/estimates.json", encoding="utf-8") as f:
+        assert json.load(f) == expected
+    assert dead_letters(str(tmp_path)) == dead_letters(fnapi_output)
+    assert len(after) == 2 and all(after[w] > before.get(w, 0) for w in after), (before, after)
+
+
+def test_cli_starts_and_closes_a_local_cluster(reports, on_fnapi, tmp_path):
+    from dask.distributed import default_client
+
+    expected, _ = on_fnapi
+    assert cli.main(["estimate", f"--input={reports}/*/reports-*", f"--output={tmp_path}",
+                     f"--methods={METHODS}", "--runner=DaskRunner",
+                     "--dask_local_workers=2"]) == 0
+    with open(os.path.join(tmp_path, "estimates.json"), encoding="utf-8") as f:
+        assert json.load(f) == expected
+    with pytest.raises(ValueError, match="No clients found"):
+        default_client()  # the run's client is closed
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--dask_local_workers=0"], "must be a positive integer, got 0"),
+    (["--runner=FnApiRunner", "--dask_local_workers=2"], "needs --runner=DaskRunner"),
+    (["--dask_local_workers=2", "--dask_client_address=tcp://127.0.0.1:1"],
+     "do not combine it with --dask_client_address"),
+])
+def test_bad_dask_flags_fail_before_any_cluster_starts(flags, message):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    with pytest.raises(ValueError, match=message):
+        runners.dask_runner(PipelineOptions(flags))
+
+
+@pytest.mark.parametrize("flags,expected", [
+    ([], False),
+    (["--runner=FnApiRunner"], False),
+    (["--runner=DaskRunner"], True),
+    (["--runner=apache_beam.runners.dask.dask_runner.DaskRunner"], True),
+    (["--dask_local_workers=2"], True),
+])
+def test_dask_is_chosen_only_when_asked_for(flags, expected):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from apache_beam.runners.dask.dask_runner import DaskRunner
+
+    options = PipelineOptions(flags)
+    assert runners.wants_dask(options) is expected
+    assert isinstance(estimate.batch_runner(options), DaskRunner) is expected
