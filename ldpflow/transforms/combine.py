@@ -23,8 +23,9 @@ class FrequencyOracleCombineFn(beam.CombineFn):
         the accumulator is ``None`` until the first :class:`ReportBatch` names its key.
 
     The output is the accumulator itself, so a streaming pane (or a caller) can estimate and
-    post-process from the merged counts. Inputs are :class:`ReportBatch` or (with an oracle)
-    :class:`Reports`; the math lives in the oracle, this class only forwards calls.
+    post-process from the merged counts. Inputs are :class:`ReportBatch`, accumulators
+    counted upstream, or (with an oracle) :class:`Reports`; the math lives in the oracle,
+    this class only forwards calls.
     """
 
     def __init__(self, oracle: FrequencyOracle | None = None):
@@ -34,7 +35,13 @@ class FrequencyOracleCombineFn(beam.CombineFn):
     def create_accumulator(self) -> Accumulator | None:
         return None if self._oracle is None else self._oracle.create_accumulator()
 
-    def add_input(self, accumulator: Accumulator | None, batch: ReportBatch | Reports):
+    def add_input(self, accumulator: Accumulator | None,
+                  batch: ReportBatch | Reports | Accumulator):
+        if isinstance(batch, Accumulator):  # counted upstream (e.g. after deduplication)
+            if self._oracle is not None and batch.key != self._oracle.key:
+                raise ValueError(
+                    f"counts of {batch.key} given to the combiner of {self._oracle.key}")
+            return batch.copy() if accumulator is None else accumulator.merge(batch)
         if isinstance(batch, ReportBatch):
             oracle = registry.from_key(batch.key)
             reports = batch.reports

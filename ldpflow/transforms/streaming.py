@@ -4,12 +4,12 @@
 message holds an Avro container of reports, or JSON) and returns ``{"estimates": ...,
 "dead_letters": ...}``:
 
-1. ``DecodeMessagesFn`` decodes and validates every report (dead letters with reasons);
-2. ``AssignEventTimesFn`` splits each batch by event-time cell and timestamps it (reports
-   carry their own event time, or the message's ``--timestamp_attribute`` sets it);
+1. ``DecodeMessagesFn`` decodes and validates every report (dead letters with reasons)
+   and splits each batch by event-time cell, timestamped at the cell's start (reports carry
+   their own event time, or the message's ``--timestamp_attribute`` sets it);
 3. ``DeduplicateReportsFn`` (stateful, per key and cell) drops reports whose id was seen
-   before: redelivery changes no estimate (duplicates share their event time, so a cell
-   holds every copy);
+   before, so redelivery changes no estimate (copies share their event time, so a cell
+   holds every copy), and counts the rest into an exact integer accumulator;
 4. windows (fixed or sliding) with watermark, early and late firings and *accumulating*
    panes; ``CombinePerKey`` of the exact integer accumulators, so every pane is estimated
    from the merged counts of all the window's reports and is consistent on its own;
@@ -41,13 +41,12 @@ from ldpflow.core.dedup import SeenIds, report_id_hashes
 from ldpflow.core.postprocess import postprocess
 from ldpflow.transforms import formats
 from ldpflow.transforms.combine import FrequencyOracleCombineFn
-from ldpflow.transforms.io import SplitDeadLetters
 from ldpflow.transforms.records import DeadLetter, estimate_result, key_to_json, parse_records
 
 __all__ = [
     "WindowSpec",
     "DecodeMessagesFn",
-    "AssignEventTimesFn",
+    "split_cells",
     "DeduplicateReportsFn",
     "FormatPaneFn",
     "EstimateStream",
@@ -131,12 +130,21 @@ class WindowSpec:
                                allowed_lateness=Duration(seconds=self.allowed_lateness))
 
 
-class DecodeMessagesFn(beam.DoFn):
-    """Messages -> ``(key, ReportBatch)`` (with envelopes) and ``DeadLetter`` elements."""
+DEAD_LETTERS = "dead_letters"
 
-    def __init__(self, expect: Mapping[str, Any] | None = None,
+
+class DecodeMessagesFn(beam.DoFn):
+    """Messages -> ``(key text, ReportBatch)`` per event-time cell, timestamped at the cell's
+    start, and a ``dead_letters`` output of :class:`DeadLetter`.
+
+    Every report of a cell lies in the same windows, and every copy of a report in the same
+    cell (copies share their event time), so deduplication and windowing can work on cells.
+    """
+
+    def __init__(self, cell_seconds: float, expect: Mapping[str, Any] | None = None,
                  timestamp_attribute: str | None = None):
         super().__init__()
+        self._cell_ms = int(round(cell_seconds * 1000))
         self._expect = dict(expect) if expect else None
         self._attribute = timestamp_attribute
         self._messages = Metrics.counter("ldpflow", "messages")
@@ -167,25 +175,19 @@ class DecodeMessagesFn(beam.DoFn):
                 batch.event_times[:] = stamp
         self._reports.inc(sum(len(b) for b in batches.values()))
         self._dead.inc(len(dead))
-        yield from batches.items()
-        yield from dead
+        for key, batch in batches.items():
+            yield from split_cells(key_to_json(key), batch, self._cell_ms)
+        for letter in dead:
+            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
 
 
-class AssignEventTimesFn(beam.DoFn):
-    """``(key, batch)`` -> one sub-batch per event-time cell, timestamped at the cell start."""
-
-    def __init__(self, cell_seconds: float):
-        super().__init__()
-        self._cell_ms = int(round(cell_seconds * 1000))
-
-    def process(self, element):
-        key, batch = element
-        cells = batch.event_times // self._cell_ms
-        distinct = np.unique(cells).tolist()
-        for cell in distinct:
-            part = batch if len(distinct) == 1 else batch[cells == cell]
-            start = Timestamp(micros=cell * self._cell_ms * 1000)
-            yield window.TimestampedValue((key, part), start)
+def split_cells(key: str, batch, cell_ms: int):
+    """One ``TimestampedValue((key, sub-batch))`` per event-time cell of ``batch``."""
+    cells = batch.event_times // cell_ms
+    distinct = np.unique(cells).tolist()
+    for cell in distinct:
+        part = batch if len(distinct) == 1 else batch[cells == cell]
+        yield window.TimestampedValue((key, part), Timestamp(micros=cell * cell_ms * 1000))
 
 
 class SeenIdsCombineFn(beam.CombineFn):
@@ -209,7 +211,8 @@ class SeenIdsCombineFn(beam.CombineFn):
 
 
 class DeduplicateReportsFn(beam.DoFn):
-    """Drops reports whose id this key and event-time cell has seen (state per key, window)."""
+    """Drops reports whose id this key and event-time cell has seen (state per key, window),
+    and counts the new ones: ``(key text, ReportBatch)`` -> ``(key, Accumulator)``."""
 
     SEEN = CombiningValueStateSpec("seen", PickleCoder(), SeenIdsCombineFn())
 
@@ -230,7 +233,8 @@ class DeduplicateReportsFn(beam.DoFn):
             self._duplicates.inc(duplicates)
         if new.any():
             seen.add(hashes[new])
-            yield key, (batch if duplicates == 0 else batch[new])
+            fresh = batch if duplicates == 0 else batch[new]
+            yield key, batch.oracle.aggregate(fresh.reports)
 
 
 class FormatPaneFn(beam.DoFn):
@@ -263,21 +267,19 @@ class EstimateStream(beam.PTransform):
         self._attribute = timestamp_attribute
 
     def expand(self, messages):
-        split = (messages
-                 | "Decode" >> beam.ParDo(DecodeMessagesFn(self._expect, self._attribute))
-                 | "Split" >> SplitDeadLetters())
+        decode = DecodeMessagesFn(self._windows.cell, self._expect, self._attribute)
+        decoded = messages | "Decode" >> beam.ParDo(decode).with_outputs(DEAD_LETTERS,
+                                                                           main="reports")
         estimates = (
-            split["reports"]
-            | "EventTimes" >> beam.ParDo(AssignEventTimesFn(self._windows.cell))
+            decoded.reports
             | "Cells" >> self._windows.cell_window_into()
-            | "KeyText" >> beam.MapTuple(lambda key, batch: (key_to_json(key), batch))
-            .with_output_types(typing.Tuple[str, typing.Any])
-            | "Deduplicate" >> beam.ParDo(DeduplicateReportsFn())
+            | "Deduplicate" >> beam.ParDo(DeduplicateReportsFn()).with_input_types(
+                typing.Tuple[str, typing.Any])
             | "Windows" >> self._windows.window_into()
             | "Count" >> beam.CombinePerKey(FrequencyOracleCombineFn())
             | "Estimate" >> beam.ParDo(FormatPaneFn(self._methods))
         )
-        return {"estimates": estimates, "dead_letters": split["dead_letters"]}
+        return {"estimates": estimates, "dead_letters": decoded[DEAD_LETTERS]}
 
 
 def result_to_message(result: dict) -> bytes:

@@ -1,0 +1,127 @@
+"""Streaming benchmark: reports/s through the Pub/Sub emulator path and through TestStream.
+
+    python benchmarks/streaming.py [--reports 200000] [--per_message 1000]
+
+Emulator path: starts the emulator, starts ``ldpflow stream`` (BundleBasedDirectRunner),
+publishes the reports as Avro batches of ``--per_message`` (event times in one past window,
+allowed lateness on), and times from the first publish until a pane holding every report
+arrives on the output topic. TestStream path: the same ``EstimateStream`` transform over a
+TestStream of the same messages. One JSON object per path on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+
+import numpy as np
+
+import ldpflow
+from ldpflow.transforms import formats
+from ldpflow.transforms.records import reports_to_records
+
+
+def make_messages(total, per_message, start_ms, window_ms, seed=1):
+    oracle = ldpflow.oracle("grr", epsilon=1.0, domain_size=1024)
+    rng = np.random.default_rng(seed)
+    reports = oracle.perturb(rng.integers(0, 1024, total), rng=rng)
+    records = reports_to_records(oracle, reports, [f"r{i}" for i in range(total)],
+                                 [f"u{i}" for i in range(total)],
+                                 start_ms + rng.integers(0, window_ms, total))
+    return [formats.encode_message(records[lo:lo + per_message])
+            for lo in range(0, total, per_message)]
+
+
+def emulator_path(total, per_message):
+    from google.cloud import pubsub_v1
+
+    from ldpflow.pipelines import stream
+    from ldpflow.testing.pubsub import PubSubEmulator
+
+    window_ms = 60_000
+    start = (int(time.time() * 1000) // window_ms - 5) * window_ms
+    messages = make_messages(total, per_message, start, window_ms)
+    with PubSubEmulator() as emulator:
+        emulator.create_topic("reports")
+        subscription = emulator.create_subscription("reports-stream", "reports")
+        emulator.create_topic("estimates")
+        check = emulator.create_subscription("estimates-check", "estimates")
+        result = stream.start([f"--subscription={subscription}",
+                               f"--output_topic={emulator.topic('estimates')}",
+                               "--window_size=60", "--allowed_lateness=3600", "--methods=base"])
+        publisher = pubsub_v1.PublisherClient()
+        began = time.perf_counter()
+        for future in [publisher.publish(emulator.topic("reports"), m) for m in messages]:
+            future.result(timeout=60)
+        published = time.perf_counter() - began
+        best = 0
+        with pubsub_v1.SubscriberClient() as client:
+            deadline = time.monotonic() + 600
+            while best < total and time.monotonic() < deadline:
+                try:
+                    response = client.pull(request={"subscription": check, "max_messages": 100},
+                                           timeout=3)
+                except Exception:  # noqa: BLE001 - deadline on an idle subscription
+                    continue
+                if response.received_messages:
+                    client.acknowledge(request={"subscription": check, "ack_ids": [
+                        m.ack_id for m in response.received_messages]})
+                for m in response.received_messages:
+                    best = max(best, json.loads(m.message.data)["n"])
+        elapsed = time.perf_counter() - began
+        result.cancel()
+    return {"path": "pubsub_emulator", "reports": total, "per_message": per_message,
+            "estimated": best, "publish_s": round(published, 2), "seconds": round(elapsed, 2),
+            "reports_per_s": round(best / elapsed)}
+
+
+def teststream_path(total, per_message):
+    import apache_beam as beam
+    from apache_beam.io.gcp.pubsub import PubsubMessage
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
+    from apache_beam.testing.test_stream import TestStream
+    from apache_beam.transforms.window import TimestampedValue
+
+    from ldpflow.transforms.streaming import EstimateStream, WindowSpec
+
+    messages = make_messages(total, per_message, 0, 60_000)
+    stream = TestStream().advance_watermark_to(0)
+    for i, body in enumerate(messages):
+        stream = stream.add_elements([TimestampedValue(PubsubMessage(body, {}), i * 0.001)])
+    stream = stream.advance_watermark_to(120).advance_watermark_to_infinity()
+    options = PipelineOptions([])
+    options.view_as(StandardOptions).streaming = True
+    from apache_beam.metrics import Metrics
+    from apache_beam.metrics.metric import MetricsFilter
+
+    estimated = Metrics.distribution("benchmark", "estimated")
+    began = time.perf_counter()
+    p = beam.Pipeline(runner=BundleBasedDirectRunner(), options=options)
+    out = p | stream | EstimateStream(["base"], WindowSpec(60))
+    out["estimates"] | beam.Map(lambda r: estimated.update(r["n"]))
+    result = p.run()
+    result.wait_until_finish()
+    elapsed = time.perf_counter() - began
+    query = result.metrics().query(MetricsFilter().with_name("estimated"))["distributions"]
+    return {"path": "teststream", "reports": total, "per_message": per_message,
+            "estimated": max((d.committed.max for d in query), default=0),
+            "seconds": round(elapsed, 2), "reports_per_s": round(total / elapsed)}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--reports", type=int, default=200_000)
+    parser.add_argument("--per_message", type=int, default=1000)
+    parser.add_argument("--paths", default="pubsub_emulator,teststream")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    for path in args.paths.split(","):
+        fn = emulator_path if path == "pubsub_emulator" else teststream_path
+        print(json.dumps(fn(args.reports, args.per_message)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
