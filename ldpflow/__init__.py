@@ -12,6 +12,7 @@ from importlib import metadata as _metadata
 
 from ldpflow.core.oracles import ORACLES, Accumulator, Estimate, FrequencyOracle, Reports
 from ldpflow.core.oracles import make as oracle
+from ldpflow.core.postprocess import METHODS, postprocess
 
 try:  # the version lives in setup.py only
     __version__ = _metadata.version("ldpflow")
@@ -24,6 +25,8 @@ __all__ = [
     "Estimate",
     "FrequencyOracle",
     "Reports",
+    "METHODS",
     "oracle",
+    "postprocess",
     "__version__",
 ]
