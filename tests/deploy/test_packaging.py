@@ -43,8 +43,9 @@ def clean_venv(path: pathlib.Path) -> pathlib.Path:
     """A virtualenv without pip whose only extra import path is this environment's packages."""
     venv.create(path, with_pip=False, clear=True)
     python = path / "bin" / "python"
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    code = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    purelib = subprocess.run([python, "-c", code], check=True, capture_output=True,
+                             text=True).stdout.strip()
     # Lines of a .pth are appended to sys.path; the dependency environment's own .pth files
     # (among them ./dev's editable ldpflow) are not processed, so ldpflow comes from the wheel.
     deps = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
@@ -67,9 +68,10 @@ def run(args: list, cwd: pathlib.Path) -> subprocess.CompletedProcess:
 
 INSTALLED = """
 import importlib.resources, json, ldpflow, ldpflow.schemas
-print(json.dumps({"file": ldpflow.__file__,
-                  "schemas": sorted(p.name for p in importlib.resources.files("ldpflow.schemas").iterdir()),
-                  "report_fields": [f["name"] for f in ldpflow.schemas.load_schema("report")["fields"]]}))
+files = importlib.resources.files("ldpflow.schemas").iterdir()
+fields = ldpflow.schemas.load_schema("report")["fields"]
+print(json.dumps({"file": ldpflow.__file__, "schemas": sorted(p.name for p in files),
+                  "report_fields": [f["name"] for f in fields]}))
 """
 
 
