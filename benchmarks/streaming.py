@@ -38,7 +38,7 @@ def emulator_path(total, per_message):
     from google.cloud import pubsub_v1
 
     from ldpflow.pipelines import stream
-    from ldpflow.testing.pubsub import PubSubEmulator
+    from ldpflow.testing.pubsub import PubSubEmulator, cancel_streaming
 
     window_ms = 60_000
     start = (int(time.time() * 1000) // window_ms - 5) * window_ms
@@ -71,7 +71,7 @@ def emulator_path(total, per_message):
                 for m in response.received_messages:
                     best = max(best, json.loads(m.message.data)["n"])
         elapsed = time.perf_counter() - began
-        result.cancel()
+        cancel_streaming(result, emulator.topic("reports"))
     return {"path": "pubsub_emulator", "reports": total, "per_message": per_message,
             "estimated": best, "publish_s": round(published, 2), "seconds": round(elapsed, 2),
             "reports_per_s": round(best / elapsed)}

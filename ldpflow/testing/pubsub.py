@@ -20,7 +20,7 @@ import tempfile
 import time
 import urllib.request
 
-__all__ = ["EmulatorUnavailable", "PubSubEmulator", "find_emulator"]
+__all__ = ["EmulatorUnavailable", "PubSubEmulator", "find_emulator", "cancel_streaming"]
 
 _CANDIDATES = (
     "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator",
@@ -129,3 +129,17 @@ class PubSubEmulator:
             client.create_subscription(name=path, topic=self.topic(topic),
                                        ack_deadline_seconds=60)
         return path
+
+
+def cancel_streaming(result, wake_topic: str | None = None) -> None:
+    """Cancel a streaming job on the direct runner without waiting out an idle pull.
+
+    The direct runner's Pub/Sub reader blocks up to 30 s in a pull on an idle subscription and
+    only then sees the cancellation; an empty message (no reports: ldpflow ignores it) on the
+    job's input topic ends that pull at once.
+    """
+    if wake_topic:
+        from google.cloud import pubsub_v1
+
+        pubsub_v1.PublisherClient().publish(wake_topic, b"", ldpflow="wake").result(timeout=10)
+    result.cancel()

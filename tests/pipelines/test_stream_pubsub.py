@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ldpflow
-from ldpflow.testing.pubsub import EmulatorUnavailable, PubSubEmulator
+from ldpflow.testing.pubsub import EmulatorUnavailable, PubSubEmulator, cancel_streaming
 from ldpflow.transforms import formats
 from ldpflow.transforms.records import reports_to_records
 
@@ -86,7 +86,7 @@ def test_stream_from_the_emulator_equals_a_batch_run(emulator, tmp_path):
             future.result(timeout=30)
         panes = pull_until(estimates_sub, lambda got: any(p["n"] >= n for p in got))
     finally:
-        result.cancel()
+        cancel_streaming(result, emulator.topic("reports"))
     assert panes, "no estimates arrived from the streaming job"
     final = max(panes, key=lambda p: p["n"])
     assert final["n"] == n  # the duplicated batch changed nothing
