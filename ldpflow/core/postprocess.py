@@ -20,7 +20,8 @@ name              non-negative  sums to 1   output
 ``norm-mul``      yes           yes         ``max(gamma f~, 0)``, ``sum = 1``
 ``norm-sub``      yes           yes         ``max(f~ + delta, 0)``, ``sum = 1``
                                             (Euclidean projection onto the simplex)
-``norm-cut``      yes           <= 1        ``f~`` above the largest-mass cut that sums <= 1
+``norm-cut``      yes           <= 1        ``f~_v`` if ``f~_v >= theta`` else 0, ``theta > 0``
+                                            the smallest threshold whose kept sum is <= 1
 ``cls``           yes           yes         constrained least squares == ``norm-sub``
 ``mle-apx``       yes           yes         approximate constrained MLE (variance-weighted)
 ``power``         yes (> 0)     no          posterior mean under a fitted power-law prior
