@@ -34,10 +34,11 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from ldpflow.core import postprocess as postprocess_module
 from ldpflow.pipelines.options import EstimateOptions, require
+from ldpflow.transforms import formats
 from ldpflow.transforms.estimate import DeadLetterSummaryFn, EstimateReports
 from ldpflow.transforms.io import ReadReports, SplitDeadLetters, WriteDeadLetters, WriteEstimates
 
-__all__ = ["run", "parse_methods", "batch_runner"]
+__all__ = ["run", "parse_methods", "batch_runner", "check_inputs"]
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -52,6 +53,26 @@ def parse_methods(text: str) -> list[str]:
             f"got {text!r}"
         )
     return list(dict.fromkeys(methods))
+
+
+def check_inputs(pattern: str, fmt: str | None, job: str) -> int:
+    """Fail before any pipeline exists if ``pattern`` matches no file or a file whose format
+    cannot be told from its name; returns the number of files."""
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        matched = FileSystems.match([pattern])[0].metadata_list
+    except (OSError, ValueError) as exc:  # BeamIOError is an IOError
+        raise SystemExit(f"{job}: error: cannot list --input {pattern!r}: {exc}") from None
+    if not matched:
+        raise SystemExit(f"{job}: error: --input {pattern!r} matched no files")
+    if fmt is None:
+        for metadata in matched:
+            try:
+                formats.detect_format(metadata.path)
+            except ValueError as exc:
+                raise SystemExit(f"{job}: error: {exc} (--input_format)") from None
+    return len(matched)
 
 
 def batch_runner(options: PipelineOptions):
@@ -100,6 +121,7 @@ def run(argv: list[str] | None = None) -> dict:
         methods = parse_methods(opts.methods)
     except ValueError as exc:
         raise SystemExit(f"ldpflow estimate: error: {exc}") from None
+    check_inputs(opts.input, opts.input_format, "ldpflow estimate")
     started = time.perf_counter()
     pipeline = beam.Pipeline(runner=batch_runner(options), options=options)
     build(pipeline, opts, methods)

@@ -75,11 +75,20 @@ def _avro_chunks(stream: IO[bytes], source: str) -> Iterator[tuple[list, list, b
     import fastavro
 
     pending: list = []
-    for block in fastavro.block_reader(stream):
-        pending.extend(block)
-        if len(pending) >= CHUNK_RECORDS:
-            yield pending, [], True
-            pending = []
+    read = 0
+    try:
+        for block in fastavro.block_reader(stream):
+            pending.extend(block)
+            if len(pending) >= CHUNK_RECORDS:
+                read += len(pending)
+                yield pending, [], True
+                pending = []
+    except Exception as exc:  # noqa: BLE001 - fastavro raises many types on corrupt input
+        # The records decoded so far are valid; what follows cannot be read: one dead letter.
+        reason = (f"unreadable Avro data after {read + len(pending)} records: "
+                  f"{type(exc).__name__}: {exc}")
+        yield pending, [DeadLetter(source, reason, None)], True
+        return
     if pending:
         yield pending, [], True
 

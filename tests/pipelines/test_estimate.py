@@ -114,3 +114,30 @@ def test_simulate_rejects_bad_flags(tmp_path, capsys):
         simulate.run(["--oracle", "grr", "--epsilon", "-1", "--domain_size", "8", "--users", "5",
                       "--output", str(tmp_path)])
     assert "epsilon must be in (0, inf)" in capsys.readouterr().err
+
+
+def test_inputs_are_checked_before_the_pipeline(tmp_path):
+    with pytest.raises(SystemExit, match="matched no files"):
+        estimate.run([f"--input={tmp_path}/none-*.avro", f"--output={tmp_path}/o"])
+    (tmp_path / "reports.txt").write_text("x")
+    with pytest.raises(SystemExit, match="cannot tell the format of .*reports.txt"):
+        estimate.run([f"--input={tmp_path}/*", f"--output={tmp_path}/o"])
+
+
+def test_a_truncated_avro_file_keeps_its_readable_records(tmp_path):
+    out, _ = simulate_to(tmp_path, "grr", 20_000)
+    path = sorted(glob.glob(f"{out}/*.avro"))[0]
+    records = list(fastavro.reader(open(path, "rb")))
+    from ldpflow.schemas import load_schema
+    with open(tmp_path / "whole.avro", "wb") as f:  # small blocks: the cut leaves whole ones
+        fastavro.writer(f, load_schema("report"), records, sync_interval=16_000)
+    data = (tmp_path / "whole.avro").read_bytes()
+    with open(tmp_path / "cut.avro", "wb") as f:
+        f.write(data[: len(data) * 2 // 3])
+    doc = estimate.run([f"--input={tmp_path}/cut.avro", f"--output={tmp_path}/est",
+                        "--methods=base"])
+    (result,) = doc["results"]
+    assert 0 < result["n"] < 25_000
+    assert doc["dead_letters"]["total"] == 1
+    (reason,) = doc["dead_letters"]["by_reason"]
+    assert reason.startswith(f"unreadable Avro data after {result['n']} records")
