@@ -72,6 +72,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ldpflow.core.oracles.base import Estimate
+from ldpflow.core.validation import check_positive_int
 
 __all__ = [
     "METHODS",
@@ -144,14 +145,6 @@ def _real(value: Any, *, name: str, low: float = -math.inf, low_open: bool = Fal
     return out
 
 
-def _count(value: Any, *, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} ({value!r})")
-    if int(value) < 1:
-        raise ValueError(f"{name} must be >= 1, got {value!r}")
-    return int(value)
-
-
 def _sorted_desc(x: FloatArray) -> FloatArray:
     return -np.sort(-x)
 
@@ -207,7 +200,7 @@ def base_cut_threshold(domain_size: int, sigma: float, alpha: float = 2.0) -> fl
         ``<= 0`` (and undefined for ``alpha >= d``); ``T`` is then 0, so Base-Cut stays
         non-negative and equals Base-Pos.
     """
-    d = _count(domain_size, name="domain_size")
+    d = check_positive_int(domain_size, name="domain_size")
     sigma = _real(sigma, name="sigma", low=0.0)
     alpha = _real(alpha, name="alpha", low=0.0, low_open=True)
     tail = alpha / d
@@ -507,7 +500,7 @@ def fit_power_law_exponent(mean_count: float, n: int) -> float:
         largest mean of a non-increasing power law, and to 50 when the mean is within about
         ``2^-50`` of 1.
     """
-    n = _count(n, name="n")
+    n = check_positive_int(n, name="n")
     mean_count = _real(mean_count, name="mean_count")
     if mean_count < 1.0:
         return _ALPHA_BELOW_ONE
@@ -579,10 +572,10 @@ def power(
     there; below 1 count and above ``n`` the order holds up to that discretisation error.
     """
     f = _as_frequencies(frequencies)
-    n = _count(n, name="n")
+    n = check_positive_int(n, name="n")
     sigma = _real(sigma, name="sigma", low=0.0, low_open=True)
     window = _real(window, name="window", low=0.0, low_open=True)
-    cells_per_sigma = _count(cells_per_sigma, name="cells_per_sigma")
+    cells_per_sigma = check_positive_int(cells_per_sigma, name="cells_per_sigma")
 
     y = n * f
     noise = n * sigma

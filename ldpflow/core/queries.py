@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ldpflow.core.validation import check_positive_int
+
 __all__ = [
     "TopKScores",
     "full_domain",
@@ -172,11 +174,8 @@ def random_subsets(
     ndarray of bool, shape (count, domain_size)
         Row ``i`` marks the values of subset ``i``.
     """
-    for name, value, low in (("domain_size", domain_size, 1), ("count", count, 1)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
-        if value < low:
-            raise ValueError(f"{name} must be >= {low}, got {value!r}")
+    domain_size = check_positive_int(domain_size, name="domain_size")
+    count = check_positive_int(count, name="count")
     if isinstance(size, bool) or not isinstance(size, numbers.Integral):
         raise TypeError(f"size must be an integer, got {type(size).__name__}")
     if not 1 <= size <= domain_size:
@@ -185,8 +184,8 @@ def random_subsets(
         raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
     # The ranks of iid uniforms are a uniform random permutation per row; its first `size`
     # entries are a uniform subset.
-    chosen = np.argsort(rng.random((int(count), int(domain_size))), axis=1)[:, : int(size)]
-    return _subset_mask(chosen, int(domain_size))
+    chosen = np.argsort(rng.random((count, domain_size)), axis=1)[:, : int(size)]
+    return _subset_mask(chosen, domain_size)
 
 
 def set_value(
