@@ -398,6 +398,7 @@ class PrefixExtendingMethod:
     the estimate of a candidate has OLH's variance on the ``n_i`` users of its group.
     """
 
+    name = NAME  # the ``oracle`` tag of its reports (a class attribute, not a parameter)
     top_k: int
     value_bits: int
     epsilon: float
@@ -486,6 +487,25 @@ class PrefixExtendingMethod:
     def key(self) -> tuple:
         """A hashable identity: only reports and accumulators of equal keys mix."""
         return (NAME, *sorted(self.parameters.items()))
+
+    @classmethod
+    def from_key(cls, key: Sequence[Any]) -> PrefixExtendingMethod:
+        """The configuration whose :attr:`key` is ``key`` (its inverse).
+
+        Raises
+        ------
+        ValueError
+            If ``key`` is not a PEM key (another oracle's, or malformed).
+        """
+        if not isinstance(key, (tuple, list)) or not key or key[0] != NAME:
+            raise ValueError(f"key must be a {NAME!r} key, got {key!r}")
+        try:
+            params = dict(key[1:])
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"key must hold (name, value) pairs after {NAME!r}, got {key!r}"
+            ) from None
+        return cls(**params)
 
     @property
     def prefix_bits(self) -> tuple[int, ...]:
@@ -1038,14 +1058,36 @@ def sample_values(
     return mapping[np.minimum(ranks, num_distinct - 1)]
 
 
+def _integer_array(values: npt.ArrayLike, name: str) -> np.ndarray:
+    """A 1-d integer array of ``values``, exact for Python ints of up to 64 bits.
+
+    ``np.asarray([1, 2**63])`` is a float64 array (values near ``2**64`` lose their low
+    bits), so sequences of Python ints are converted element by element.
+    """
+    if isinstance(values, np.ndarray):
+        arr = values.reshape(-1)
+    else:
+        items = np.asarray(values, dtype=object).reshape(-1).tolist()
+        if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in items):
+            raise TypeError(f"{name} must be integers, got {items[:5]}...")
+        ints = [int(v) for v in items]
+        dtype = _U64 if ints and max(ints) >= 2**63 else np.int64
+        try:
+            arr = np.array(ints, dtype=dtype)
+        except OverflowError:
+            raise ValueError(f"{name} must lie in [-2**63, 2**64) and not mix negative values "
+                             "with values of 2**63 or more") from None
+    if arr.size and arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be integers, got dtype {arr.dtype}")
+    return arr
+
+
 def true_top(values: npt.ArrayLike, k: int | None = None) -> list[dict[str, int]]:
     """``[{"value": V, "count": C}, ...]``: the distinct values by count, largest first.
 
     Ties are broken towards the smaller value; ``k`` keeps the first ``k`` (all by default).
     """
-    arr = np.asarray(values).reshape(-1)
-    if arr.size and arr.dtype.kind not in "iu":
-        raise TypeError(f"values must be integers, got dtype {arr.dtype}")
+    arr = _integer_array(values, "values")
     uniq, counts = np.unique(arr, return_counts=True)
     order = np.lexsort((uniq, -counts))
     if k is not None:
@@ -1068,7 +1110,7 @@ def score_top_k(
     ]
     if not ranked:
         raise ValueError("truth must hold at least one value, got none")
-    found = np.asarray([int(v) for v in np.asarray(identified).reshape(-1)], dtype=_U64)
+    found = _integer_array(identified, "identified").astype(_U64)
     true = np.asarray(ranked, dtype=_U64)
     precision, recall, f1 = queries.precision_recall_f1(found, true)
     return {"precision": precision, "recall": recall, "f1": f1, "ncr": queries.ncr(found, true)}
