@@ -7,6 +7,11 @@ a malformed envelope, an unknown oracle, invalid or unexpected parameters, a mis
 ill-shaped payload, an out-of-domain payload. Every record ends up in exactly one of the
 two, so ``records = reports + dead letters`` holds exactly.
 
+Heavy-hitter reports (``oracle: "pem"``, the prefix extending method) are parsed only when
+the caller expects them (``expect={"oracle": "pem", ...}``, as ``ldpflow heavy-hitters``
+does); frequency estimation refuses them as dead letters. Their key is :func:`pem_key`:
+the PEM configuration and the value codec, so reports of different configurations never mix.
+
 :func:`estimate_record` and :func:`estimate_result` turn estimates into plain Python
 values for the Avro and JSON writers; NumPy stops here.
 """
@@ -22,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from ldpflow.core import codecs
+from ldpflow.core import heavy_hitters as hh
 from ldpflow.core.oracles import Reports, registry
 from ldpflow.core.oracles.base import Accumulator, Estimate, FrequencyOracle
 from ldpflow.core.validation import InvalidReportError
@@ -29,6 +36,9 @@ from ldpflow.core.validation import InvalidReportError
 __all__ = [
     "ENVELOPE_FIELDS",
     "PAYLOAD_FIELDS",
+    "PEM_PARAMETER_FIELDS",
+    "pem_key",
+    "pem_from_key",
     "ReportBatch",
     "DeadLetter",
     "parse_records",
@@ -59,9 +69,15 @@ PAYLOAD_FIELDS: dict[str, tuple[str, ...]] = {
     "olh": ("seed", "bucket"),
     "blh": ("seed", "bucket"),
     "onebit": ("column", "bit"),
+    hh.NAME: ("seed", "bucket", "pem.group", "pem.prefix_bits"),  # pem.x: nested in ``pem``
 }
 
-_ALL_PAYLOAD = ("value", "bits", "seed", "bucket", "column", "bit")
+#: The fields of a PEM report's ``pem`` record (``schemas/report.avsc``, ``PemReport``) that
+#: configure it; with epsilon, hash_range and domain_size (= the number of groups) they make
+#: its key. The record's other fields, ``group`` and ``prefix_bits``, are payload.
+PEM_PARAMETER_FIELDS = ("value_bits", "top_k", "query_limit", "start_bits", "step_bits", "codec")
+
+_ALL_PAYLOAD = ("value", "bits", "seed", "bucket", "column", "bit", "pem")
 
 
 @dataclasses.dataclass(eq=False)
@@ -96,7 +112,10 @@ class ReportBatch:
                            pick(self.user_ids), pick(self.event_times))
 
     @property
-    def oracle(self) -> FrequencyOracle:
+    def oracle(self) -> FrequencyOracle | hh.PrefixExtendingMethod:
+        """The oracle of the key (a :class:`PrefixExtendingMethod` for PEM keys)."""
+        if self.key[0] == hh.NAME:
+            return pem_from_key(self.key)[0]
         return registry.from_key(self.key)
 
     @classmethod
@@ -151,7 +170,35 @@ def key_to_json(key: tuple) -> str:
 def key_from_json(text: str) -> tuple:
     params = json.loads(text)
     name = params.pop("oracle")
+    if name == hh.NAME:
+        codec = params.pop("codec", "int")
+        return pem_key(hh.PrefixExtendingMethod(**params), codec)
     return registry.make(name, **params).key
+
+
+def pem_key(pem: hh.PrefixExtendingMethod, codec: str | None = "int") -> tuple:
+    """The key of PEM reports: the configuration's parameters and the value codec.
+
+    ``("pem", (name, value), ...)`` sorted by name, like the oracles' keys; ``codec`` None
+    means ``"int"``.
+    """
+    params = {**pem.parameters, "codec": codec or "int"}
+    return (hh.NAME, *sorted(params.items()))
+
+
+def pem_from_key(key: tuple) -> tuple[hh.PrefixExtendingMethod, str]:
+    """The configuration and codec name of a :func:`pem_key`.
+
+    Raises
+    ------
+    ValueError
+        If ``key`` is not a PEM key.
+    """
+    if not isinstance(key, tuple) or not key or key[0] != hh.NAME:
+        raise ValueError(f"key must be a {hh.NAME!r} key, got {key!r}")
+    params = dict(key[1:])
+    codec = params.pop("codec", "int")
+    return hh.PrefixExtendingMethod(**params), codec
 
 
 def _is_int(v: Any) -> bool:
@@ -249,9 +296,14 @@ def _payload_columns(
     """
     bad: dict[int, str] = {}
     raw: dict[str, list] = {}
-    width = -(-oracle.domain_size // 8)
-    for field in PAYLOAD_FIELDS[oracle.name]:
-        column = [r.get(field) for r in records]
+    fields = PAYLOAD_FIELDS[oracle.name]
+    width = -(-oracle.domain_size // 8) if "bits" in fields else 0
+    for field in fields:
+        head, _, inner = field.partition(".")
+        if inner:  # a field of a nested record (checked to be a mapping by the caller)
+            column = [r[head].get(inner) for r in records]
+        else:
+            column = [r.get(field) for r in records]
         raw[field] = column
         suspicious = (not trusted or None in column
                       or (field == "bits" and set(map(len, column)) != {width}))
@@ -261,13 +313,25 @@ def _payload_columns(
                     problem = _field_problem(oracle, field, value)
                     if problem:
                         bad[i] = problem
-    others = [f for f in _ALL_PAYLOAD if f not in raw]
+    others = [f for f in _ALL_PAYLOAD if f not in {name.partition(".")[0] for name in fields}]
+    extra = None
     if trusted:  # every field is present (schema defaults): one C-level getter per record
-        getter, nones = operator.itemgetter(*others), (None,) * len(others)
-        if len(others) == 1:
-            nones = None
-        extra = [i for i, r in enumerate(records) if getter(r) != nones]
-    else:
+        # ... except fields added to the schema after a file was written: absent, not set.
+        present = [f for f in others if f in records[0]]
+        if present:
+            getter, nones = operator.itemgetter(*present), (None,) * len(present)
+            if len(present) == 1:
+                nones = None
+            try:
+                got = list(map(getter, records))
+            except KeyError:  # records of several schema versions: the general path
+                got = None
+            if got is not None:  # C-level map and count; rows only when some are set
+                extra = [] if got.count(nones) == len(got) else [
+                    i for i, v in enumerate(got) if v != nones]
+        else:
+            extra = []
+    if extra is None:
         extra = [i for i, r in enumerate(records) if any(r.get(f) is not None for f in others)]
     for i in extra:
         if i not in bad:
@@ -276,6 +340,7 @@ def _payload_columns(
     columns = {}
     for field, column in raw.items():
         values = [v for i, v in enumerate(column) if i not in bad] if bad else column
+        field = field.rpartition(".")[2]
         if field == "bits":
             columns[field] = np.frombuffer(b"".join(values), dtype=np.uint8).reshape(-1, width).copy()
         else:
@@ -335,64 +400,209 @@ def parse_records(
     else:
         group_keys = [(r["oracle"], r["epsilon"], r["domain_size"], r.get("hash_range"))
                       for r in well_formed]
-    if len(set(group_keys)) == 1:  # the common case: one key per chunk
-        groups = {group_keys[0]: well_formed}
-    else:
-        groups = {}
-        for gkey, record in zip(group_keys, well_formed):
-            groups.setdefault(gkey, []).append(record)
+    groups = _group_by(group_keys, well_formed, source, dead)
     batches: dict[tuple, ReportBatch] = {}
     for chunk in groups.values():
+        if chunk[0]["oracle"] == hh.NAME:
+            _parse_pem(chunk, source, expect, trusted, envelope, cache, batches, dead)
+            continue
         found = _oracle_for(chunk[0], cache)
         problem = found if isinstance(found, str) else _expectation_problem(found, expect)
         if problem is not None:
             key = None if isinstance(found, str) else found.key
             dead.extend(DeadLetter(source, problem, r, key) for r in chunk)
             continue
-        oracle, key = found, found.key
-        columns, bad = _payload_columns(oracle, chunk, trusted)
-        if bad:
-            dead.extend(DeadLetter(source, reason, chunk[i], key) for i, reason in sorted(bad.items()))
-            chunk = [r for i, r in enumerate(chunk) if i not in bad]
-            if not chunk:
-                continue
-        reports = oracle.coerce_reports(Reports(oracle.name, columns))
-        rows, reasons = oracle.invalid_rows(reports)
-        if rows.size:
-            dead.extend(DeadLetter(source, reason, chunk[row], key)
-                        for row, reason in zip(rows.tolist(), reasons))
-            keep = np.ones(len(chunk), dtype=bool)
-            keep[rows] = False
-            reports = reports[keep]
-            chunk = [r for r, k in zip(chunk, keep) if k]
-            if not chunk:
-                continue
-        if envelope:
-            batch = ReportBatch(
-                key,
-                reports,
-                np.array([r["report_id"] for r in chunk], dtype=object),
-                np.array([r["user_id"] for r in chunk], dtype=object),
-                np.array([r["event_time"] for r in chunk], dtype=np.int64),
-            )
-        else:
-            batch = ReportBatch(key, reports)
-        batches[key] = ReportBatch.concat([batches[key], batch]) if key in batches else batch
+        _collect(found, found.key, chunk, source, trusted, envelope, batches, dead)
     return batches, dead
 
 
+def _group_by(
+    keys: list, records: list, source: str, dead: list[DeadLetter]
+) -> dict[Any, list]:
+    """Records by key; records whose key cannot be hashed (a JSON list or object where a
+    number belongs) are dead letters."""
+    try:
+        if len(set(keys)) == 1:  # the common case: one key per chunk
+            return {keys[0]: records}
+    except TypeError:
+        pass
+    groups: dict[Any, list] = {}
+    for gkey, record in zip(keys, records):
+        try:
+            groups.setdefault(gkey, []).append(record)
+        except TypeError:
+            dead.append(DeadLetter(source, "malformed record: a parameter field holds a list "
+                                           "or an object", record, None))
+    return groups
+
+
+def _collect(
+    oracle: FrequencyOracle | hh.PrefixExtendingMethod,
+    key: tuple,
+    chunk: list,
+    source: str,
+    trusted: bool,
+    envelope: bool,
+    batches: dict[tuple, ReportBatch],
+    dead: list[DeadLetter],
+) -> None:
+    """Payload columns of one key's records -> a batch in ``batches``; the rest -> ``dead``."""
+    columns, bad = _payload_columns(oracle, chunk, trusted)
+    if bad:
+        dead.extend(DeadLetter(source, reason, chunk[i], key) for i, reason in sorted(bad.items()))
+        chunk = [r for i, r in enumerate(chunk) if i not in bad]
+        if not chunk:
+            return
+    reports = oracle.coerce_reports(Reports(oracle.name, columns))
+    rows, reasons = oracle.invalid_rows(reports)
+    if rows.size:
+        dead.extend(DeadLetter(source, reason, chunk[row], key)
+                    for row, reason in zip(rows.tolist(), reasons))
+        keep = np.ones(len(chunk), dtype=bool)
+        keep[rows] = False
+        reports = reports[keep]
+        chunk = [r for r, k in zip(chunk, keep) if k]
+        if not chunk:
+            return
+    if envelope:
+        batch = ReportBatch(
+            key,
+            reports,
+            np.array([r["report_id"] for r in chunk], dtype=object),
+            np.array([r["user_id"] for r in chunk], dtype=object),
+            np.array([r["event_time"] for r in chunk], dtype=np.int64),
+        )
+    else:
+        batch = ReportBatch(key, reports)
+    batches[key] = ReportBatch.concat([batches[key], batch]) if key in batches else batch
+
+
+# -- heavy-hitter (PEM) reports -------------------------------------------------------------
+_PEM_CONFIG_FIELDS = ("epsilon", "domain_size", "hash_range", *PEM_PARAMETER_FIELDS)
+
+
+def _pem_for(config: tuple, cache: dict) -> tuple[hh.PrefixExtendingMethod, str, tuple] | str:
+    """``(pem, codec, key)`` of one envelope configuration, or why it has none."""
+    found = cache.get(("pem-config", config))
+    if found is not None:
+        return found
+    fields = dict(zip(_PEM_CONFIG_FIELDS, config))
+    missing = [name for name in PEM_PARAMETER_FIELDS if fields[name] is None]
+    if missing:
+        found = f"missing field 'pem.{missing[0]}' for oracle pem"
+    else:
+        params = {name: fields[name] for name in PEM_PARAMETER_FIELDS if name != "codec"}
+        params["epsilon"] = fields["epsilon"]
+        if fields["hash_range"] is not None:  # null: OLH's optimum for epsilon
+            params["hash_range"] = fields["hash_range"]
+        try:
+            pem = hh.PrefixExtendingMethod(**params)
+            codec = codecs.make_codec(fields["codec"], bits=pem.value_bits).name
+        except (TypeError, ValueError) as exc:
+            found = f"invalid parameters: {exc}"
+        else:
+            if fields["domain_size"] != pem.num_groups:
+                found = (f"invalid parameters: domain_size of a pem report must be its number "
+                         f"of groups, {pem.num_groups}; got {fields['domain_size']}")
+            else:
+                found = (pem, codec, pem_key(pem, codec))
+    cache[("pem-config", config)] = found
+    return found
+
+
+def _pem_expectation_problem(
+    pem: hh.PrefixExtendingMethod, codec: str, expect: Mapping[str, Any]
+) -> str | None:
+    params = {**pem.parameters, "codec": codec}
+    for name, want in expect.items():
+        if name != "oracle" and name in params and params[name] != want:
+            return f"parameter mismatch: {name} {params[name]!r}, expected {want!r}"
+    return None
+
+
+def _parse_pem(
+    chunk: list,
+    source: str,
+    expect: Mapping[str, Any] | None,
+    trusted: bool,
+    envelope: bool,
+    cache: dict,
+    batches: dict[tuple, ReportBatch],
+    dead: list[DeadLetter],
+) -> None:
+    """PEM records (of one epsilon, domain size and hash range) -> batches per configuration."""
+    if not expect or expect.get("oracle") != hh.NAME:
+        reason = ("oracle 'pem' reports are heavy-hitter reports (ldpflow heavy-hitters), not "
+                  "frequency-oracle reports")
+        dead.extend(DeadLetter(source, reason, r, None) for r in chunk)
+        return
+    inner = [r.get("pem") for r in chunk]
+    if None in inner or not trusted:
+        kept = []
+        for record, nested in zip(chunk, inner):
+            if isinstance(nested, Mapping):
+                kept.append(record)
+            elif nested is None:
+                dead.append(DeadLetter(source, "missing field 'pem' for oracle pem", record))
+            else:
+                dead.append(DeadLetter(source, "malformed record: field 'pem' must be an object, "
+                                               f"got {type(nested).__name__}", record))
+        chunk = kept
+        inner = [r["pem"] for r in chunk]
+        if not chunk:
+            return
+    outer = (chunk[0]["epsilon"], chunk[0]["domain_size"], chunk[0].get("hash_range"))
+    if trusted:  # schema-decoded: every field of the nested record is present
+        params_of = operator.itemgetter(*PEM_PARAMETER_FIELDS)
+        configs = [outer + params_of(i) for i in inner]
+    else:
+        configs = [outer + tuple(i.get(f, "int" if f == "codec" else None)
+                                 for f in PEM_PARAMETER_FIELDS) for i in inner]
+    for config, records in _group_by(configs, chunk, source, dead).items():
+        found = _pem_for(config, cache)
+        if isinstance(found, str):
+            dead.extend(DeadLetter(source, found, r, None) for r in records)
+            continue
+        pem, codec, key = found
+        problem = _pem_expectation_problem(pem, codec, expect)
+        if problem is not None:
+            dead.extend(DeadLetter(source, problem, r, key) for r in records)
+            continue
+        _collect(pem, key, records, source, trusted, envelope, batches, dead)
+
+
 def reports_to_records(
-    oracle: FrequencyOracle,
+    oracle: FrequencyOracle | hh.PrefixExtendingMethod,
     reports: Reports,
     report_ids: Sequence[str],
     user_ids: Sequence[str],
     event_times: Sequence[int],
+    *,
+    codec: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Report envelopes (Avro-shaped dicts) for a batch of one oracle's reports."""
-    base = {"oracle": oracle.name, "epsilon": oracle.epsilon, "domain_size": oracle.domain_size,
-            "hash_range": getattr(oracle, "hash_range", None)}
+    """Report envelopes (Avro-shaped dicts) for a batch of one oracle's reports.
+
+    For a :class:`~ldpflow.core.heavy_hitters.PrefixExtendingMethod`, the envelope carries
+    its configuration (``domain_size`` is its number of groups) and ``codec`` (default
+    ``"int"``); the user ids must be those the reports' groups were drawn from.
+    """
     empty = dict.fromkeys(_ALL_PAYLOAD)
     payload = reports.to_records()
+    if isinstance(oracle, hh.PrefixExtendingMethod):
+        base = {"oracle": hh.NAME, "epsilon": oracle.epsilon, "domain_size": oracle.num_groups,
+                "hash_range": oracle.hash_range}
+        config = {name: getattr(oracle, name) for name in PEM_PARAMETER_FIELDS if name != "codec"}
+        config["codec"] = codecs.make_codec(codec or "int", bits=oracle.value_bits).name
+        for fields in payload:  # group and prefix length go into the nested record
+            fields["pem"] = {"group": fields.pop("group"),
+                             "prefix_bits": fields.pop("prefix_bits"), **config}
+    else:
+        if codec is not None:
+            raise ValueError(f"codec applies to pem reports only, got {codec!r} for "
+                             f"{oracle.name}")
+        base = {"oracle": oracle.name, "epsilon": oracle.epsilon,
+                "domain_size": oracle.domain_size,
+                "hash_range": getattr(oracle, "hash_range", None)}
     out = []
     for rid, uid, t, fields in zip(report_ids, user_ids, np.asarray(event_times).tolist(), payload):
         record = {"report_id": rid, "user_id": uid, "event_time": t, **base, **empty, **fields}

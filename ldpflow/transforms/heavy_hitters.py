@@ -1,0 +1,494 @@
+"""Heavy-hitter discovery (PEM, the prefix extending method) as Beam transforms.
+
+Contract (``HEAVY_HITTERS.md``; :mod:`ldpflow.core.heavy_hitters` holds all the math):
+
+* Input: ``(key, ReportBatch)`` elements of PEM reports, ``key`` a
+  :func:`~ldpflow.transforms.records.pem_key` (configuration and value codec). Reports of
+  different keys are never mixed: every configuration present gets its own result.
+* :class:`IdentifyHeavyHitters` unrolls the ``g`` stages at graph construction. Stage ``s``
+  counts group ``s``'s reports for the extensions of stage ``s - 1``'s survivors, which reach
+  it as a side input (``AsDict`` by key; stage 0 extends the empty prefix):
+  :class:`CountStageFn` adds a bundle's batches into one
+  :class:`~ldpflow.core.heavy_hitters.CandidateAccumulator` per key (exact integer sums),
+  :class:`MergeStageCountsCombineFn` merges the bundles' partial counts per key, and
+  :func:`select_stage` estimates the candidates and keeps the top ``k``
+  (:meth:`~ldpflow.core.heavy_hitters.PrefixExtendingMethod.select`). The output is one
+  JSON-ready result dict per key (:func:`assemble_result`), with per-stage report and
+  candidate counts and timings.
+* Results equal :meth:`PrefixExtendingMethod.identify` on the same reports exactly: the
+  counts are integers and every step is deterministic.
+
+Timings are measured inside the work: ``aggregate_seconds`` is the time spent in
+``aggregate`` summed over batches (over all workers), ``estimate_seconds`` the estimate and
+selection, and ``started`` / ``finished`` (Unix time) span a stage from its first counted
+batch to its selection. Stage 0 needs no side input, so runners fuse its counting with the
+reading of the files: its span includes the read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.windowed_value import WindowedValue
+
+from ldpflow.core import codecs
+from ldpflow.core import heavy_hitters as hh
+from ldpflow.transforms.records import ReportBatch, key_to_json, pem_from_key
+
+__all__ = [
+    "StageCounts",
+    "StageResult",
+    "SplitGroupsFn",
+    "CountStageFn",
+    "MergeStageCountsCombineFn",
+    "select_stage",
+    "assemble_result",
+    "IdentifyHeavyHitters",
+    "WriteHeavyHitters",
+    "heavy_hitters_document",
+]
+
+_LOGGER = logging.getLogger(__name__)
+
+
+def _configuration(key: tuple, threshold: float | None) -> tuple[hh.PrefixExtendingMethod, str]:
+    pem, codec = pem_from_key(key)
+    if threshold is not None:
+        pem = dataclasses.replace(pem, threshold=threshold)
+    return pem, codec
+
+
+@dataclasses.dataclass(eq=False)
+class StageCounts:
+    """Partial counts of one stage for one key: mergeable, with the time they took.
+
+    Attributes
+    ----------
+    accumulator : CandidateAccumulator or None
+        ``None`` when the previous stage gave no survivors to extend (it failed or its group
+        had no reports); the reports are still counted in ``n``.
+    n : int
+        Reports of the stage's group.
+    seconds : float
+        Time spent in ``aggregate``.
+    started, finished : float
+        Unix time of the first batch's start and the last batch's end.
+    batches : int
+    """
+
+    accumulator: hh.CandidateAccumulator | None
+    n: int
+    seconds: float
+    started: float
+    finished: float
+    batches: int = 1
+
+    def merge(self, other: StageCounts) -> StageCounts:
+        """Add ``other`` into ``self`` (mutating only ``self``) and return ``self``."""
+        if (self.accumulator is None) != (other.accumulator is None):
+            raise ValueError("cannot merge counts of a stage with and without prefixes")
+        if self.accumulator is not None:
+            self.accumulator.merge(other.accumulator)
+        self.n += other.n
+        self.seconds += other.seconds
+        self.started = min(self.started, other.started)
+        self.finished = max(self.finished, other.finished)
+        self.batches += other.batches
+        return self
+
+    def copy(self) -> StageCounts:
+        acc = None if self.accumulator is None else self.accumulator.copy()
+        return dataclasses.replace(self, accumulator=acc)
+
+
+@dataclasses.dataclass(eq=False)
+class StageResult:
+    """The outcome of one stage for one key: the survivors and the stage's figures.
+
+    Attributes
+    ----------
+    stage, prefix_bits : int
+    n : int
+        Reports of the stage's group.
+    candidates : int
+        How many candidates the stage estimated (at most the query limit).
+    prefixes : ndarray of uint64
+        The survivors, best first (the next stage's prefixes; the last stage's values).
+    frequencies : ndarray of float64
+        Their estimated shares of the population.
+    sigma : float
+        The standard deviation of one estimated frequency at true frequency 0.
+    aggregate_seconds, estimate_seconds, started, finished : float
+    batches : int
+    error : str or None
+        Why the stage has no survivors (a failed or empty earlier stage, an empty group).
+    """
+
+    stage: int
+    prefix_bits: int
+    n: int
+    candidates: int
+    prefixes: np.ndarray
+    frequencies: np.ndarray
+    sigma: float
+    aggregate_seconds: float
+    estimate_seconds: float
+    started: float
+    finished: float
+    batches: int
+    error: str | None = None
+
+    def figures(self) -> dict[str, Any]:
+        """The JSON-ready per-stage figures (no survivors)."""
+        return {
+            "stage": self.stage,
+            "prefix_bits": self.prefix_bits,
+            "reports": int(self.n),
+            "candidates": int(self.candidates),
+            "survivors": int(self.prefixes.size),
+            "sigma": None if math.isnan(self.sigma) else float(self.sigma),
+            "batches": int(self.batches),
+            "aggregate_seconds": round(self.aggregate_seconds, 4),
+            "estimate_seconds": round(self.estimate_seconds, 4),
+            "span_seconds": round(self.finished - self.started, 4),
+            "error": self.error,
+        }
+
+
+class SplitGroupsFn(beam.DoFn):
+    """``(key, ReportBatch)`` -> ``(key, group, Reports)``: one element per group present."""
+
+    def __init__(self, num_stages: int):
+        super().__init__()
+        self._num_stages = num_stages
+
+    def process(self, element):
+        key, batch = element
+        if not isinstance(batch, ReportBatch) or key[0] != hh.NAME:
+            raise TypeError(f"expected (pem key, ReportBatch) elements, got key {key!r}")
+        groups = batch.reports.columns["group"]
+        if groups.size == 0:
+            return
+        present = np.unique(groups)
+        if present.size == 1:  # files written in group order, or small batches
+            yield key, int(present[0]), batch.reports
+            return
+        order = np.argsort(groups, kind="stable")
+        bounds = np.searchsorted(groups[order], present, side="left").tolist() + [groups.size]
+        for i, group in enumerate(present.tolist()):
+            yield key, int(group), batch.reports[order[bounds[i] : bounds[i + 1]]]
+
+
+def _on_group(element, stage: int) -> bool:
+    return element[1] == stage
+
+
+class CountStageFn(beam.DoFn):
+    """Counts one stage's group: ``(key, stage, Reports)`` -> ``(key, StageCounts)``.
+
+    The batches of a bundle are added into one accumulator per key, emitted when the bundle
+    finishes (combiner lifting by hand: one partial per bundle and key reaches the merge,
+    on runners that do not lift combiners too). Stage ``s > 0`` takes the previous stage's
+    :class:`StageResult` per key as a side input (``AsDict``).
+    """
+
+    def __init__(self, stage: int, threshold: float | None = None):
+        super().__init__()
+        self._stage = stage
+        self._threshold = threshold
+
+    def start_bundle(self):
+        self._partial: dict[tuple, StageCounts] = {}
+        self._configs: dict[tuple, hh.PrefixExtendingMethod] = {}
+
+    def process(self, element, previous: Mapping[tuple, StageResult] | None = None):
+        key, group, reports = element
+        if group != self._stage:
+            raise ValueError(f"group {group} reports given to stage {self._stage}")
+        pem = self._configs.get(key)
+        if pem is None:
+            pem = self._configs[key] = _configuration(key, self._threshold)[0]
+        started, clock = time.time(), time.perf_counter()
+        accumulator = None
+        if self._stage == 0:
+            accumulator = pem.aggregate(0, reports)
+        else:
+            before = (previous or {}).get(key)
+            if before is not None and before.error is None:
+                accumulator = pem.aggregate(self._stage, reports, before.prefixes)
+        counts = StageCounts(accumulator, len(reports), time.perf_counter() - clock, started,
+                             time.time())
+        if key in self._partial:
+            self._partial[key].merge(counts)
+        else:
+            self._partial[key] = counts
+
+    def finish_bundle(self):
+        for key, counts in self._partial.items():
+            yield WindowedValue((key, counts), GlobalWindow().max_timestamp(), (GlobalWindow(),))
+        self._partial = {}
+
+
+class MergeStageCountsCombineFn(beam.CombineFn):
+    """Merges the partial :class:`StageCounts` of one stage and key (exact sums)."""
+
+    def create_accumulator(self) -> StageCounts | None:
+        return None
+
+    def add_input(self, accumulator: StageCounts | None, counts: StageCounts):
+        # Inputs are never mutated: the first one is copied, later ones added into it.
+        return counts.copy() if accumulator is None else accumulator.merge(counts)
+
+    def merge_accumulators(self, accumulators: Iterable[StageCounts | None]):
+        merged = None
+        for accumulator in accumulators:  # may be a one-shot iterator: iterate once
+            if accumulator is None:
+                continue
+            merged = accumulator if merged is None else merged.merge(accumulator)
+        return merged
+
+    def extract_output(self, accumulator: StageCounts | None) -> StageCounts | None:
+        return accumulator
+
+
+def select_stage(
+    element: tuple[tuple, StageCounts],
+    stage: int,
+    threshold: float | None = None,
+    previous: Mapping[tuple, StageResult] | None = None,
+) -> tuple[tuple, StageResult]:
+    """``(key, StageCounts)`` -> ``(key, StageResult)``: estimate and keep the top ``k``."""
+    key, counts = element
+    pem = _configuration(key, threshold)[0]
+    started = time.perf_counter()
+    empty = np.zeros(0, dtype=np.uint64)
+    prefixes, freqs, candidates, sigma, error = empty, np.zeros(0), 0, math.nan, None
+    if counts.accumulator is None:
+        before = (previous or {}).get(key)
+        error = (f"group {stage - 1} has no reports" if before is None
+                 else f"stage {stage - 1} failed: {before.error}")
+    else:
+        try:
+            estimate = pem.estimate(counts.accumulator)
+        except ValueError as exc:
+            error = str(exc)
+        else:
+            prefixes, freqs = pem.select(estimate)
+            candidates, sigma = int(estimate.candidates.size), estimate.sigma
+    seconds = time.perf_counter() - started
+    return key, StageResult(stage, pem.prefix_bits[stage], counts.n, candidates, prefixes, freqs,
+                            sigma, counts.seconds, seconds, counts.started, time.time(),
+                            counts.batches, error)
+
+
+def assemble_result(
+    element: tuple[tuple, Mapping[str, list]],
+    num_stages: int,
+    threshold: float | None = None,
+) -> dict[str, Any]:
+    """One key's stage results (and dead-letter count) -> its JSON-ready result.
+
+    ``{"configuration", "n", "group_sizes", "dead_letters", "top_k": [{"value", "frequency",
+    "count"}], "stages": [...], "error"}``: values decoded by the key's codec, ``count`` the
+    estimated number of users (``frequency * n``, ``n`` the reports of all groups).
+    """
+    key, grouped = element
+    pem, codec_name = _configuration(key, threshold)
+    stages: list[StageResult | None] = []
+    for stage in range(num_stages):
+        found = grouped.get(f"stage{stage}") or []
+        stages.append(found[0] if found else None)
+    group_sizes = [0 if s is None else int(s.n) for s in stages]
+    population = sum(group_sizes)
+    result: dict[str, Any] = {
+        "configuration": {**pem.parameters, "codec": codec_name},
+        "key": key_to_json(key),
+        "n": population,
+        "group_sizes": group_sizes,
+        "dead_letters": int(sum(grouped.get("dead") or [])),
+        "top_k": [],
+        "stages": [s.figures() for s in stages if s is not None],
+        "error": None,
+    }
+    if population == 0:
+        result["error"] = "no valid reports"
+        return result
+    for stage, found in enumerate(stages):
+        if found is None:
+            result["error"] = f"group {stage} has no reports"
+            return result
+        if found.error is not None:
+            result["error"] = f"stage {stage}: {found.error}"
+            return result
+    last = stages[-1]
+    codec = codecs.make_codec(codec_name, bits=pem.value_bits)
+    values = codec.decode(last.prefixes)
+    if isinstance(codec, codecs.IntegerCodec):
+        values = [int(v) for v in values]
+    result["top_k"] = [
+        {"value": v, "frequency": float(f), "count": float(f) * population}
+        for v, f in zip(values, last.frequencies.tolist(), strict=True)
+    ]
+    return result
+
+
+class _SelectStageFn(beam.DoFn):
+    """:func:`select_stage` as a DoFn (without annotations Beam would read as type hints)."""
+
+    def __init__(self, stage, threshold):
+        super().__init__()
+        self._stage, self._threshold = stage, threshold
+
+    def process(self, element, previous=None):
+        key, result = select_stage(element, self._stage, self._threshold, previous)
+        _LOGGER.info("stage %d of %s: %d reports, %d candidates, %d kept in %.2fs%s",
+                     self._stage, key_to_json(key), result.n, result.candidates,
+                     result.prefixes.size, result.estimate_seconds,
+                     f" ({result.error})" if result.error else "")
+        yield key, result
+
+
+class _AssembleResultFn(beam.DoFn):
+    def __init__(self, num_stages, threshold):
+        super().__init__()
+        self._num_stages, self._threshold = num_stages, threshold
+
+    def process(self, element):
+        yield assemble_result(element, self._num_stages, self._threshold)
+
+
+class IdentifyHeavyHitters(beam.PTransform):
+    """``(key, ReportBatch)`` of PEM reports -> one result dict per key (:func:`assemble_result`).
+
+    Parameters
+    ----------
+    num_stages : int
+        ``g``, fixed when the pipeline is built; every key must have this many groups (the
+        reader refuses other configurations as dead letters).
+    threshold : float, optional
+        The threshold variant (applied to every key's configuration).
+    dead_letters : PCollection of DeadLetter, optional
+        Counted per key into the results (``dead_letters``); keys whose every report was
+        refused get a result too, with ``n = 0``.
+    """
+
+    def __init__(self, num_stages: int, threshold: float | None = None, dead_letters=None):
+        super().__init__()
+        if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 1:
+            raise ValueError(f"num_stages must be a positive integer, got {num_stages!r}")
+        self._num_stages = num_stages
+        self._threshold = threshold
+        self._dead = dead_letters
+
+    def expand(self, reports):
+        by_group = reports | "SplitGroups" >> beam.ParDo(SplitGroupsFn(self._num_stages))
+        results: dict[str, Any] = {}
+        previous = None
+        for stage in range(self._num_stages):
+            group = by_group | f"Group{stage}" >> beam.Filter(_on_group, stage)
+            count_fn = CountStageFn(stage, self._threshold)
+            if previous is None:
+                partial = group | f"Count{stage}" >> beam.ParDo(count_fn)
+            else:
+                partial = group | f"Count{stage}" >> beam.ParDo(
+                    count_fn, beam.pvalue.AsDict(previous))
+            counts = partial | f"Merge{stage}" >> beam.CombinePerKey(MergeStageCountsCombineFn())
+            side = () if previous is None else (beam.pvalue.AsDict(previous),)
+            previous = counts | f"Select{stage}" >> beam.ParDo(
+                _SelectStageFn(stage, self._threshold), *side)
+            results[f"stage{stage}"] = previous
+        if self._dead is not None:
+            results["dead"] = (
+                self._dead
+                | "PemDeadLetters" >> beam.Filter(
+                    lambda letter: letter.key is not None and letter.key[0] == hh.NAME)
+                | "DeadKey" >> beam.Map(lambda letter: (letter.key, 1))
+                | "DeadPerKey" >> beam.CombinePerKey(sum)
+            )
+        return (
+            results
+            | "JoinStages" >> beam.CoGroupByKey()
+            | "Assemble" >> beam.ParDo(_AssembleResultFn(self._num_stages, self._threshold))
+        )
+
+
+def heavy_hitters_document(
+    results: list[Mapping[str, Any]],
+    dead_letters: Mapping[str, Any],
+    elapsed_seconds: float | None = None,
+) -> dict[str, Any]:
+    """The ``heavy_hitters.json`` document of all keys' results.
+
+    The top-level ``top_k``, ``configuration``, ``n``, ``group_sizes``, ``stages`` and
+    ``error`` are those of the configuration with the most valid reports (the only one
+    in the common case); ``results`` lists every configuration found, and
+    ``records = reports + dead letters`` counts every input record.
+    """
+    results = sorted(results, key=lambda r: (-r["n"], r["key"]))
+    reports = sum(r["n"] for r in results)
+    primary = results[0] if results and results[0]["n"] > 0 else None
+    if sum(1 for r in results if r["n"] > 0) > 1:
+        _LOGGER.warning("the input holds %d PEM configurations; the top level reports the "
+                        "largest, 'results' lists all", len(results))
+    document: dict[str, Any] = {
+        "top_k": primary["top_k"] if primary else [],
+        "configuration": primary["configuration"] if primary else None,
+        "n": primary["n"] if primary else 0,
+        "group_sizes": primary["group_sizes"] if primary else [],
+        "stages": primary["stages"] if primary else [],
+        "error": primary["error"] if primary else "no valid reports",
+        "results": list(results),
+        "records": reports + int(dead_letters.get("total", 0)),
+        "reports": reports,
+        "dead_letters": dict(dead_letters),
+    }
+    if elapsed_seconds is not None:
+        document["elapsed_seconds"] = round(elapsed_seconds, 3)
+    return document
+
+
+class _WriteHeavyHittersFn(beam.DoFn):
+    def __init__(self, output: str, started: float | None):
+        super().__init__()
+        self._output = output.rstrip("/")
+        self._started = started
+
+    def process(self, results, dead_letters):
+        elapsed = None if self._started is None else time.time() - self._started
+        document = heavy_hitters_document(results, dead_letters, elapsed)
+        with FileSystems.create(f"{self._output}/heavy_hitters.json") as f:
+            f.write(json.dumps(document, indent=1).encode("utf-8"))
+        yield document
+
+
+class WriteHeavyHitters(beam.PTransform):
+    """Result dicts -> ``OUTPUT/heavy_hitters.json`` (:func:`heavy_hitters_document`).
+
+    ``dead_letter_summary`` is a singleton PCollection (``{"total", "by_reason"}``);
+    ``started`` (Unix time, e.g. when the job was launched) gives ``elapsed_seconds``.
+    Outputs the document.
+    """
+
+    def __init__(self, output: str, dead_letter_summary, started: float | None = None):
+        super().__init__()
+        self._output = output
+        self._summary = dead_letter_summary
+        self._started = started
+
+    def expand(self, results):
+        return (
+            results
+            | "Collect" >> beam.combiners.ToList()
+            | "WriteFile" >> beam.ParDo(_WriteHeavyHittersFn(self._output, self._started),
+                                        beam.pvalue.AsSingleton(self._summary))
+        )

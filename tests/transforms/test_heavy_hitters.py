@@ -1,0 +1,340 @@
+"""PEM reports in the envelope (parse, keys, dead letters) and the stage DoFn / CombineFn
+without a pipeline: split, count per bundle, merge in any order, select."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+
+import fastavro
+import numpy as np
+import pytest
+
+import ldpflow
+from ldpflow.core import heavy_hitters as hh
+from ldpflow.schemas import schema_json
+from ldpflow.transforms import formats
+from ldpflow.transforms import heavy_hitters as thh
+from ldpflow.transforms.records import (
+    ReportBatch,
+    key_from_json,
+    key_to_json,
+    parse_records,
+    pem_from_key,
+    pem_key,
+    reports_to_records,
+)
+
+PEM = hh.PrefixExtendingMethod
+EXPECT = {"oracle": "pem"}
+
+
+def small(**overrides):
+    """Prefix bits (6, 10, 14, 16): four stages, small enough for exhaustive checks."""
+    params = dict(top_k=3, value_bits=16, epsilon=2.0, query_limit=2**6)
+    params.update(overrides)
+    return PEM(**params)
+
+
+def make(pem, n=40, seed=0, codec=None, values=None):
+    rng = np.random.default_rng(seed)
+    if values is None:
+        values = rng.integers(0, 2**pem.value_bits, n, dtype=np.uint64)
+    n = len(values)
+    users = [f"user-{seed}-{i}" for i in range(n)]
+    reports = pem.perturb(values, users, rng)
+    records = reports_to_records(pem, reports, [f"r{seed}-{i}" for i in range(n)], users,
+                                 np.arange(n) * 1000, codec=codec)
+    return reports, records
+
+
+def avro_round_trip(records):
+    buffer = io.BytesIO()
+    formats.write_avro(buffer, records)
+    buffer.seek(0)
+    return list(fastavro.reader(buffer))
+
+
+# -- records ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_pem_records_round_trip_to_the_same_reports(trusted):
+    pem = small()
+    reports, records = make(pem, n=60)
+    assert avro_round_trip(records) == records
+    batches, dead = parse_records(records, trusted=trusted, expect=EXPECT)
+    assert dead == []
+    ((key, batch),) = batches.items()
+    assert key == pem_key(pem, "int") and pem_from_key(key) == (pem, "int")
+    assert batch.oracle == pem
+    for column in ("seed", "bucket", "group", "prefix_bits"):
+        np.testing.assert_array_equal(batch.reports.columns[column], reports.columns[column])
+    assert batch.user_ids.tolist() == [r["user_id"] for r in records]
+    assert pem.aggregate(0, batch.reports[batch.reports.group == 0]) == pem.aggregate(
+        0, reports[reports.group == 0])
+
+
+def test_pem_records_round_trip_through_json_lines():
+    _, records = make(small(), n=10)
+    text = io.StringIO()
+    formats.write_json_lines(text, records)
+    back = [formats.from_json_record(json.loads(line)) for line in text.getvalue().splitlines()]
+    assert back == records
+
+
+def test_pem_keys_are_never_mixed():
+    records = []
+    for pem, codec in [(small(), None), (small(top_k=2), None), (small(epsilon=3.0), None),
+                       (small(), "string"), (small(hash_range=4), None)]:
+        records += make(pem, n=10, codec=codec)[1]
+    batches, dead = parse_records(records, trusted=True, expect=EXPECT)
+    assert not dead
+    assert sorted(len(b) for b in batches.values()) == [10] * 5
+    assert {pem_from_key(k)[1] for k in batches} == {"int", "string"}
+
+
+def test_keys_survive_their_json_form():
+    key = pem_key(small(threshold=0.1), "string")
+    assert key_from_json(key_to_json(key)) == key
+    with pytest.raises(ValueError, match="key must be a 'pem' key"):
+        pem_from_key(ldpflow.oracle("grr", epsilon=1.0, domain_size=4).key)
+
+
+def _set(path, value):
+    def mutate(record):
+        if "." in path:
+            head, inner = path.split(".")
+            record[head] = dict(record[head], **{inner: value})
+        else:
+            record[path] = value
+    return mutate
+
+
+def _drop(path):
+    def mutate(record):
+        head, inner = path.split(".")
+        record[head] = {k: v for k, v in record[head].items() if k != inner}
+    return mutate
+
+
+CASES = [
+    (_set("pem.prefix_bits", 65), "prefix_bits does not match the group's length"),
+    (_set("pem.prefix_bits", 14), "prefix_bits does not match the group's length"),
+    (_set("pem.group", 4), "group outside [0, 4)"),
+    (_set("pem.group", -1), "group outside [0, 4)"),
+    (_set("bucket", 8), "bucket outside [0, 8)"),
+    (_set("seed", None), "missing payload field 'seed' for oracle pem"),
+    (_set("pem", None), "missing field 'pem' for oracle pem"),
+    (_set("pem", [1, 2]), "malformed record: field 'pem' must be an object, got list"),
+    (_drop("pem.top_k"), "missing field 'pem.top_k' for oracle pem"),
+    (_set("pem.value_bits", 65), "invalid parameters: value_bits must be in [1, 64], got 65"),
+    (_set("pem.top_k", 1.5), "invalid parameters: top_k must be an integer"),
+    (_set("pem.codec", "utf16"), "invalid parameters: codec must be one of ['int', 'string']"),
+    (_set("domain_size", 7), "invalid parameters: domain_size of a pem report must be its "
+                             "number of groups, 4; got 7"),
+    (_set("hash_range", 6), "invalid parameters: hash_range must be a power of two"),
+    (_set("value", 3), "unexpected payload field 'value' for oracle pem"),
+    (_set("pem.group", "1"), "payload field 'pem.group' must be an integer, got str"),
+    (_set("pem.top_k", [3]), "malformed record: a parameter field holds a list or an object"),
+]
+
+
+@pytest.mark.parametrize("mutate,reason", CASES)
+def test_each_kind_of_bad_pem_record_is_a_dead_letter_with_its_reason(mutate, reason):
+    pem = small()
+    _, records = make(pem, n=12, seed=1)
+    assert pem.hash_range == 8 and pem.prefix_bits == (6, 10, 14, 16)
+    records[5]["pem"] = dict(records[5]["pem"])
+    records[5]["pem"]["group"] = 1  # a group whose prefix length (10) differs from the last
+    records[5]["pem"]["prefix_bits"] = 10
+    mutate(records[5])
+    batches, dead = parse_records(records, source="f.jsonl", expect=EXPECT)
+    assert len(dead) == 1, [d.reason for d in dead]
+    assert dead[0].reason.startswith(reason), dead[0].reason
+    assert dead[0].source == "f.jsonl" and dead[0].record is records[5]
+    assert sum(len(b) for b in batches.values()) == 11
+
+
+def test_pem_records_need_the_heavy_hitter_reader():
+    _, records = make(small(), n=5)
+    batches, dead = parse_records(records, trusted=True)
+    assert not batches and len(dead) == 5
+    assert dead[0].reason.startswith("oracle 'pem' reports are heavy-hitter reports")
+
+
+def test_the_heavy_hitter_reader_refuses_other_oracles_and_configurations():
+    olh = ldpflow.oracle("olh", epsilon=1.0, domain_size=16)
+    rng = np.random.default_rng(2)
+    olh_records = reports_to_records(olh, olh.perturb(rng.integers(0, 16, 4), rng=rng),
+                                     list("abcd"), list("abcd"), np.zeros(4, int))
+    _, mine = make(small(), n=6)
+    _, other_k = make(small(top_k=2), n=3)
+    _, strings = make(small(), n=2, codec="string")
+    expect = {**EXPECT, "top_k": 3, "epsilon": 2.0, "codec": "int"}
+    batches, dead = parse_records(olh_records + mine + other_k + strings, expect=expect)
+    assert [len(b) for b in batches.values()] == [6]
+    assert sorted(d.reason for d in dead) == sorted(
+        ["parameter mismatch: oracle 'olh', expected 'pem'"] * 4
+        + ["parameter mismatch: top_k 2, expected 3"] * 3
+        + ["parameter mismatch: codec 'string', expected 'int'"] * 2)
+
+
+def test_other_oracles_must_leave_the_pem_record_null():
+    olh = ldpflow.oracle("olh", epsilon=1.0, domain_size=16)
+    rng = np.random.default_rng(3)
+    records = reports_to_records(olh, olh.perturb(rng.integers(0, 16, 5), rng=rng),
+                                 list("abcde"), list("abcde"), np.zeros(5, int))
+    records[2]["pem"] = {"group": 0}
+    for trusted in (True, False):
+        batches, dead = parse_records(records, trusted=trusted)
+        assert [d.reason for d in dead] == ["unexpected payload field 'pem' for oracle olh"]
+        assert [len(b) for b in batches.values()] == [4]
+    with pytest.raises(ValueError, match="codec applies to pem reports only"):
+        reports_to_records(olh, olh.perturb(np.zeros(1, int), rng=rng), ["a"], ["a"], [0],
+                           codec="int")
+
+
+def test_files_written_before_the_pem_field_still_parse():
+    """Evolution: Avro files of the schema without ``pem`` decode without the key at all."""
+    older = copy.deepcopy(schema_json("report"))
+    older["fields"] = [f for f in older["fields"] if f["name"] != "pem"]
+    olh = ldpflow.oracle("olh", epsilon=1.0, domain_size=16)
+    rng = np.random.default_rng(4)
+    reports = olh.perturb(rng.integers(0, 16, 30), rng=rng)
+    records = reports_to_records(olh, reports, [str(i) for i in range(30)],
+                                 [str(i) for i in range(30)], np.zeros(30, int))
+    buffer = io.BytesIO()
+    fastavro.writer(buffer, fastavro.parse_schema(older),
+                    [{k: v for k, v in r.items() if k != "pem"} for r in records])
+    buffer.seek(0)
+    decoded = list(fastavro.reader(buffer))
+    assert "pem" not in decoded[0]
+    batches, dead = parse_records(decoded, trusted=True)
+    assert not dead
+    assert olh.aggregate(batches[olh.key].reports) == olh.aggregate(reports)
+
+
+# -- stage transforms without a pipeline -----------------------------------------------------
+
+
+def batches_of(pem, reports, cuts):
+    key = pem_key(pem)
+    bounds = [0, *cuts, len(reports)]
+    return key, [(key, ReportBatch(key, reports[a:b])) for a, b in zip(bounds, bounds[1:])]
+
+
+def run_bundle(fn, elements, previous=None):
+    fn.start_bundle()
+    for element in elements:
+        fn.process(element, previous) if previous is not None else fn.process(element)
+    return [wv.value for wv in fn.finish_bundle()]
+
+
+def test_split_groups_puts_every_report_in_exactly_its_group():
+    pem = small()
+    reports, _ = make(pem, n=500, seed=5)
+    key, batches = batches_of(pem, reports, [100, 101, 350])
+    fn = thh.SplitGroupsFn(pem.num_groups)
+    out = [e for _, batch in batches for e in fn.process((key, batch))]
+    assert all(k == key for k, _, _ in out)
+    assert sum(len(r) for _, _, r in out) == 500
+    for _, group, part in out:
+        assert set(part.group.tolist()) == {group}
+    seeds = np.sort(np.concatenate([r.seed for _, _, r in out]))
+    np.testing.assert_array_equal(seeds, np.sort(reports.seed))
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2], [2, 0, 1], [1, 2, 0]])
+def test_bundled_counts_merge_to_the_core_accumulator_in_any_order(order):
+    pem = small()
+    reports, _ = make(pem, n=3000, seed=6)
+    key, batches = batches_of(pem, reports, [700, 1900])
+    split = thh.SplitGroupsFn(pem.num_groups)
+    by_group = [e for _, batch in batches for e in split.process((key, batch))]
+    previous: dict = {}
+    for stage in range(pem.num_groups):
+        mine = [e for e in by_group if e[1] == stage]
+        # three bundles: each yields one partial per key
+        bundles = [mine[i::3] for i in range(3)]
+        partials = [p for b in bundles for p in run_bundle(
+            thh.CountStageFn(stage), b, previous if stage else None)]
+        assert len(partials) == 3
+        combine = thh.MergeStageCountsCombineFn()
+        shards = [combine.add_input(combine.create_accumulator(), partials[i][1]) for i in order]
+        snapshot = [p[1].accumulator.copy() for p in partials]
+        merged = combine.extract_output(combine.merge_accumulators(iter(shards)))
+        for p, before in zip(partials, snapshot):  # inputs are never mutated
+            assert p[1].accumulator == before
+        group = reports[reports.group == stage]
+        prefixes = None if stage == 0 else previous[key].prefixes
+        assert merged.accumulator == pem.aggregate(stage, group, prefixes)
+        assert merged.n == len(group) and merged.batches == 3
+        _, result = thh.select_stage((key, merged), stage, None, previous or None)
+        est = pem.estimate(pem.aggregate(stage, group, prefixes))
+        values, freqs = pem.select(est)
+        np.testing.assert_array_equal(result.prefixes, values)
+        np.testing.assert_array_equal(result.frequencies, freqs)
+        assert result.candidates == est.candidates.size <= pem.query_limit
+        previous = {key: result}
+    expected = pem.identify(reports)
+    np.testing.assert_array_equal(previous[key].prefixes, expected.values)
+
+
+def test_a_failed_stage_fails_the_later_ones_with_a_reason():
+    pem = small()
+    key = pem_key(pem)
+    reports, _ = make(pem, n=300, seed=7)
+    group2 = [(key, 2, reports[reports.group == 2])]
+    partial = run_bundle(thh.CountStageFn(2), group2, previous={})  # stage 1 has no result
+    assert partial[0][1].accumulator is None and partial[0][1].n == len(group2[0][2])
+    _, result = thh.select_stage(partial[0], 2, None, {})
+    assert result.error == "group 1 has no reports" and result.prefixes.size == 0
+    grouped = {"stage0": [], "stage2": [result]}
+    out = thh.assemble_result((key, grouped), pem.num_groups)
+    assert out["error"] == "group 0 has no reports" and out["top_k"] == []
+
+
+def test_results_decode_values_with_the_key_codec():
+    pem = small(top_k=2, value_bits=16, query_limit=2**8)
+    codec = ldpflow.core.codecs.StringCodec(bits=16)
+    words = ["hi"] * 400 + ["yo"] * 300 + [f"{i:02d}" for i in range(60)]
+    _, records = make(pem, values=codec.encode(words), codec="string", seed=8)
+    (key, batch), = parse_records(records, expect=EXPECT)[0].items()
+    split = thh.SplitGroupsFn(pem.num_groups)
+    grouped, previous = {}, {}
+    for stage in range(pem.num_groups):
+        parts = [e for e in split.process((key, batch)) if e[1] == stage]
+        ((_, counts),) = run_bundle(thh.CountStageFn(stage), parts, previous if stage else None)
+        _, result = thh.select_stage((key, counts), stage, None, previous or None)
+        grouped[f"stage{stage}"] = [result]
+        previous = {key: result}
+    out = thh.assemble_result((key, grouped), pem.num_groups)
+    assert [t["value"] for t in out["top_k"]] == ["hi", "yo"]
+    assert out["configuration"]["codec"] == "string" and out["n"] == len(words)
+    assert out["top_k"][0]["count"] == pytest.approx(out["top_k"][0]["frequency"] * len(words))
+
+
+def test_document_reports_the_largest_configuration_and_every_record():
+    def result(n, key, top):
+        return {"n": n, "key": key, "top_k": top, "configuration": {"k": key},
+                "group_sizes": [n], "stages": [], "error": None if n else "no valid reports"}
+
+    dead = {"total": 5, "by_reason": {"x": 5}}
+    doc = thh.heavy_hitters_document([result(10, "b", [1]), result(30, "a", [2]),
+                                      result(0, "c", [])], dead, 1.23456)
+    assert doc["top_k"] == [2] and doc["n"] == 30 and doc["configuration"] == {"k": "a"}
+    assert [r["key"] for r in doc["results"]] == ["a", "b", "c"]
+    assert doc["records"] == 45 and doc["reports"] == 40 and doc["elapsed_seconds"] == 1.235
+    empty = thh.heavy_hitters_document([], {"total": 0, "by_reason": {}})
+    assert empty["top_k"] == [] and empty["error"] == "no valid reports" and empty["records"] == 0
+
+
+def test_scores_of_json_values_above_2_to_the_63_are_exact():
+    """JSON gives Python ints; ``np.asarray`` of ints >= 2**63 would round them to floats."""
+    truth = [2**64 - 1, 2**63 + 1, 5]
+    assert hh.score_top_k([2**64 - 1, 2**63 + 1, 5], truth, 3)["f1"] == 1.0
+    assert hh.score_top_k([2**63, 5, 7], truth, 3)["f1"] == pytest.approx(1 / 3)
+    assert hh.true_top([2**63 + 1, 2**63 + 1, 4]) == [{"value": 2**63 + 1, "count": 2},
+                                                     {"value": 4, "count": 1}]
