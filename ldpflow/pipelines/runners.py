@@ -1,28 +1,44 @@
 """Runner selection for the batch jobs: FnApiRunner by default, Dask on request.
 
 Contract: :func:`dask_runner` returns ``None`` unless the options ask for Dask
-(``--runner=DaskRunner`` or ``--dask_local_workers=N``); otherwise it returns a runner whose
-result closes its Dask client (and the LocalCluster it started, if any) once
+(``--runner=DaskRunner`` or ``--dask_local_workers=N``); otherwise it returns a DaskRunner
+whose result closes its Dask client (and the LocalCluster it started, if any) once
 ``wait_until_finish`` returns or raises. The jobs reach it through
 ``ldpflow.pipelines.estimate.batch_runner``, so a job module needs no Dask-specific code::
 
     # an existing dask.distributed scheduler
     ldpflow estimate --input ... --output ... \\
-        --runner=DaskRunner --dask_client_address=tcp://SCHEDULER:8786
+        --runner=DaskRunner --dask_client_address=tcp://SCHEDULER:8786 --dask_npartitions=8
 
     # a throw-away LocalCluster of 2 worker processes on this machine
     ldpflow estimate --input ... --output ... --runner=DaskRunner --dask_local_workers=2
 
-Beam's DaskRunner (2.77) computes only the last-applied leaf of the graph, mishandles
-tagged outputs, cannot translate ``beam.io.Read`` and has no metrics; the jobs are built to
-avoid those (one PCollection split by filters, one terminal step, ``fileio`` reads). It is
-batch only.
+The runner is Beam's DaskRunner with its graph translation (``run_pipeline``) redone, because
+Beam 2.77's translation (``apache_beam/runners/dask/dask_runner.py``) defeats a cluster:
+
+* a side input is a Dask bag that the consuming task iterates, which recomputes the side
+  input's whole upstream graph inside that one task, on one worker (our jobs' final writes
+  take side inputs, so all the reading ran there, and twice). Here the upstream of a side
+  input is computed on the cluster first, and the task gets the values;
+* ``beam.Reshuffle`` is the identity, and ``fileio.MatchFiles`` starts from a one-element
+  ``Create``, so every file was read in one partition. Here Reshuffle computes its input
+  (for the jobs, the list of files), cuts it into ``--dask_npartitions`` partitions and
+  deals them over the workers;
+* only the last-applied leaf was computed. Here every leaf is, and a bag that several
+  transforms consume is persisted on the cluster, so shared upstream work runs once.
+
+Results are unchanged (tests/deploy/test_dask.py compares them with the FnApiRunner's).
+Still true of Dask: tagged outputs reach every tag (the jobs split one PCollection by
+filters instead), ``beam.io.Read`` is not translated (the jobs read with ``fileio``), there
+are no metrics and no combiner lifting, and it is batch only.
 """
 
 from __future__ import annotations
 
 import logging
+
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.pipeline import PipelineVisitor
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
 __all__ = ["DaskClusterOptions", "dask_runner", "wants_dask"]
@@ -80,7 +96,7 @@ def dask_runner(options: PipelineOptions):
 
     Returns
     -------
-    apache_beam.runners.runner.PipelineRunner or None
+    apache_beam.runners.dask.dask_runner.DaskRunner or None
 
     Raises
     ------
@@ -104,36 +120,54 @@ def dask_runner(options: PipelineOptions):
             raise ValueError("--dask_local_workers starts its own cluster: do not combine it "
                              "with --dask_client_address or --dask_scheduler_file")
     try:
+        import dask.distributed  # noqa: F401
         from apache_beam.runners.dask.dask_runner import DaskRunner
-        import dask.distributed  # noqa: F401  (DaskRunner imports it lazily; fail early)
     except ImportError as exc:
         raise ImportError("the DaskRunner needs dask.distributed: "
                           "pip install 'ldpflow[dask]'") from exc
 
-    class _SelfCleaningDaskRunner(DaskRunner):
-        """Beam's DaskRunner, plus an optional LocalCluster and a result that closes both."""
+    class _ClusterDaskRunner(DaskRunner):
+        """Beam's DaskRunner, translated for a cluster (module docstring), self-cleaning."""
 
         def run_pipeline(self, pipeline, options):
+            import dask
+            import dask.distributed
+
+            from apache_beam.runners.dask.dask_runner import DaskRunnerResult
+            from apache_beam.runners.dask.overrides import dask_overrides
+
+            client_kwargs = _dask_options(options).get_all_options(drop_default=True,
+                                                                   current_only=True)
             cluster = None
             if local is not None:
                 cluster = _start_local_cluster(local)
-                # DaskRunner reads only its own DaskOptions: hand it a copy, so that the
-                # caller's options do not keep this run's scheduler address.
-                dask = _dask_options(options).get_all_options(drop_default=True,
-                                                              current_only=True)
-                dask["address"] = cluster.scheduler_address
-                if "npartitions" not in dask and "partition_size" not in dask:
-                    dask["npartitions"] = 2 * local
-                options = PipelineOptions([], **dask)
+                client_kwargs["address"] = cluster.scheduler_address
+                if "npartitions" not in client_kwargs and "partition_size" not in client_kwargs:
+                    client_kwargs["npartitions"] = 2 * local
+            bag_kwargs = {name: client_kwargs.pop(name) for name in ("npartitions",
+                                                                     "partition_size")
+                          if client_kwargs.get(name)}
+            client = None
             try:
-                inner = super().run_pipeline(pipeline, options)
+                client = dask.distributed.Client(**client_kwargs)
+                pipeline.replace_all(dask_overrides())
+                consumers = _ConsumerCounter()
+                pipeline.visit(consumers)
+                translator = _translator(client, bag_kwargs, consumers.counts)
+                pipeline.visit(translator)
+                leaves = [bag for node, bag in translator.bags.items()
+                          if consumers.counts.get(node, 0) == 0 and hasattr(bag, "dask")]
+                futures = client.compute(list(dask.optimize(*leaves)))
             except BaseException:
+                if client is not None:
+                    client.close()
                 if cluster is not None:
                     cluster.close()
                 raise
-            return _ClosingResult(inner, cluster)
+            return _ClosingResult(DaskRunnerResult(client, futures), cluster,
+                                  held=translator.held)
 
-    return _SelfCleaningDaskRunner()
+    return _ClusterDaskRunner()
 
 
 def _dask_options(options: PipelineOptions):
@@ -152,6 +186,93 @@ def _start_local_cluster(workers: int):
     return cluster
 
 
+class _ConsumerCounter(PipelineVisitor):
+    """Counts, per primitive transform, the transforms that read its output (main or side)."""
+
+    def __init__(self):
+        self.counts: dict = {}
+
+    def visit_transform(self, transform_node) -> None:
+        for value in list(transform_node.inputs) + [si.pvalue for si in
+                                                    transform_node.side_inputs]:
+            producer = getattr(value, "producer", None)
+            if producer is not None:
+                self.counts[producer] = self.counts.get(producer, 0) + 1
+
+
+def _translator(client, bag_kwargs: dict, consumers: dict):
+    """A pipeline visitor that builds one Dask bag per primitive transform.
+
+    Follows Beam 2.77's ``DaskRunner.to_dask_bag_visitor``, except that side inputs are
+    computed on the cluster and handed over as values, bags read more than once are
+    persisted, and Reshuffle repartitions (module docstring).
+    """
+    import dask.bag
+    import dask.distributed
+    from apache_beam import pvalue
+    from apache_beam.runners.dask import transform_evaluator as evaluator
+    from apache_beam.runners.dask.overrides import _Reshuffle
+    from apache_beam.transforms.sideinputs import SideInputMap
+
+    class _Repartition(evaluator.DaskBagOp):
+        """Reshuffle: the input, computed, in ``npartitions`` parts dealt over the workers.
+
+        Dask places a task next to its input, so repartitioning alone would leave every
+        part on the worker that listed the files.
+        """
+
+        def apply(self, input_bag, side_inputs=None):
+            npartitions = self.bag_kwargs.get("npartitions") or input_bag.npartitions
+            if input_bag.npartitions < npartitions:
+                input_bag = input_bag.repartition(npartitions=npartitions)
+            parts = dask.distributed.futures_of(client.persist(input_bag))
+            workers = sorted(client.scheduler_info()["workers"])
+            dealt = [client.submit(_identity, part, workers=[workers[i % len(workers)]],
+                                   pure=False) for i, part in enumerate(parts)]
+            held.extend(dealt)  # a released future's data is dropped: hold them for the run
+            return dask.bag.from_delayed(dealt)
+
+    translations = {**evaluator.TRANSLATIONS, _Reshuffle: _Repartition}
+    held: list = []
+
+    class _Translator(PipelineVisitor):
+        def __init__(self):
+            self.bags: dict = {}
+            self.held = held  # futures the run's graph refers to by key
+
+        def visit_transform(self, transform_node) -> None:
+            op_class = translations.get(transform_node.transform.__class__, evaluator.NoOp)
+            op = op_class(transform_node, bag_kwargs=bag_kwargs)
+            kwargs = {"input_bag": None, "side_inputs": None}
+            inputs = list(transform_node.inputs)
+            if inputs:
+                bags = [None if isinstance(value, pvalue.PBegin) else self.bags[value.producer]
+                        for value in inputs
+                        if isinstance(value, pvalue.PBegin) or value.producer in self.bags]
+                single = len(bags) == 1 and not isinstance(op, evaluator.Flatten)
+                kwargs["input_bag"] = bags[0] if single else bags
+            if transform_node.side_inputs:
+                kwargs["side_inputs"] = [
+                    SideInputMap(type(si), si._view_options(), evaluator.DaskBagWindowedIterator(
+                        self._values(si.pvalue.producer), si._window_mapping_fn))
+                    for si in transform_node.side_inputs]
+            bag = op.apply(**kwargs)
+            if consumers.get(transform_node, 0) > 1 and hasattr(bag, "dask"):
+                bag = client.persist(bag)  # computed once, read by every consumer
+                held.append(bag)
+            self.bags[transform_node] = bag
+
+        def _values(self, producer) -> list:
+            # DaskBagWindowedIterator only iterates: a list of the computed values serves.
+            return client.compute(self.bags[producer]).result()
+
+    return _Translator()
+
+
+def _identity(value):
+    return value
+
+
 class _ClosingResult(PipelineResult):
     """A DaskRunner result that closes its client (and cluster) when the run ends.
 
@@ -159,10 +280,11 @@ class _ClosingResult(PipelineResult):
     ConnectionRefused / CancelledError at shutdown.
     """
 
-    def __init__(self, inner, cluster=None):
+    def __init__(self, inner, cluster=None, held=()):
         super().__init__(inner.state)
         self._inner = inner
         self._cluster = cluster
+        self._held = list(held)
         self._closed = False
 
     @property
@@ -195,6 +317,7 @@ class _ClosingResult(PipelineResult):
         if self._closed:
             return
         self._closed = True
+        self._held.clear()
         self._inner.client.close()
         if self._cluster is not None:
             self._cluster.close()
