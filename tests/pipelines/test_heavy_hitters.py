@@ -1,0 +1,235 @@
+"""``ldpflow heavy-hitters`` on Beam: equal to the core run on the same reports, the JSON
+document, dead letters through the Beam path, decoded strings, configurations kept apart."""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+
+import fastavro
+import numpy as np
+import pytest
+
+from ldpflow.core import heavy_hitters as hh
+from ldpflow.pipelines import heavy_hitters, simulate
+from ldpflow.transforms import formats
+from ldpflow.transforms.records import parse_records, pem_from_key, reports_to_records
+
+pytestmark = pytest.mark.pipeline
+
+# Five stages: prefix bits (10, 17, 24, 31, 32), 1024 candidates at most per stage.
+FLAGS = ["--bits", "32", "--k", "8", "--query_limit", "1024"]
+
+
+def simulate_pem(out, users=20_000, epsilon=4.0, seed=11, extra=()):
+    return simulate.run(["--oracle", "pem", *FLAGS, "--epsilon", str(epsilon),
+                         "--domain_size", "500", "--users", str(users), "--seed", str(seed),
+                         "--output", str(out), "--shards", "3", *extra])
+
+
+def read_records(pattern):
+    records = []
+    for path in sorted(glob.glob(pattern)):
+        with open(path, "rb") as f:
+            records += list(fastavro.reader(f))
+    return records
+
+
+def core_identify(records, threshold=None):
+    batches, dead = parse_records(records, trusted=True, expect={"oracle": "pem"})
+    assert not dead
+    ((key, batch),) = batches.items()
+    pem = pem_from_key(key)[0]
+    if threshold is not None:
+        pem = hh.PrefixExtendingMethod(**{**pem.parameters, "threshold": threshold})
+    return pem, pem.identify(batch.reports)
+
+
+@pytest.mark.parametrize("threshold", [None, 0.02])
+def test_pipeline_top_k_equals_the_core_identify_exactly(tmp_path, threshold):
+    truth = simulate_pem(tmp_path / "reports")
+    extra = [] if threshold is None else ["--threshold", str(threshold)]
+    doc = heavy_hitters.run([f"--input={tmp_path}/reports/*.avro", f"--output={tmp_path}/hh",
+                             *FLAGS, *extra])
+    pem, expected = core_identify(read_records(f"{tmp_path}/reports/*.avro"), threshold)
+    assert [t["value"] for t in doc["top_k"]] == expected.values.tolist()
+    assert [t["frequency"] for t in doc["top_k"]] == expected.frequencies.tolist()
+    assert [t["count"] for t in doc["top_k"]] == expected.counts.tolist()
+    assert doc["group_sizes"] == list(expected.group_sizes) == truth["group_sizes"]
+    assert [s["candidates"] for s in doc["stages"]] == list(expected.stage_candidates)
+    assert [s["survivors"] for s in doc["stages"]] == list(expected.stage_survivors)
+    if threshold is None:  # the clear heavy hitters of Zipf(1.1) over 500 values are found
+        assert hh.score_top_k([t["value"] for t in doc["top_k"]], truth["top"], 8)["f1"] >= 0.75
+    with open(f"{tmp_path}/hh/heavy_hitters.json") as f:
+        assert json.load(f) == {k: v for k, v in doc.items() if k != "wall_seconds"}
+
+
+def test_document_shape(tmp_path):
+    simulate_pem(tmp_path / "reports", users=5000)
+    doc = heavy_hitters.run([f"--input={tmp_path}/reports/*.avro", f"--output={tmp_path}/hh",
+                             *FLAGS, "--epsilon", "4"])
+    assert set(doc) >= {"top_k", "configuration", "n", "group_sizes", "stages", "results",
+                        "records", "reports", "dead_letters", "elapsed_seconds", "wall_seconds"}
+    assert doc["error"] is None and len(doc["results"]) == 1
+    assert len(doc["top_k"]) == 8
+    assert all(set(t) == {"value", "frequency", "count"} and type(t["value"]) is int
+               for t in doc["top_k"])
+    freqs = [t["frequency"] for t in doc["top_k"]]
+    assert freqs == sorted(freqs, reverse=True)
+    assert doc["configuration"] == {"top_k": 8, "value_bits": 32, "epsilon": 4.0,
+                                    "query_limit": 1024, "start_bits": 3, "step_bits": 7,
+                                    "num_groups": 5, "hash_range": 64, "threshold": None,
+                                    "codec": "int"}
+    assert doc["n"] == doc["reports"] == doc["records"] == sum(doc["group_sizes"]) == 5000
+    assert doc["dead_letters"] == {"total": 0, "by_reason": {}}
+    assert [s["stage"] for s in doc["stages"]] == [0, 1, 2, 3, 4]
+    assert [s["prefix_bits"] for s in doc["stages"]] == [10, 17, 24, 31, 32]
+    assert [s["candidates"] for s in doc["stages"]] == [1024, 1024, 1024, 1024, 16]
+    for stage in doc["stages"]:
+        assert stage["candidates"] <= 1024 and stage["error"] is None
+        assert stage["aggregate_seconds"] >= 0 and stage["span_seconds"] >= 0
+        assert stage["sigma"] > 0 and stage["batches"] >= 1
+
+
+def test_bad_input_goes_to_dead_letters_through_beam(tmp_path):
+    simulate_pem(tmp_path / "reports", users=3000)
+    records = read_records(f"{tmp_path}/reports/*.avro")
+    valid = list(records)
+
+    def broken(record, **changes):
+        record = dict(record, pem=dict(record["pem"]))
+        for name, value in changes.items():
+            (record["pem"] if name in record["pem"] else record)[name] = value
+        return record
+
+    bad = [
+        broken(records[0], prefix_bits=records[0]["pem"]["prefix_bits"] + 1),  # wrong length
+        broken(records[1], group=9),  # group out of range
+        broken(records[2], bucket=64),  # bucket out of range
+        broken(records[3], seed=None),  # missing payload
+        broken(records[4], value_bits=65),  # values would lie beyond 2**64
+        broken(records[5], top_k=4),  # another configuration
+        broken(records[6], codec="string"),  # another codec
+    ]
+    for i in range(7):
+        valid.remove(records[i])
+    with open(tmp_path / "mixed.avro", "wb") as f:
+        formats.write_avro(f, valid[:1000] + bad[:4])
+    lines = [json.dumps(formats.to_json_record(r)) for r in valid[1000:] + bad[4:]]
+    lines += ["{not json", json.dumps({"report_id": "x"})]
+    not_json = len(lines) - 1  # its line number
+    with gzip.open(tmp_path / "mixed.jsonl.gz", "wt") as f:
+        f.write("\n".join(lines) + "\n")
+    doc = heavy_hitters.run([f"--input={tmp_path}/mixed.*", f"--output={tmp_path}/hh", *FLAGS])
+    dead = doc["dead_letters"]
+    assert dead["total"] == 9 and doc["records"] == 3000 + 2 == doc["reports"] + 9
+    assert set(dead["by_reason"]) == {
+        "prefix_bits does not match the group's length", "group outside [0, 5)",
+        "bucket outside [0, 64)", "missing payload field 'seed' for oracle pem",
+        "invalid parameters: value_bits must be in [1, 64], got 65",
+        "parameter mismatch: top_k 4, expected 8",
+        "parameter mismatch: codec 'string', expected 'int'",
+        f"malformed JSON at line {not_json}: Expecting property name enclosed in double "
+        "quotes: line 1 column 2 (char 1)",
+        "malformed record: missing field 'user_id'",
+    }
+    letters = [json.loads(line) for path in glob.glob(f"{tmp_path}/hh/dead_letters/*.jsonl")
+               for line in open(path)]
+    assert len(letters) == 9
+    # The valid reports give exactly the core's answer.
+    _, expected = core_identify(valid)
+    assert [t["value"] for t in doc["top_k"]] == expected.values.tolist()
+    # Refused rows count against their configuration; other configurations get a result
+    # each (n = 0), so every refused report of a known configuration is accounted for.
+    assert [(r["n"], r["dead_letters"]) for r in doc["results"]] == [(2993, 4), (0, 1), (0, 1)]
+    assert {r["configuration"]["top_k"] for r in doc["results"]} == {8, 4}
+
+
+def test_string_values_come_back_decoded(tmp_path):
+    words = ["the"] * 3000 + ["of"] * 2200 + ["and"] * 1600 + ["to"] * 1200
+    words += [f"w{i % 1000:03d}" for i in range(2000)]
+    values_file = tmp_path / "words.txt"
+    values_file.write_text("\n".join(words) + "\n", encoding="utf-8")
+    flags = ["--bits", "32", "--k", "4", "--query_limit", "256"]
+    truth = simulate.run(["--oracle", "pem", *flags, "--epsilon", "4", "--codec", "string",
+                          "--values_file", str(values_file), "--seed", "3",
+                          "--output", str(tmp_path / "reports"), "--shards", "2"])
+    assert [t["value"] for t in truth["top"][:4]] == ["the", "of", "and", "to"]
+    doc = heavy_hitters.run([f"--input={tmp_path}/reports/*.avro", f"--output={tmp_path}/hh",
+                             *flags, "--codec", "string"])
+    assert [t["value"] for t in doc["top_k"]] == ["the", "of", "and", "to"]
+    assert doc["configuration"]["codec"] == "string"
+    # Read as integers, every report is a dead letter: codecs never mix.
+    doc = heavy_hitters.run([f"--input={tmp_path}/reports/*.avro", f"--output={tmp_path}/hh2",
+                             *flags])
+    assert doc["top_k"] == [] and doc["dead_letters"]["total"] == len(words)
+    assert doc["error"] == "no valid reports"
+
+
+def test_each_epsilon_is_its_own_result_unless_one_is_expected(tmp_path):
+    simulate_pem(tmp_path / "a", users=3000, epsilon=4.0)
+    simulate_pem(tmp_path / "b", users=2000, epsilon=2.0, seed=12)
+    doc = heavy_hitters.run([f"--input={tmp_path}/[ab]/*.avro", f"--output={tmp_path}/hh",
+                             *FLAGS])
+    assert [(r["configuration"]["epsilon"], r["n"]) for r in doc["results"]] == [(4.0, 3000),
+                                                                              (2.0, 2000)]
+    assert doc["configuration"]["epsilon"] == 4.0 and doc["n"] == 3000
+    doc = heavy_hitters.run([f"--input={tmp_path}/[ab]/*.avro", f"--output={tmp_path}/hh2",
+                             *FLAGS, "--epsilon", "2"])
+    assert [(r["configuration"]["epsilon"], r["n"], r["dead_letters"])
+            for r in doc["results"]] == [(2.0, 2000, 0), (4.0, 0, 3000)]
+    assert doc["dead_letters"]["by_reason"] == {"parameter mismatch: epsilon 4.0, expected 2.0":
+                                                3000}
+
+
+def test_a_group_without_reports_is_an_error_not_a_guess(tmp_path):
+    simulate_pem(tmp_path / "reports", users=2000)
+    records = [r for r in read_records(f"{tmp_path}/reports/*.avro") if r["pem"]["group"] != 2]
+    with open(tmp_path / "gap.avro", "wb") as f:
+        formats.write_avro(f, records)
+    doc = heavy_hitters.run([f"--input={tmp_path}/gap.avro", f"--output={tmp_path}/hh", *FLAGS])
+    assert doc["top_k"] == [] and doc["error"] == "group 2 has no reports"
+    assert [s["error"] for s in doc["stages"]] == [None, None, "group 2 has no reports",
+                                                   "stage 3 failed: group 2 has no reports"]
+    assert doc["group_sizes"][2] == 0 and doc["n"] == len(records)
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--k", "0", "--bits", "32"], "top_k must be >= 1, got 0"),
+    (["--k", "8", "--bits", "65"], "value_bits must be in [1, 64], got 65"),
+    (["--k", "8", "--bits", "12", "--codec", "string"], "bits of a string codec must be a "
+                                                        "multiple of 8, got 12"),
+    (["--k", "8", "--bits", "64", "--query_limit", "8"], "query_limit must allow a step"),
+    (["--k", "8", "--bits", "64", "--step_bits", "15", "--num_groups", "3"],
+     "num_groups must equal ceil((value_bits - start_bits) / step_bits) = ceil(61 / 15) = 5"),
+    (["--bits", "64"], "the following arguments are required: --k"),
+])
+def test_bad_flags_fail_before_the_pipeline(tmp_path, flags, message):
+    with pytest.raises(SystemExit) as raised:
+        heavy_hitters.run([f"--input={tmp_path}/none/*.avro", f"--output={tmp_path}/o", *flags])
+    assert message in str(raised.value)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_two_worker_processes_give_the_same_answer(tmp_path):
+    simulate_pem(tmp_path / "reports", users=6000)
+    args = [f"--input={tmp_path}/reports/*.avro", *FLAGS]
+    one = heavy_hitters.run([*args, f"--output={tmp_path}/one"])
+    two = heavy_hitters.run([*args, f"--output={tmp_path}/two", "--direct_num_workers=2",
+                             "--direct_running_mode=multi_processing"])
+    assert two["top_k"] == one["top_k"] and two["group_sizes"] == one["group_sizes"]
+
+
+def test_reports_to_records_keeps_the_group_of_each_user_id(tmp_path):
+    """Each simulated user lands in exactly one group: the one its id hashes to."""
+    simulate_pem(tmp_path / "reports", users=4000)
+    records = read_records(f"{tmp_path}/reports/*.avro")
+    pem, _ = core_identify(records)
+    groups = pem.group_of(np.array([r["user_id"] for r in records]))
+    assert groups.tolist() == [r["pem"]["group"] for r in records]
+    assert len({r["user_id"] for r in records}) == 4000
+    one = reports_to_records(pem, pem.perturb([1], ["user-0"], np.random.default_rng(0)),
+                             ["r"], ["user-0"], [0])[0]
+    assert one["pem"]["group"] == int(pem.group_of(["user-0"])[0])
