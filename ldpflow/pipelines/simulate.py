@@ -8,6 +8,18 @@ Writes ``OUTPUT/reports-SSSSS-of-NNNNN.avro`` (or ``.jsonl`` / ``.parquet``) and
 Values come from a synthetic distribution over the domain (rank r is value r) or from
 ``--values_file`` (one integer per line). Simulation is seeded: it is for evaluation, not
 for real clients, whose perturbation draws from the OS CSPRNG.
+
+Heavy hitters (PEM, the prefix extending method)::
+
+    ldpflow simulate --oracle pem --bits 64 --k 32 --epsilon 4 --domain_size 100000 \\
+        --users 1000000 --distribution zipf:1.1 --seed 7 --output /tmp/pem
+
+draws each user's value from ``N = --domain_size`` distinct ``--bits``-bit values (a seeded
+random map from rank to value, then ranks from the distribution), or reads them from
+``--values_file`` (integers, or with ``--codec string`` one string per line). User ``i``
+(id ``user-i``) reports in the group of its id. ``truth.json`` is ``{"top": [{"value": V,
+"count": C}, ...], ...}``: the ``--truth_top`` (default 1000) most frequent values by count
+(ties: the smaller code first), decoded, with the configuration. Avro and JSON lines only.
 """
 
 from __future__ import annotations
@@ -23,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from ldpflow.core import simulation, validation
+from ldpflow.core import codecs, simulation, validation
+from ldpflow.core import heavy_hitters as hh
 from ldpflow.core.oracles import FrequencyOracle, registry
 from ldpflow.transforms import formats
 from ldpflow.transforms.records import reports_to_records
@@ -37,10 +50,28 @@ DEFAULT_START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ldpflow simulate", description=__doc__.split("\n")[0])
-    parser.add_argument("--oracle", required=True, choices=sorted(registry.ORACLES))
+    parser.add_argument("--oracle", required=True, choices=[*sorted(registry.ORACLES), hh.NAME])
     parser.add_argument("--epsilon", type=float, required=True)
-    parser.add_argument("--domain_size", type=int, required=True)
-    parser.add_argument("--hash_range", type=int, default=None, help="olh: g (a power of two).")
+    parser.add_argument("--domain_size", type=int, default=None,
+                        help="(required) The domain size; pem: the number N of distinct values "
+                             "(not needed with --values_file).")
+    parser.add_argument("--hash_range", type=int, default=None,
+                        help="olh, pem: g (a power of two).")
+    pem = parser.add_argument_group("pem (heavy hitters)")
+    pem.add_argument("--bits", type=int, default=None, help="m: the width of the values.")
+    pem.add_argument("--k", type=int, default=None, help="The top-k size.")
+    pem.add_argument("--query_limit", type=int, default=None, help="Q (default 2**20).")
+    pem.add_argument("--start_bits", type=int, default=None, help="gamma (default ceil(log2 k)).")
+    pem.add_argument("--step_bits", type=int, default=None,
+                     help="eta (default the largest with k * 2**eta <= Q).")
+    pem.add_argument("--num_groups", type=int, default=None, help="g (must agree if given).")
+    pem.add_argument("--codec", choices=sorted(codecs.CODECS), default="int",
+                     help="int: values are integers; string: --values_file holds strings.")
+    pem.add_argument("--truncate", action="store_true",
+                     help="string codec: keep the leading bytes of longer strings (whole "
+                          "UTF-8 characters) instead of refusing them.")
+    pem.add_argument("--truth_top", type=int, default=1000,
+                     help="How many of the most frequent values truth.json lists.")
     parser.add_argument("--users", type=int, default=None,
                         help="Number of users (required unless --values_file is given).")
     parser.add_argument("--distribution", default="zipf:1.1",
@@ -93,17 +124,33 @@ def write_reports(path: str, fmt: str, records: list[dict]) -> None:
 
 
 def _write_shard(job: tuple) -> tuple[str, int]:
-    path, fmt, oracle, reports, first, run_id, event_times = job
+    path, fmt, oracle, reports, first, run_id, event_times, codec = job
     count = len(reports)
     ids = [f"{run_id}-{i}" for i in range(first, first + count)]
-    users = [f"user-{i}" for i in range(first, first + count)]
-    write_reports(path, fmt, reports_to_records(oracle, reports, ids, users, event_times))
+    users = _user_ids(first, first + count)
+    write_reports(path, fmt, reports_to_records(oracle, reports, ids, users, event_times,
+                                                codec=codec))
     return path, count
+
+
+def _user_ids(start: int, stop: int) -> list[str]:
+    """The simulated users' stable ids (PEM groups are drawn from them)."""
+    return [f"user-{i}" for i in range(start, stop)]
+
+
+_PEM_ONLY = ("bits", "k", "query_limit", "start_bits", "step_bits", "num_groups")
 
 
 def run(argv: list[str] | None = None) -> dict:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.oracle == hh.NAME:
+        return _run_pem(parser, args)
+    given = [f"--{name}" for name in _PEM_ONLY if getattr(args, name) is not None]
+    if given or args.codec != "int" or args.truncate:
+        parser.error(f"{', '.join(given) or '--codec/--truncate'} apply to --oracle pem only")
+    if args.domain_size is None:
+        parser.error(f"--domain_size is required for --oracle {args.oracle}")
     try:
         oracle = _oracle(args)
         validation.check_positive_int(args.shards, name="--shards")
@@ -115,7 +162,27 @@ def run(argv: list[str] | None = None) -> dict:
     n = values.size
     kwargs = {"columns": rng.permutation(n) % oracle.order} if oracle.name == "onebit" else {}
     reports = oracle.perturb(values, rng=rng, **kwargs)  # seeded: a simulation
-    event_times = args.start_time_ms + (rng.random(n) * args.duration_s * 1000).astype(np.int64)
+    event_times = _event_times(args, rng, n)
+    _write_all(args, oracle, reports, event_times, None)
+    counts = np.bincount(values, minlength=args.domain_size)
+    truth = {"counts": counts.tolist(), "users": int(n), "oracle": oracle.name,
+             "parameters": oracle.parameters,
+             "distribution": None if args.values_file else args.distribution, "seed": args.seed}
+    with open(os.path.join(args.output, "truth.json"), "w", encoding="utf-8") as f:
+        json.dump(truth, f)
+    elapsed = time.perf_counter() - started
+    _LOGGER.info("simulated %d %s reports in %.1fs -> %s", n, oracle.name, elapsed, args.output)
+    return truth
+
+
+def _event_times(args: argparse.Namespace, rng: np.random.Generator, n: int) -> np.ndarray:
+    return args.start_time_ms + (rng.random(n) * args.duration_s * 1000).astype(np.int64)
+
+
+def _write_all(args: argparse.Namespace, oracle, reports, event_times: np.ndarray,
+               codec: str | None) -> None:
+    """Shard the reports into ``--shards`` files, encoded on all cores."""
+    n = len(reports)
     os.makedirs(args.output, exist_ok=True)
     bounds = np.linspace(0, n, args.shards + 1).astype(int)
     jobs = []
@@ -124,7 +191,7 @@ def run(argv: list[str] | None = None) -> dict:
         path = os.path.join(args.output,
                             f"reports-{shard:05d}-of-{args.shards:05d}{_SUFFIX[args.format]}")
         jobs.append((path, args.format, oracle, reports[lo:hi], lo, f"s{args.seed}",
-                     event_times[lo:hi]))
+                     event_times[lo:hi], codec))
     workers = min(len(jobs), os.cpu_count() or 1)
     if workers > 1:  # encoding is per record in Python: spread the shards over the cores
         context = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
@@ -134,12 +201,87 @@ def run(argv: list[str] | None = None) -> dict:
     else:
         for job in jobs:
             _LOGGER.info("wrote %s (%d reports)", *_write_shard(job))
-    counts = np.bincount(values, minlength=args.domain_size)
-    truth = {"counts": counts.tolist(), "users": int(n), "oracle": oracle.name,
-             "parameters": oracle.parameters,
-             "distribution": None if args.values_file else args.distribution, "seed": args.seed}
+
+
+def _pem_config(parser: argparse.ArgumentParser, args: argparse.Namespace):
+    missing = [f"--{name}" for name in ("bits", "k") if getattr(args, name) is None]
+    if missing:
+        parser.error(f"--oracle pem needs {' and '.join(missing)}")
+    if args.format == "parquet":
+        parser.error("--format parquet does not carry pem reports; use avro or json")
+    params: dict[str, Any] = {"top_k": args.k, "value_bits": args.bits, "epsilon": args.epsilon}
+    for name in ("query_limit", "start_bits", "step_bits", "num_groups", "hash_range"):
+        if getattr(args, name) is not None:
+            params[name] = getattr(args, name)
+    try:
+        pem = hh.PrefixExtendingMethod(**params)
+        codec = codecs.make_codec(args.codec, bits=pem.value_bits)
+        validation.check_positive_int(args.shards, name="--shards")
+        validation.check_positive_int(args.truth_top, name="--truth_top")
+    except (TypeError, ValueError) as exc:
+        parser.error(str(exc))
+    return pem, codec
+
+
+def _pem_values(parser: argparse.ArgumentParser, args: argparse.Namespace, codec,
+                rng: np.random.Generator) -> np.ndarray:
+    """The users' values as ``--bits``-bit codes."""
+    if args.values_file:
+        with open(args.values_file, encoding="utf-8") as f:
+            lines = [line.rstrip("\r\n") for line in f]
+        try:
+            if isinstance(codec, codecs.StringCodec):
+                return codec.encode([line for line in lines if line], truncate=args.truncate)
+            raw = [line.strip() for line in lines if line.strip()]
+            return codec.encode(np.array([int(v) for v in raw], dtype=object))
+        except (TypeError, ValueError) as exc:
+            parser.error(f"--values_file: {exc}")
+    if isinstance(codec, codecs.StringCodec):
+        parser.error("--codec string needs --values_file (one string per line)")
+    if args.users is None or args.domain_size is None:
+        parser.error("--oracle pem needs --users and --domain_size (the number of distinct "
+                     "values) unless --values_file is given")
+    try:
+        dist = simulation.parse_distribution(args.distribution)
+        shape = ({"exponent": dist.parameter} if dist.kind == "zipf"
+                 else {"ratio": dist.parameter} if dist.kind == "geometric" else {})
+        return hh.sample_values(validation.check_positive_int(args.users, name="--users"),
+                                num_distinct=args.domain_size, value_bits=args.bits, rng=rng,
+                                distribution=dist.kind, **shape)
+    except (TypeError, ValueError) as exc:
+        parser.error(str(exc))
+
+
+def _run_pem(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
+    pem, codec = _pem_config(parser, args)
+    started = time.perf_counter()
+    rng = np.random.default_rng(args.seed)
+    values = _pem_values(parser, args, codec, rng)
+    n = values.size
+    if n == 0:
+        parser.error("--values_file holds no values")
+    users = np.array(_user_ids(0, n))
+    reports = pem.perturb(values, users, rng)  # seeded: a simulation
+    event_times = _event_times(args, rng, n)
+    _write_all(args, pem, reports, event_times, codec.name)
+    top = hh.true_top(values, args.truth_top)
+    decoded = codec.decode(np.array([t["value"] for t in top], dtype=np.uint64))
+    truth = {
+        "top": [{"value": v if isinstance(v, str) else int(v), "count": t["count"]}
+                for v, t in zip(decoded, top, strict=True)],
+        "users": int(n),
+        "distinct": int(np.unique(values).size),
+        "oracle": hh.NAME,
+        "codec": codec.name,
+        "parameters": pem.parameters,
+        "prefix_bits": list(pem.prefix_bits),
+        "group_sizes": np.bincount(reports.columns["group"], minlength=pem.num_groups).tolist(),
+        "distribution": None if args.values_file else args.distribution,
+        "domain_size": None if args.values_file else args.domain_size,
+        "seed": args.seed,
+    }
     with open(os.path.join(args.output, "truth.json"), "w", encoding="utf-8") as f:
         json.dump(truth, f)
-    elapsed = time.perf_counter() - started
-    _LOGGER.info("simulated %d %s reports in %.1fs -> %s", n, oracle.name, elapsed, args.output)
+    _LOGGER.info("simulated %d pem reports (%d groups) in %.1fs -> %s", n, pem.num_groups,
+                 time.perf_counter() - started, args.output)
     return truth
