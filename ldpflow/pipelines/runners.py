@@ -25,7 +25,9 @@ Beam 2.77's translation (``apache_beam/runners/dask/dask_runner.py``) defeats a 
   (for the jobs, the list of files), cuts it into ``--dask_npartitions`` partitions and
   deals them over the workers;
 * only the last-applied leaf was computed. Here every leaf is, and a bag that several
-  transforms consume is persisted on the cluster, so shared upstream work runs once.
+  transforms consume is persisted on the cluster, so shared upstream work runs once;
+* what a DoFn emits in ``finish_bundle`` was dropped (the outputs were collected before it
+  ran). Here they are kept.
 
 Results are unchanged (tests/deploy/test_dask.py compares them with the FnApiRunner's).
 Still true of Dask: tagged outputs reach every tag (the jobs split one PCollection by
@@ -207,6 +209,7 @@ def _translator(client, bag_kwargs: dict, consumers: dict):
     computed on the cluster and handed over as values, bags read more than once are
     persisted, and Reshuffle repartitions (module docstring).
     """
+    import apache_beam as beam
     import dask.bag
     import dask.distributed
     from apache_beam import pvalue
@@ -232,7 +235,34 @@ def _translator(client, bag_kwargs: dict, consumers: dict):
             held.extend(dealt)  # a released future's data is dropped: hold them for the run
             return dask.bag.from_delayed(dealt)
 
-    translations = {**evaluator.TRANSLATIONS, _Reshuffle: _Repartition}
+    class _ParDo(evaluator.ParDo):
+        """Beam 2.77's ParDo translation, with the DoFn's ``finish_bundle`` outputs kept."""
+
+        def apply(self, input_bag, side_inputs=None):
+            from apache_beam.runners.common import DoFnContext, DoFnSignature, _OutputHandler
+
+            transform = self.transform
+            args, kwargs = transform.raw_side_inputs
+            main_input = next(iter(self.applied.main_inputs.values()))
+            window_fn = getattr(main_input, "windowing", None)
+            window_fn = window_fn.windowfn if window_fn is not None else None
+            receivers = evaluator.OneReceiver()
+            invoker_args = [
+                DoFnSignature(transform.fn),
+                _OutputHandler(window_fn=window_fn, main_receivers=receivers[None],
+                               tagged_receivers=receivers, per_element_output_counter=None,
+                               output_batch_converter=None, process_yields_batches=False,
+                               process_batch_yields_elements=False),
+            ]
+            invoker_kwargs = dict(
+                context=DoFnContext(transform.label, state=None), side_inputs=side_inputs,
+                input_args=list(args), input_kwargs=kwargs, user_state_context=None,
+                bundle_finalizer_param=beam.DoFn.BundleFinalizerParam())
+            return input_bag.map(evaluator.get_windowed_value, window_fn).map_partitions(
+                _apply_dofn_to_bundle, invoker_args, invoker_kwargs, receivers)
+
+    translations = {**evaluator.TRANSLATIONS, _Reshuffle: _Repartition,
+                    beam.ParDo: _ParDo}
     held: list = []
 
     class _Translator(PipelineVisitor):
@@ -271,6 +301,26 @@ def _translator(client, bag_kwargs: dict, consumers: dict):
 
 def _identity(value):
     return value
+
+
+def _apply_dofn_to_bundle(items, invoker_args, invoker_kwargs, receivers):
+    """One Dask partition through a DoFn, as one bundle (runs on the workers).
+
+    Beam 2.77's version collects the outputs before ``finish_bundle``, so a DoFn that emits
+    there (a per-bundle partial aggregate, as the heavy-hitter stages do) lost them.
+    """
+    from apache_beam.runners.common import DoFnInvoker
+
+    invoker = DoFnInvoker.create_invoker(*invoker_args, **invoker_kwargs)
+    invoker.invoke_setup()
+    invoker.invoke_start_bundle()
+    for item in items:
+        invoker.invoke_process(item)
+    invoker.invoke_finish_bundle()
+    invoker.invoke_teardown()
+    results = [value.value for value in receivers.values]
+    receivers.values.clear()
+    return results
 
 
 class _ClosingResult(PipelineResult):

@@ -12,6 +12,7 @@ import json
 import os
 import pathlib
 
+import fastavro
 import numpy as np
 import pytest
 
@@ -161,7 +162,8 @@ def test_report_files_are_read_on_every_worker(reports, dask_cluster, tmp_path):
 
 
 def test_every_leaf_runs_and_side_inputs_are_exact(dask_cluster, tmp_path):
-    """Beam 2.77's DaskRunner computes only the last leaf; ours computes them all."""
+    """Beam 2.77's DaskRunner computes only the last leaf and drops ``finish_bundle``
+    outputs; ours computes every leaf and keeps them."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -171,9 +173,26 @@ def test_every_leaf_runs_and_side_inputs_are_exact(dask_cluster, tmp_path):
     def write(name):
         return beam.Map(lambda value: (tmp_path / name).write_text(json.dumps(value)))
 
+    class CountInBundleFn(beam.DoFn):  # emits only when its bundle finishes
+        def start_bundle(self):
+            self._count = 0
+
+        def process(self, element):
+            self._count += 1
+
+        def finish_bundle(self):
+            from apache_beam.transforms.window import GlobalWindow
+            from apache_beam.utils.windowed_value import WindowedValue
+
+            yield WindowedValue(self._count, GlobalWindow().max_timestamp(), (GlobalWindow(),))
+
     with beam.Pipeline(runner=estimate.batch_runner(options), options=options) as p:
         numbers = p | beam.Create(range(100))
         total = numbers | "Sum" >> beam.CombineGlobally(sum)
+        _ = (numbers
+             | "CountInBundles" >> beam.ParDo(CountInBundleFn())
+             | "AddCounts" >> beam.CombineGlobally(sum)
+             | "WriteCount" >> write("count.json"))
         _ = (numbers
              | "Share" >> beam.Map(lambda x, t: x / t, beam.pvalue.AsSingleton(total))
              | "Collect" >> beam.combiners.ToList()
@@ -181,4 +200,58 @@ def test_every_leaf_runs_and_side_inputs_are_exact(dask_cluster, tmp_path):
              | "WriteShares" >> write("shares.json"))
         _ = total | "WriteTotal" >> write("total.json")  # a second, independent leaf
     assert json.loads((tmp_path / "total.json").read_text()) == 4950
+    assert json.loads((tmp_path / "count.json").read_text()) == 100
     assert json.loads((tmp_path / "shares.json").read_text()) == [x / 4950 for x in range(100)]
+
+
+# -- ldpflow heavy-hitters ----------------------------------------------------------------
+
+PEM_FLAGS = ["--bits", "32", "--k", "8", "--query_limit", "1024"]  # 5 stages
+
+
+def without_timings(value):
+    """The document without its wall-clock fields (``*_seconds``), which no two runs share."""
+    if isinstance(value, dict):
+        return {k: without_timings(v) for k, v in value.items() if not k.endswith("_seconds")}
+    if isinstance(value, list):
+        return [without_timings(v) for v in value]
+    return value
+
+
+@pytest.fixture(scope="module")
+def pem_reports(tmp_path_factory):
+    """PEM reports of two epsilons (two results), plus records the job must refuse."""
+    root = tmp_path_factory.mktemp("pem")
+    for epsilon, seed in ((4.0, 11), (2.0, 12)):
+        simulate.run(["--oracle", "pem", *PEM_FLAGS, "--epsilon", str(epsilon),
+                      "--domain_size", "300", "--users", "6000", "--seed", str(seed),
+                      "--shards", "3", "--output", str(root / f"eps{seed}")])
+    with open(sorted(root.glob("eps11/*.avro"))[0], "rb") as f:
+        good = list(fastavro.reader(f))[:3]
+    broken = [dict(good[0], oracle="nope"),
+              dict(good[1], pem=dict(good[1]["pem"], top_k=9)),  # another configuration
+              dict(good[2], pem=dict(good[2]["pem"], group=99))]
+    (root / "broken").mkdir()
+    with open(root / "broken" / "reports-broken.jsonl", "w", encoding="utf-8") as f:
+        formats.write_json_lines(f, broken)
+        f.write("{not json\n")
+    return str(root)
+
+
+def test_heavy_hitters_on_dask_equals_fnapi(pem_reports, dask_cluster, tmp_path):
+    from ldpflow.pipelines import heavy_hitters
+
+    flags = [f"--input={pem_reports}/*/reports-*", *PEM_FLAGS]
+    expected = heavy_hitters.run([*flags, f"--output={tmp_path}/fnapi"])
+    assert len(expected["results"]) == 2 and expected["dead_letters"]["total"] == 4
+    assert expected["records"] == 2 * 6000 + 4 and len(expected["top_k"]) == 8
+    before = executed_tasks(dask_cluster)
+    document = heavy_hitters.run([
+        *flags, f"--output={tmp_path}/dask", "--runner=DaskRunner",
+        f"--dask_client_address={dask_cluster.scheduler_address}", "--dask_npartitions=4",
+    ])
+    after = executed_tasks(dask_cluster)
+    # values, integer counts and every frequency, exactly
+    assert without_timings(document) == without_timings(expected)
+    assert dead_letters(f"{tmp_path}/dask") == dead_letters(f"{tmp_path}/fnapi")
+    assert len(after) == 2 and all(after[w] > before.get(w, 0) for w in after), (before, after)
