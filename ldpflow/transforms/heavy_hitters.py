@@ -8,9 +8,10 @@ Contract (``HEAVY_HITTERS.md``; :mod:`ldpflow.core.heavy_hitters` holds all the 
 * :class:`IdentifyHeavyHitters` unrolls the ``g`` stages at graph construction. Stage ``s``
   counts group ``s``'s reports for the extensions of stage ``s - 1``'s survivors, which reach
   it as a side input (``AsDict`` by key; stage 0 extends the empty prefix):
-  :class:`CountStageFn` adds a bundle's batches into one
-  :class:`~ldpflow.core.heavy_hitters.CandidateAccumulator` per key (exact integer sums),
-  :class:`MergeStageCountsCombineFn` merges the bundles' partial counts per key, and
+  the group's batches are gathered by key and shard (a few shards per key),
+  :class:`CountStageFn` counts each shard into one
+  :class:`~ldpflow.core.heavy_hitters.CandidateAccumulator` (exact integer sums),
+  :class:`MergeStageCountsCombineFn` merges the shards' partial counts per key, and
   :func:`select_stage` estimates the candidates and keeps the top ``k``
   (:meth:`~ldpflow.core.heavy_hitters.PrefixExtendingMethod.select`). The output is one
   JSON-ready result dict per key (:func:`assemble_result`), with per-stage report and
@@ -19,10 +20,12 @@ Contract (``HEAVY_HITTERS.md``; :mod:`ldpflow.core.heavy_hitters` holds all the 
   counts are integers and every step is deterministic.
 
 Timings are measured inside the work: ``aggregate_seconds`` is the time spent in
-``aggregate`` summed over batches (over all workers), ``estimate_seconds`` the estimate and
+``aggregate`` summed over shards (over all workers), ``estimate_seconds`` the estimate and
 selection, and ``started`` / ``finished`` (Unix time) span a stage from its first counted
-batch to its selection. Stage 0 needs no side input, so runners fuse its counting with the
-reading of the files: its span includes the read.
+shard to its selection.
+
+No DoFn here emits from ``finish_bundle``: Beam 2.77's DaskRunner collects a bundle's
+outputs before calling it, so such outputs are lost there.
 """
 
 from __future__ import annotations
@@ -38,11 +41,10 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.windowed_value import WindowedValue
 
 from ldpflow.core import codecs
 from ldpflow.core import heavy_hitters as hh
+from ldpflow.core.oracles import Reports
 from ldpflow.transforms.records import ReportBatch, key_to_json, pem_from_key
 
 __all__ = [
@@ -52,6 +54,7 @@ __all__ = [
     "CountStageFn",
     "MergeStageCountsCombineFn",
     "select_stage",
+    "DEFAULT_SHARDS",
     "assemble_result",
     "IdentifyHeavyHitters",
     "WriteHeavyHitters",
@@ -59,6 +62,8 @@ __all__ = [
 ]
 
 _LOGGER = logging.getLogger(__name__)
+#: Counting tasks per key and stage.
+DEFAULT_SHARDS = 4
 
 
 def _configuration(key: tuple, threshold: float | None) -> tuple[hh.PrefixExtendingMethod, str]:
@@ -189,54 +194,70 @@ class SplitGroupsFn(beam.DoFn):
             yield key, int(group), batch.reports[order[bounds[i] : bounds[i + 1]]]
 
 
-def _on_group(element, stage: int) -> bool:
+def _on_group(element, stage):  # no annotations: Beam would read them as type hints
     return element[1] == stage
 
 
-class CountStageFn(beam.DoFn):
-    """Counts one stage's group: ``(key, stage, Reports)`` -> ``(key, StageCounts)``.
+def _shard(element, shards):
+    """``(key, group, Reports)`` -> ``((key, shard), Reports)``: spread a key's batches over
+    ``shards`` counting tasks (by the first report's random seed)."""
+    key, _, reports = element
+    return (key, int(reports.columns["seed"][0] % np.uint64(shards))), reports
 
-    The batches of a bundle are added into one accumulator per key, emitted when the bundle
-    finishes (combiner lifting by hand: one partial per bundle and key reaches the merge,
-    on runners that do not lift combiners too). Stage ``s > 0`` takes the previous stage's
+
+class CountStageFn(beam.DoFn):
+    """Counts one stage's group: ``((key, shard), [Reports, ...])`` -> ``(key, StageCounts)``.
+
+    The input is grouped by key and shard, so each task emits one partial accumulator per
+    key and shard for the merge (a few 8 MB accumulators, not one per batch; the raw
+    reports, 32 bytes each, are what crosses the shuffle). Batches are counted together, up
+    to ``2**20`` reports per call. Stage ``s > 0`` takes the previous stage's
     :class:`StageResult` per key as a side input (``AsDict``).
     """
+
+    _MAX_REPORTS_PER_CALL = 1 << 20
 
     def __init__(self, stage: int, threshold: float | None = None):
         super().__init__()
         self._stage = stage
         self._threshold = threshold
 
-    def start_bundle(self):
-        self._partial: dict[tuple, StageCounts] = {}
+    def setup(self):
         self._configs: dict[tuple, hh.PrefixExtendingMethod] = {}
 
     def process(self, element, previous: Mapping[tuple, StageResult] | None = None):
-        key, group, reports = element
-        if group != self._stage:
-            raise ValueError(f"group {group} reports given to stage {self._stage}")
+        (key, _), batches = element
         pem = self._configs.get(key)
         if pem is None:
             pem = self._configs[key] = _configuration(key, self._threshold)[0]
-        started, clock = time.time(), time.perf_counter()
-        accumulator = None
-        if self._stage == 0:
-            accumulator = pem.aggregate(0, reports)
-        else:
+        prefixes, counted = None, self._stage == 0
+        if self._stage > 0:
             before = (previous or {}).get(key)
-            if before is not None and before.error is None:
-                accumulator = pem.aggregate(self._stage, reports, before.prefixes)
-        counts = StageCounts(accumulator, len(reports), time.perf_counter() - clock, started,
-                             time.time())
-        if key in self._partial:
-            self._partial[key].merge(counts)
-        else:
-            self._partial[key] = counts
+            counted = before is not None and before.error is None
+            prefixes = before.prefixes if counted else None
+        total: StageCounts | None = None
+        pending: list = []
+        size = 0
 
-    def finish_bundle(self):
-        for key, counts in self._partial.items():
-            yield WindowedValue((key, counts), GlobalWindow().max_timestamp(), (GlobalWindow(),))
-        self._partial = {}
+        def count(parts):
+            started, clock = time.time(), time.perf_counter()
+            reports = parts[0] if len(parts) == 1 else Reports.concat(parts)
+            accumulator = pem.aggregate(self._stage, reports, prefixes) if counted else None
+            return StageCounts(accumulator, len(reports), time.perf_counter() - clock, started,
+                               time.time(), len(parts))
+
+        for reports in batches:  # may be a one-shot iterable: iterate once
+            pending.append(reports)
+            size += len(reports)
+            if size >= self._MAX_REPORTS_PER_CALL:
+                part = count(pending)
+                total = part if total is None else total.merge(part)
+                pending, size = [], 0
+        if pending:
+            part = count(pending)
+            total = part if total is None else total.merge(part)
+        if total is not None:
+            yield key, total
 
 
 class MergeStageCountsCombineFn(beam.CombineFn):
@@ -380,13 +401,19 @@ class IdentifyHeavyHitters(beam.PTransform):
     dead_letters : PCollection of DeadLetter, optional
         Counted per key into the results (``dead_letters``); keys whose every report was
         refused get a result too, with ``n = 0``.
+    shards : int, default 4
+        How many counting tasks share one key's stage (each holds one accumulator of up to
+        ``Q`` counters); they merge exactly.
     """
 
-    def __init__(self, num_stages: int, threshold: float | None = None, dead_letters=None):
+    def __init__(self, num_stages: int, threshold: float | None = None, dead_letters=None,
+                 shards: int = DEFAULT_SHARDS):
         super().__init__()
-        if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 1:
-            raise ValueError(f"num_stages must be a positive integer, got {num_stages!r}")
+        for name, value in (("num_stages", num_stages), ("shards", shards)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self._num_stages = num_stages
+        self._shards = shards
         self._threshold = threshold
         self._dead = dead_letters
 
@@ -395,7 +422,10 @@ class IdentifyHeavyHitters(beam.PTransform):
         results: dict[str, Any] = {}
         previous = None
         for stage in range(self._num_stages):
-            group = by_group | f"Group{stage}" >> beam.Filter(_on_group, stage)
+            group = (by_group
+                     | f"Group{stage}" >> beam.Filter(_on_group, stage)
+                     | f"Shard{stage}" >> beam.Map(_shard, self._shards)
+                     | f"Gather{stage}" >> beam.GroupByKey())
             count_fn = CountStageFn(stage, self._threshold)
             if previous is None:
                 partial = group | f"Count{stage}" >> beam.ParDo(count_fn)

@@ -225,11 +225,14 @@ def batches_of(pem, reports, cuts):
     return key, [(key, ReportBatch(key, reports[a:b])) for a, b in zip(bounds, bounds[1:])]
 
 
-def run_bundle(fn, elements, previous=None):
-    fn.start_bundle()
-    for element in elements:
-        fn.process(element, previous) if previous is not None else fn.process(element)
-    return [wv.value for wv in fn.finish_bundle()]
+def count(stage, key, parts, previous=None, shard=0):
+    """CountStageFn on one gathered (key, shard) element, as the pipeline calls it."""
+    fn = thh.CountStageFn(stage)
+    fn.setup()
+    element = ((key, shard), iter(parts))  # a one-shot iterable, like a GroupByKey's
+    if previous is None:
+        return list(fn.process(element))
+    return list(fn.process(element, previous))
 
 
 def test_split_groups_puts_every_report_in_exactly_its_group():
@@ -247,19 +250,21 @@ def test_split_groups_puts_every_report_in_exactly_its_group():
 
 
 @pytest.mark.parametrize("order", [[0, 1, 2], [2, 0, 1], [1, 2, 0]])
-def test_bundled_counts_merge_to_the_core_accumulator_in_any_order(order):
+def test_sharded_counts_merge_to_the_core_accumulator_in_any_order(order):
     pem = small()
     reports, _ = make(pem, n=3000, seed=6)
-    key, batches = batches_of(pem, reports, [700, 1900])
+    key, batches = batches_of(pem, reports, list(range(100, 3000, 100)))
     split = thh.SplitGroupsFn(pem.num_groups)
     by_group = [e for _, batch in batches for e in split.process((key, batch))]
     previous: dict = {}
     for stage in range(pem.num_groups):
-        mine = [e for e in by_group if e[1] == stage]
-        # three bundles: each yields one partial per key
-        bundles = [mine[i::3] for i in range(3)]
-        partials = [p for b in bundles for p in run_bundle(
-            thh.CountStageFn(stage), b, previous if stage else None)]
+        mine = [thh._shard(e, 3) for e in by_group if e[1] == stage]
+        shards = {}
+        for (_, shard), part in mine:
+            shards.setdefault(shard, []).append(part)
+        assert sorted(shards) == [0, 1, 2]  # the batches spread over the shards
+        partials = [p for shard, parts in shards.items()
+                    for p in count(stage, key, parts, previous if stage else None, shard)]
         assert len(partials) == 3
         combine = thh.MergeStageCountsCombineFn()
         shards = [combine.add_input(combine.create_accumulator(), partials[i][1]) for i in order]
@@ -270,7 +275,7 @@ def test_bundled_counts_merge_to_the_core_accumulator_in_any_order(order):
         group = reports[reports.group == stage]
         prefixes = None if stage == 0 else previous[key].prefixes
         assert merged.accumulator == pem.aggregate(stage, group, prefixes)
-        assert merged.n == len(group) and merged.batches == 3
+        assert merged.n == len(group) and merged.batches == len(mine)
         _, result = thh.select_stage((key, merged), stage, None, previous or None)
         est = pem.estimate(pem.aggregate(stage, group, prefixes))
         values, freqs = pem.select(est)
@@ -286,9 +291,9 @@ def test_a_failed_stage_fails_the_later_ones_with_a_reason():
     pem = small()
     key = pem_key(pem)
     reports, _ = make(pem, n=300, seed=7)
-    group2 = [(key, 2, reports[reports.group == 2])]
-    partial = run_bundle(thh.CountStageFn(2), group2, previous={})  # stage 1 has no result
-    assert partial[0][1].accumulator is None and partial[0][1].n == len(group2[0][2])
+    group2 = reports[reports.group == 2]
+    partial = count(2, key, [group2], previous={})  # stage 1 has no result
+    assert partial[0][1].accumulator is None and partial[0][1].n == len(group2)
     _, result = thh.select_stage(partial[0], 2, None, {})
     assert result.error == "group 1 has no reports" and result.prefixes.size == 0
     grouped = {"stage0": [], "stage2": [result]}
@@ -305,8 +310,8 @@ def test_results_decode_values_with_the_key_codec():
     split = thh.SplitGroupsFn(pem.num_groups)
     grouped, previous = {}, {}
     for stage in range(pem.num_groups):
-        parts = [e for e in split.process((key, batch)) if e[1] == stage]
-        ((_, counts),) = run_bundle(thh.CountStageFn(stage), parts, previous if stage else None)
+        parts = [e[2] for e in split.process((key, batch)) if e[1] == stage]
+        ((_, counts),) = count(stage, key, parts, previous if stage else None)
         _, result = thh.select_stage((key, counts), stage, None, previous or None)
         grouped[f"stage{stage}"] = [result]
         previous = {key: result}
