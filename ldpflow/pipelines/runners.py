@@ -19,7 +19,8 @@ Beam 2.77's translation (``apache_beam/runners/dask/dask_runner.py``) defeats a 
 * a side input is a Dask bag that the consuming task iterates, which recomputes the side
   input's whole upstream graph inside that one task, on one worker (our jobs' final writes
   take side inputs, so all the reading ran there, and twice). Here the upstream of a side
-  input is computed on the cluster first, and the task gets the values;
+  input is computed on the cluster first, and the task gets the values (so a side input
+  must fit in the submitting process's memory, as the jobs' small ones do);
 * ``beam.Reshuffle`` is the identity, and ``fileio.MatchFiles`` starts from a one-element
   ``Create``, so every file was read in one partition. Here Reshuffle computes its input
   (for the jobs, the list of files), cuts it into ``--dask_npartitions`` partitions and
@@ -228,8 +229,10 @@ def _translator(client, bag_kwargs: dict, consumers: dict):
             npartitions = self.bag_kwargs.get("npartitions") or input_bag.npartitions
             if input_bag.npartitions < npartitions:
                 input_bag = input_bag.repartition(npartitions=npartitions)
-            parts = dask.distributed.futures_of(client.persist(input_bag))
             workers = sorted(client.scheduler_info()["workers"])
+            if not workers:  # none connected yet: let the scheduler place the parts
+                return input_bag
+            parts = dask.distributed.futures_of(client.persist(input_bag))
             dealt = [client.submit(_identity, part, workers=[workers[i % len(workers)]],
                                    pure=False) for i, part in enumerate(parts)]
             held.extend(dealt)  # a released future's data is dropped: hold them for the run
