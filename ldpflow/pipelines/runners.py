@@ -310,7 +310,7 @@ def _apply_dofn_to_bundle(items, invoker_args, invoker_kwargs, receivers):
     """One Dask partition through a DoFn, as one bundle (runs on the workers).
 
     Beam 2.77's version collects the outputs before ``finish_bundle``, so a DoFn that emits
-    there (a per-bundle partial aggregate, as the heavy-hitter stages do) lost them.
+    there (e.g. a per-bundle partial aggregate) lost them.
     """
     from apache_beam.runners.common import DoFnInvoker
 
