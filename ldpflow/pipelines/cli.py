@@ -68,6 +68,39 @@ COMMANDS = {
 }
 
 
+_JOB_OPTIONS = {"estimate": "EstimateOptions", "stream": "StreamOptions",
+                "heavy-hitters": "HeavyHittersOptions"}
+
+
+def _job_help(command: str) -> None:
+    """Print a Beam job's own flags (Beam's parser would only print a generic usage)."""
+    from ldpflow.pipelines import options
+
+    parser = argparse.ArgumentParser(
+        prog=f"ldpflow {command}",
+        epilog="Every Apache Beam pipeline option is accepted as well (--runner, --project, "
+               "--region, --temp_location, --setup_file, --direct_num_workers, ...).")
+    getattr(options, _JOB_OPTIONS[command])._add_argparse_args(parser)
+    parser.print_help()
+
+
+class _ImportNoise(logging.Filter):
+    """Drops two warnings Beam logs on import about Google Cloud clients it does not need."""
+
+    NOISE = ("apitools not found", "Failed to import GCSFileSystem")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(text in str(record.msg) for text in self.NOISE)
+
+
+def _configure_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_ImportNoise())
+    # ldpflow reports progress at INFO; Beam's own INFO lines are runner internals.
+    logging.getLogger("apache_beam").setLevel(logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="ldpflow", description=__doc__.split("\n")[0])
@@ -76,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0 if argv else 2
     args = parser.parse_args(argv[:1])
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    _configure_logging()
+    if args.command in _JOB_OPTIONS and {"-h", "--help"} & set(argv[1:]):
+        _job_help(args.command)
+        return 0
     return COMMANDS[args.command](argv[1:])
 
 

@@ -38,7 +38,7 @@ from ldpflow.transforms import formats
 from ldpflow.transforms.estimate import DeadLetterSummaryFn, EstimateReports
 from ldpflow.transforms.io import ReadReports, SplitDeadLetters, WriteDeadLetters, WriteEstimates
 
-__all__ = ["run", "parse_methods", "batch_runner", "check_inputs"]
+__all__ = ["run", "parse_methods", "batch_runner", "check_inputs", "detached"]
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -73,6 +73,11 @@ def check_inputs(pattern: str, fmt: str | None, job: str) -> int:
             except ValueError as exc:
                 raise SystemExit(f"{job}: error: {exc} (--input_format)") from None
     return len(matched)
+
+
+def detached(options: PipelineOptions) -> bool:
+    """``--no_wait_until_finish``: submit and return (as a Flex Template launcher must)."""
+    return bool(options.view_as(StandardOptions).no_wait_until_finish)
 
 
 def batch_runner(options: PipelineOptions):
@@ -113,7 +118,8 @@ def build(pipeline: beam.Pipeline, opts: EstimateOptions, methods: list[str]):
 
 
 def run(argv: list[str] | None = None) -> dict:
-    """Run the job; returns the ``estimates.json`` document."""
+    """Run the job; returns the ``estimates.json`` document (or, with
+    ``--no_wait_until_finish``, ``{"submitted": True, "output": ...}`` once submitted)."""
     options = PipelineOptions(argv)
     opts = options.view_as(EstimateOptions)
     require(opts, "input", "output")
@@ -126,6 +132,9 @@ def run(argv: list[str] | None = None) -> dict:
     pipeline = beam.Pipeline(runner=batch_runner(options), options=options)
     build(pipeline, opts, methods)
     result = pipeline.run()
+    if detached(options):
+        _LOGGER.info("submitted; not waiting for the job (--no_wait_until_finish): %s", result)
+        return {"submitted": True, "output": opts.output}
     result.wait_until_finish()
     path = opts.output.rstrip("/") + "/estimates.json"
     from apache_beam.io.filesystems import FileSystems

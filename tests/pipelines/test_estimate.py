@@ -141,3 +141,20 @@ def test_a_truncated_avro_file_keeps_its_readable_records(tmp_path):
     assert doc["dead_letters"]["total"] == 1
     (reason,) = doc["dead_letters"]["by_reason"]
     assert reason.startswith(f"unreadable Avro data after {result['n']} records")
+
+
+@pytest.mark.parametrize("command,flag", [("estimate", "--expect_domain_size"),
+                                          ("stream", "--allowed_lateness")])
+def test_job_help_lists_the_jobs_flags(command, flag, capsys):
+    from ldpflow.pipelines import cli
+
+    assert cli.main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert f"usage: ldpflow {command}" in out and flag in out
+
+
+def test_no_wait_until_finish_returns_once_submitted(tmp_path):
+    out, _ = simulate_to(tmp_path, "grr", 500)
+    doc = estimate.run([f"--input={out}/*.avro", f"--output={tmp_path}/est",
+                        "--no_wait_until_finish"])
+    assert doc == {"submitted": True, "output": f"{tmp_path}/est"}
