@@ -27,10 +27,18 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from ldpflow.core import randomness, validation
+from ldpflow.core import bitvectors, randomness, validation
 from ldpflow.core.validation import InvalidReportError
 
-__all__ = ["Reports", "Accumulator", "Estimate", "FrequencyOracle", "InvalidReportError"]
+__all__ = [
+    "Reports",
+    "Accumulator",
+    "Estimate",
+    "FrequencyOracle",
+    "IndexReports",
+    "BitmapReports",
+    "InvalidReportError",
+]
 
 
 class Reports:
@@ -198,6 +206,11 @@ class FrequencyOracle(abc.ABC):
     domain_size: int
 
     # -- parameters ---------------------------------------------------------------------
+    def __post_init__(self) -> None:
+        """Validate (and normalise) the parameters every oracle has."""
+        object.__setattr__(self, "epsilon", validation.check_epsilon(self.epsilon))
+        object.__setattr__(self, "domain_size", validation.check_domain_size(self.domain_size))
+
     @property
     def parameters(self) -> dict[str, Any]:
         """The oracle's parameters as plain Python values (its identity on the wire)."""
@@ -387,3 +400,45 @@ class FrequencyOracle(abc.ABC):
     @abc.abstractmethod
     def _count(self, reports: Reports) -> np.ndarray:
         """The int64 counters of a valid, non-empty batch."""
+
+
+class IndexReports:
+    """Mixin: a report is one index ``value`` in ``[0, index_range)``; a histogram counts them.
+
+    The oracle defines ``index_range`` (``d`` for GRR, ``K`` for HR).
+    """
+
+    index_range: int
+
+    def _column_specs(self) -> dict[str, tuple[Any, int | None]]:
+        return {"value": (np.int64, None)}
+
+    def _row_checks(self, reports: Reports) -> list[tuple[np.ndarray, str]]:
+        v = reports.columns["value"]
+        return [((v < 0) | (v >= self.index_range), f"value outside [0, {self.index_range})")]
+
+    def _counts_size(self) -> int:
+        return self.index_range
+
+    def _count(self, reports: Reports) -> np.ndarray:
+        return np.bincount(reports.columns["value"], minlength=self.index_range)
+
+
+class BitmapReports:
+    """Mixin: a report is a ``domain_size``-bit vector (``bits``: packed little-endian bytes,
+    padding bits zero); column sums count them (:mod:`ldpflow.core.bitvectors`)."""
+
+    domain_size: int
+
+    def _column_specs(self) -> dict[str, tuple[Any, int | None]]:
+        return {"bits": (np.uint8, bitvectors.num_bytes(self.domain_size))}
+
+    def _row_checks(self, reports: Reports) -> list[tuple[np.ndarray, str]]:
+        ok = bitvectors.padding_is_zero(reports.columns["bits"], self.domain_size)
+        return [(~ok, f"padding bits past bit {self.domain_size} are not zero")]
+
+    def _counts_size(self) -> int:
+        return self.domain_size
+
+    def _count(self, reports: Reports) -> np.ndarray:
+        return bitvectors.column_sums(reports.columns["bits"], self.domain_size)

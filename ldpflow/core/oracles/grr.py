@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 
 import numpy as np
 
-from ldpflow.core import randomness, validation
-from ldpflow.core.oracles.base import FrequencyOracle, Reports
+from ldpflow.core import randomness
+from ldpflow.core.oracles.base import FrequencyOracle, IndexReports, Reports
 
 __all__ = ["DirectEncoding"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class DirectEncoding(FrequencyOracle):
+class DirectEncoding(IndexReports, FrequencyOracle):
     """Generalized randomized response: report the true value or a uniform other one.
 
     Parameters
@@ -38,10 +37,6 @@ class DirectEncoding(FrequencyOracle):
     epsilon: float
     domain_size: int
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", validation.check_epsilon(self.epsilon))
-        object.__setattr__(self, "domain_size", validation.check_domain_size(self.domain_size))
-
     @property
     def p(self) -> float:
         return self.e / (self.e + self.domain_size - 1)
@@ -61,15 +56,6 @@ class DirectEncoding(FrequencyOracle):
         other += other >= values  # uniform over the d - 1 other values
         return Reports(self.name, {"value": np.where(keep, values, other)})
 
-    def _column_specs(self) -> dict[str, tuple[Any, int | None]]:
-        return {"value": (np.int64, None)}
-
-    def _row_checks(self, reports: Reports) -> list[tuple[np.ndarray, str]]:
-        v = reports.columns["value"]
-        return [((v < 0) | (v >= self.domain_size), f"value outside [0, {self.domain_size})")]
-
-    def _counts_size(self) -> int:
+    @property
+    def index_range(self) -> int:
         return self.domain_size
-
-    def _count(self, reports: Reports) -> np.ndarray:
-        return np.bincount(reports.columns["value"], minlength=self.domain_size)

@@ -10,7 +10,13 @@ import numpy as np
 import numpy.typing as npt
 
 from ldpflow.core import hashing, randomness, validation
-from ldpflow.core.oracles.base import Accumulator, Estimate, FrequencyOracle, Reports
+from ldpflow.core.oracles.base import (
+    Accumulator,
+    Estimate,
+    FrequencyOracle,
+    IndexReports,
+    Reports,
+)
 
 __all__ = ["HadamardResponse", "OneBitHadamard", "hadamard_order"]
 
@@ -25,7 +31,7 @@ def _parity(x: np.ndarray) -> np.ndarray:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class HadamardResponse(FrequencyOracle):
+class HadamardResponse(IndexReports, FrequencyOracle):
     """Hadamard response (Acharya, Sun, Zhang; seed 003 eq. 18-20).
 
     Value ``v`` uses row ``v + 1`` of the Sylvester Hadamard matrix ``H_K``; its support set
@@ -43,10 +49,6 @@ class HadamardResponse(FrequencyOracle):
     name = "hr"
     epsilon: float
     domain_size: int
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", validation.check_epsilon(self.epsilon))
-        object.__setattr__(self, "domain_size", validation.check_domain_size(self.domain_size))
 
     @property
     def order(self) -> int:
@@ -75,18 +77,9 @@ class HadamardResponse(FrequencyOracle):
         y[flip] ^= rows[flip] & -rows[flip]  # flip the lowest set bit of the row: a bijection
         return Reports(self.name, {"value": y})
 
-    def _column_specs(self) -> dict[str, tuple[Any, int | None]]:
-        return {"value": (np.int64, None)}
-
-    def _row_checks(self, reports: Reports) -> list[tuple[np.ndarray, str]]:
-        y = reports.columns["value"]
-        return [((y < 0) | (y >= self.order), f"value outside [0, {self.order})")]
-
-    def _counts_size(self) -> int:
+    @property
+    def index_range(self) -> int:
         return self.order
-
-    def _count(self, reports: Reports) -> np.ndarray:
-        return np.bincount(reports.columns["value"], minlength=self.order)
 
     def support_counts(self, accumulator: Accumulator) -> np.ndarray:
         transformed = hashing.fwht(accumulator.counts)
@@ -116,10 +109,6 @@ class OneBitHadamard(FrequencyOracle):
     name = "onebit"
     epsilon: float
     domain_size: int
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", validation.check_epsilon(self.epsilon))
-        object.__setattr__(self, "domain_size", validation.check_domain_size(self.domain_size))
 
     @property
     def order(self) -> int:

@@ -51,8 +51,7 @@ class LocalHashing(FrequencyOracle):
     hash_range: int
 
     def _validate(self) -> None:
-        object.__setattr__(self, "epsilon", validation.check_epsilon(self.epsilon))
-        object.__setattr__(self, "domain_size", validation.check_domain_size(self.domain_size))
+        super().__post_init__()
         object.__setattr__(
             self, "hash_range", validation.check_power_of_two(self.hash_range, name="hash_range")
         )

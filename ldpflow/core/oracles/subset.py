@@ -5,13 +5,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any
 
 import numpy as np
 from scipy import stats
 
-from ldpflow.core import bitvectors, randomness, validation
-from ldpflow.core.oracles.base import FrequencyOracle, Reports
+from ldpflow.core import bitvectors, randomness
+from ldpflow.core.oracles.base import BitmapReports, FrequencyOracle, Reports
 
 __all__ = ["SubsetSelection"]
 
@@ -42,7 +41,7 @@ def _fill_rate(domain_size: int, subset_size: int) -> float:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SubsetSelection(FrequencyOracle):
+class SubsetSelection(BitmapReports, FrequencyOracle):
     """Subset selection: report a subset of ``omega`` values that holds ``v`` more often.
 
     ``omega = max(1, round(d/(e+1)))`` (halves round up). With probability
@@ -64,10 +63,6 @@ class SubsetSelection(FrequencyOracle):
     name = "ss"
     epsilon: float
     domain_size: int
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", validation.check_epsilon(self.epsilon))
-        object.__setattr__(self, "domain_size", validation.check_domain_size(self.domain_size))
 
     @property
     def subset_size(self) -> int:
@@ -152,20 +147,7 @@ class SubsetSelection(FrequencyOracle):
             surplus, base, own = surplus[keep], base[keep], own[keep]
         return surplus, base, own
 
-    def _column_specs(self) -> dict[str, tuple[Any, int | None]]:
-        return {"bits": (np.uint8, bitvectors.num_bytes(self.domain_size))}
-
     def _row_checks(self, reports: Reports) -> list[tuple[np.ndarray, str]]:
-        bits = reports.columns["bits"]
-        padding = ~bitvectors.padding_is_zero(bits, self.domain_size)
-        wrong_size = bitvectors.row_popcount(bits) != self.subset_size
-        return [
-            (padding, f"padding bits past bit {self.domain_size} are not zero"),
-            (wrong_size, f"subset does not hold exactly {self.subset_size} values"),
-        ]
-
-    def _counts_size(self) -> int:
-        return self.domain_size
-
-    def _count(self, reports: Reports) -> np.ndarray:
-        return bitvectors.column_sums(reports.columns["bits"], self.domain_size)
+        wrong_size = bitvectors.row_popcount(reports.columns["bits"]) != self.subset_size
+        return [*super()._row_checks(reports),
+                (wrong_size, f"subset does not hold exactly {self.subset_size} values")]

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 
 import numpy as np
 
-from ldpflow.core import bitvectors, randomness, validation
-from ldpflow.core.oracles.base import FrequencyOracle, Reports
+from ldpflow.core import bitvectors, randomness
+from ldpflow.core.oracles.base import BitmapReports, FrequencyOracle, Reports
 
 __all__ = ["UnaryEncoding", "OptimizedUnaryEncoding", "SymmetricUnaryEncoding"]
 
 
-class UnaryEncoding(FrequencyOracle):
+class UnaryEncoding(BitmapReports, FrequencyOracle):
     """Shared client, wire form and aggregation of OUE and SUE.
 
     A report is a ``d``-bit vector sent as ``ceil(d/8)`` bytes, little-endian bit order
@@ -26,10 +25,6 @@ class UnaryEncoding(FrequencyOracle):
     epsilon: float
     domain_size: int
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", validation.check_epsilon(self.epsilon))
-        object.__setattr__(self, "domain_size", validation.check_domain_size(self.domain_size))
-
     @property
     def report_bits(self) -> int:
         return self.domain_size
@@ -40,19 +35,6 @@ class UnaryEncoding(FrequencyOracle):
         own = source.bernoulli(self.p, n)
         bitvectors.assign_bits(bits, np.arange(n), values, own)
         return Reports(self.name, {"bits": bits})
-
-    def _column_specs(self) -> dict[str, tuple[Any, int | None]]:
-        return {"bits": (np.uint8, bitvectors.num_bytes(self.domain_size))}
-
-    def _row_checks(self, reports: Reports) -> list[tuple[np.ndarray, str]]:
-        ok = bitvectors.padding_is_zero(reports.columns["bits"], self.domain_size)
-        return [(~ok, f"padding bits past bit {self.domain_size} are not zero")]
-
-    def _counts_size(self) -> int:
-        return self.domain_size
-
-    def _count(self, reports: Reports) -> np.ndarray:
-        return bitvectors.column_sums(reports.columns["bits"], self.domain_size)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
