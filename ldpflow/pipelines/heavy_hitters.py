@@ -48,7 +48,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from ldpflow.core import codecs
 from ldpflow.core import heavy_hitters as hh
-from ldpflow.pipelines.estimate import batch_runner
+from ldpflow.pipelines.estimate import batch_runner, check_inputs, detached
 from ldpflow.pipelines.options import HeavyHittersOptions, require
 from ldpflow.transforms.estimate import DeadLetterSummaryFn
 from ldpflow.transforms.heavy_hitters import IdentifyHeavyHitters, WriteHeavyHitters
@@ -118,10 +118,18 @@ def build(pipeline: beam.Pipeline, opts: HeavyHittersOptions, pem: hh.PrefixExte
 
 
 def run(argv: list[str] | None = None) -> dict:
-    """Run the job; returns the ``heavy_hitters.json`` document (plus ``wall_seconds``)."""
+    """Run the job; returns the ``heavy_hitters.json`` document (plus ``wall_seconds``), or
+    with ``--no_wait_until_finish`` ``{"submitted": True, "output": ...}`` once submitted.
+
+    Raises
+    ------
+    SystemExit
+        For bad flags or an input pattern that matches no file, before any pipeline exists.
+    """
     options = PipelineOptions(argv)
     opts = options.view_as(HeavyHittersOptions)
     pem, expect = configure(opts)
+    check_inputs(opts.input, opts.input_format, _PROG)
     _LOGGER.info("PEM: k=%d m=%d Q=%d gamma=%d eta=%d g=%d prefix bits %s", pem.top_k,
                  pem.value_bits, pem.query_limit, pem.start_bits, pem.step_bits, pem.num_groups,
                  list(pem.prefix_bits))
@@ -129,6 +137,9 @@ def run(argv: list[str] | None = None) -> dict:
     pipeline = beam.Pipeline(runner=batch_runner(options), options=options)
     build(pipeline, opts, pem, expect, started)
     result = pipeline.run()
+    if detached(options):
+        _LOGGER.info("submitted; not waiting for the job (--no_wait_until_finish): %s", result)
+        return {"submitted": True, "output": opts.output}
     result.wait_until_finish()
     path = opts.output.rstrip("/") + "/heavy_hitters.json"
     with FileSystems.open(path) as f:

@@ -212,6 +212,12 @@ def test_bad_flags_fail_before_the_pipeline(tmp_path, flags, message):
     assert not (tmp_path / "o").exists()
 
 
+def test_an_input_that_matches_nothing_fails_before_the_pipeline(tmp_path):
+    with pytest.raises(SystemExit, match="matched no files"):
+        heavy_hitters.run([f"--input={tmp_path}/none/*.avro", f"--output={tmp_path}/o", *FLAGS])
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.slow
 def test_two_worker_processes_give_the_same_answer(tmp_path):
     simulate_pem(tmp_path / "reports", users=6000)
