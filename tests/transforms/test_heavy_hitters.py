@@ -196,6 +196,18 @@ def test_other_oracles_must_leave_the_pem_record_null():
                            codec="int")
 
 
+def test_an_unhashable_parameter_is_a_dead_letter_not_a_crash():
+    olh = ldpflow.oracle("olh", epsilon=1.0, domain_size=16)
+    rng = np.random.default_rng(5)
+    records = reports_to_records(olh, olh.perturb(rng.integers(0, 16, 4), rng=rng),
+                                 list("abcd"), list("abcd"), np.zeros(4, int))
+    records[1]["hash_range"] = [4]  # JSON gave a list where a number belongs
+    batches, dead = parse_records(records)
+    assert [d.reason for d in dead] == [
+        "malformed record: a parameter field holds a list or an object"]
+    assert [len(b) for b in batches.values()] == [3]
+
+
 def test_files_written_before_the_pem_field_still_parse():
     """Evolution: Avro files of the schema without ``pem`` decode without the key at all."""
     older = copy.deepcopy(schema_json("report"))
