@@ -245,7 +245,7 @@ def invalid_integers(values: npt.ArrayLike, bits: int) -> tuple[np.ndarray, list
     Vectorised for integer and float arrays. The reasons are a fixed set, so they can be
     counted: ``"value outside [0, 2**bits)"`` and ``"value is not an integer"``.
     """
-    arr = np.asarray(values)
+    arr = validation.as_exact_array(values)
     if arr.ndim == 0:
         arr = arr.reshape(1)
     if arr.ndim != 1:
@@ -287,7 +287,7 @@ def check_unsigned(values: npt.ArrayLike, bits: int, *, name: str = "values") ->
     ValueError
         If a value lies outside ``[0, 2**bits)``, or the array is not one-dimensional.
     """
-    arr = np.asarray(values)
+    arr = validation.as_exact_array(values)
     if arr.ndim == 0:
         arr = arr.reshape(1)
     if arr.ndim != 1:

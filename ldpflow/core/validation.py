@@ -15,6 +15,7 @@ import numpy.typing as npt
 
 __all__ = [
     "InvalidReportError",
+    "as_exact_array",
     "check_epsilon",
     "check_domain_size",
     "check_positive_int",
@@ -71,6 +72,20 @@ def check_probability(value: float, *, name: str, open_interval: bool = False) -
     return value
 
 
+def as_exact_array(values: npt.ArrayLike) -> np.ndarray:
+    """``numpy.asarray``, but a list of Python ints too wide for int64 stays exact (object
+    dtype) instead of being mixed into float64, which would round values past 2**53."""
+    if isinstance(values, np.ndarray):
+        return values
+    arr = np.asarray(values)
+    if arr.dtype.kind == "f" and arr.size:
+        exact = np.asarray(values, dtype=object)
+        if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+               for v in exact.ravel()):
+            return exact
+    return arr
+
+
 def check_values(values: npt.ArrayLike, domain_size: int, *, name: str = "values") -> np.ndarray:
     """Return ``values`` as a 1-d integer array of values in ``[0, domain_size)``.
 
@@ -86,7 +101,7 @@ def check_values(values: npt.ArrayLike, domain_size: int, *, name: str = "values
         names the first offending value and its position.
     """
     wide = domain_size >= 2**63  # values past 2**63 - 1 need uint64
-    arr = np.asarray(values)
+    arr = as_exact_array(values)
     if arr.ndim == 0:
         arr = arr.reshape(1)
     if arr.ndim != 1:

@@ -183,3 +183,13 @@ def test_codecs_are_frozen_and_picklable():
     assert pickle.loads(pickle.dumps(codec)) == codec
     with pytest.raises(AttributeError):
         codec.bits = 8  # type: ignore[misc]
+
+
+def test_wide_python_ints_are_not_rounded_through_floats():
+    from ldpflow.core.validation import check_values
+
+    values = [2**63 + 1, 5, 2**64 - 1]
+    assert codecs.check_unsigned(values, 64).tolist() == values
+    assert check_values(values, 2**64).tolist() == values
+    with pytest.raises(ValueError, match=r"got 18446744073709551616 at position 0"):
+        check_values([2**64, 1], 2**64)
