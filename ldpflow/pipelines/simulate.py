@@ -207,8 +207,6 @@ def _pem_config(parser: argparse.ArgumentParser, args: argparse.Namespace):
     missing = [f"--{name}" for name in ("bits", "k") if getattr(args, name) is None]
     if missing:
         parser.error(f"--oracle pem needs {' and '.join(missing)}")
-    if args.format == "parquet":
-        parser.error("--format parquet does not carry pem reports; use avro or json")
     params: dict[str, Any] = {"top_k": args.k, "value_bits": args.bits, "epsilon": args.epsilon}
     for name in ("query_limit", "start_bits", "step_bits", "num_groups", "hash_range"):
         if getattr(args, name) is not None:

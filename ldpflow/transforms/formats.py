@@ -144,16 +144,30 @@ def write_json_lines(stream: IO[str], records: Iterable[dict]) -> None:
         stream.write(json.dumps(to_json_record(record), separators=(",", ":")) + "\n")
 
 
+def _arrow_type(avro_type: Any):
+    """The Arrow type of an Avro type of the report schema (nullable unions -> the type)."""
+    import pyarrow as pa
+
+    if isinstance(avro_type, list):  # ["null", T]
+        (inner,) = [t for t in avro_type if t != "null"]
+        return _arrow_type(inner)
+    if isinstance(avro_type, dict):
+        if avro_type["type"] == "record":
+            return pa.struct([(f["name"], _arrow_type(f["type"])) for f in avro_type["fields"]])
+        return _arrow_type(avro_type["type"])
+    return {"string": pa.string(), "long": pa.int64(), "int": pa.int32(),
+            "double": pa.float64(), "bytes": pa.binary(), "boolean": pa.bool_()}[avro_type]
+
+
 def write_parquet(path: str, records: list[dict]) -> None:
+    """Write report envelopes as Parquet, with the columns of the Avro report schema."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = pa.schema([
-        ("report_id", pa.string()), ("user_id", pa.string()), ("event_time", pa.int64()),
-        ("oracle", pa.string()), ("epsilon", pa.float64()), ("domain_size", pa.int64()),
-        ("hash_range", pa.int32()), ("value", pa.int64()), ("bits", pa.binary()),
-        ("seed", pa.int64()), ("bucket", pa.int32()), ("column", pa.int64()), ("bit", pa.int32()),
-    ])
+    from ldpflow.schemas import schema_json
+
+    fields = schema_json("report")["fields"]
+    schema = pa.schema([(f["name"], _arrow_type(f["type"])) for f in fields])
     pq.write_table(pa.Table.from_pylist(records, schema=schema), path)
 
 
