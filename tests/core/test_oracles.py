@@ -216,6 +216,12 @@ def test_malformed_columns_are_refused(name):
         oracle.aggregate(Reports(other, {"value": [1]}))
 
 
+def test_byte_columns_must_hold_bytes():
+    oracle = registry.make("oue", epsilon=1.0, domain_size=8)
+    with pytest.raises(InvalidReportError, match=r"must hold bytes \(0..255\), got values in \[0, 256\]"):
+        oracle.aggregate({"bits": np.array([[0], [256]])})
+
+
 def test_wide_byte_columns_are_refused():
     oracle = registry.make("oue", epsilon=1.0, domain_size=8)
     with pytest.raises(InvalidReportError, match=r"shape \(n, 1\)"):

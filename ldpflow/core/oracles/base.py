@@ -318,6 +318,11 @@ class FrequencyOracle(abc.ABC):
                 raise InvalidReportError(
                     f"{self.name} report column {name!r} must hold integers, got {col.dtype}"
                 )
+            if dtype is np.uint8 and col.dtype != np.uint8 and col.size and (
+                    col.min() < 0 or col.max() > 255):
+                raise InvalidReportError(
+                    f"{self.name} report column {name!r} must hold bytes (0..255), got values "
+                    f"in [{col.min()}, {col.max()}]")
             cols[name] = col.astype(dtype, copy=False)
         return Reports(self.name, cols)
 
