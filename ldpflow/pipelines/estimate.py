@@ -122,7 +122,7 @@ def run(argv: list[str] | None = None) -> dict:
     ``--no_wait_until_finish``, ``{"submitted": True, "output": ...}`` once submitted)."""
     options = PipelineOptions(argv)
     opts = options.view_as(EstimateOptions)
-    require(opts, "input", "output")
+    require(opts, "input", "output", prog="ldpflow estimate")
     try:
         methods = parse_methods(opts.methods)
     except ValueError as exc:

@@ -73,7 +73,7 @@ def configure(opts: HeavyHittersOptions) -> tuple[hh.PrefixExtendingMethod, dict
     SystemExit
         Naming the flag, the constraint and the value, before any pipeline exists.
     """
-    require(opts, "input", "output", "k", "bits")
+    require(opts, "input", "output", "k", "bits", prog=_PROG)
     params: dict[str, Any] = {"top_k": opts.k, "value_bits": opts.bits,
                               "epsilon": 1.0 if opts.epsilon is None else opts.epsilon}
     for name in ("query_limit", "start_bits", "step_bits", "num_groups", "threshold"):

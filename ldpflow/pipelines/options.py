@@ -148,8 +148,9 @@ class HeavyHittersOptions(PipelineOptions):
                             help="Format of every input file (default: from each file's name).")
 
 
-def require(options: PipelineOptions, *names: str) -> None:
+def require(options: PipelineOptions, *names: str, prog: str = "ldpflow") -> None:
     """Exit with a usage error naming every required flag that is missing."""
     missing = [f"--{name}" for name in names if getattr(options, name, None) in (None, "")]
     if missing:
-        raise SystemExit(f"error: the following arguments are required: {', '.join(missing)}")
+        raise SystemExit(
+            f"{prog}: error: the following arguments are required: {', '.join(missing)}")

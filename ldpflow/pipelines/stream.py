@@ -116,7 +116,7 @@ def build(pipeline: beam.Pipeline, opts: StreamOptions, methods: list[str], mess
 def _parse(argv: list[str] | None) -> tuple[PipelineOptions, StreamOptions, list[str]]:
     options = PipelineOptions(argv)
     opts = options.view_as(StreamOptions)
-    require(opts, "subscription")
+    require(opts, "subscription", prog="ldpflow stream")
     if not (opts.output_topic or opts.output):
         raise SystemExit("ldpflow stream: error: give --output_topic and/or --output")
     try:
