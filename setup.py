@@ -26,7 +26,7 @@ setuptools.setup(
         "dask": ["apache-beam[dask]>=2.60"],
         "gcp": ["google-cloud-pubsub>=2.1,<3"],
         "plot": ["matplotlib>=3.7"],
-        "test": ["pytest>=7.4", "hypothesis>=6.90"],
+        "test": ["pytest>=7.4", "hypothesis>=6.90", "mypy>=1.8"],
     },
     entry_points={"console_scripts": ["ldpflow=ldpflow.pipelines.cli:main"]},
     classifiers=[

@@ -52,3 +52,11 @@ def test_version_lives_in_setup_py_only():
     setup = (ROOT / "setup.py").read_text()
     assert f'version="{ldpflow.__version__}"' in setup
     assert "[project]" not in (ROOT / "pyproject.toml").read_text()
+
+
+def test_core_type_checks():
+    """mypy on the pure core (STYLE.md: complete type hints in core)."""
+    api = pytest.importorskip("mypy.api", reason="mypy is in the test extra")
+    out, err, status = api.run([str(ROOT / "ldpflow" / "core"), "--config-file", str(ROOT / "pyproject.toml"),
+                                "--cache-dir", "/tmp/ldpflow-mypy-cache"])
+    assert status == 0, out + err

@@ -48,7 +48,7 @@ import hashlib
 import math
 import numbers
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -1105,9 +1105,9 @@ def score_top_k(
     and :func:`ldpflow.core.queries.ncr`.
     """
     k = validation.check_positive_int(k, name="k")
-    ranked = [
-        int(t["value"]) if isinstance(t, Mapping) else int(t) for t in list(truth)[:k]
-    ]
+    entries = truth.tolist() if isinstance(truth, np.ndarray) else list(
+        cast(Sequence[Any], truth))
+    ranked = [int(t["value"]) if isinstance(t, Mapping) else int(t) for t in entries[:k]]
     if not ranked:
         raise ValueError("truth must hold at least one value, got none")
     found = _integer_array(identified, "identified").astype(_U64)

@@ -708,7 +708,7 @@ def postprocess(estimate: Estimate | npt.ArrayLike, method: str, **params: Any) 
             f"method {method!r} does not accept parameter(s) {', '.join(unknown)}; "
             f"it accepts {', '.join(accepted) if accepted else 'none'}"
         )
-    if is_estimate:
+    if isinstance(estimate, Estimate):
         if estimate.n < 1:
             raise ValueError(
                 f"estimate.n must be >= 1 to post-process, got {estimate.n} "

@@ -179,7 +179,8 @@ class NumpySource(RandomSource):
         return self.generator.bit_generator.random_raw(size).astype(_U64, copy=False)
 
     def below(self, bound: int | npt.ArrayLike, size: int) -> npt.NDArray[np.int64]:
-        return self.generator.integers(0, bound, size=size, dtype=np.int64)
+        return self.generator.integers(0, np.asarray(bound, dtype=np.int64), size=size,
+                                       dtype=np.int64)
 
 
 class SecureSource(RandomSource):

@@ -22,7 +22,7 @@ import abc
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -68,7 +68,8 @@ class Reports:
     def __getitem__(self, index: slice | npt.ArrayLike) -> Reports:
         if isinstance(index, (int, np.integer)):
             index = slice(int(index), int(index) + 1 if int(index) != -1 else None)
-        return Reports(self.oracle, {name: col[index] for name, col in self.columns.items()})
+        picked: Any = index
+        return Reports(self.oracle, {name: col[picked] for name, col in self.columns.items()})
 
     def __getattr__(self, name: str) -> np.ndarray:
         try:
@@ -410,10 +411,13 @@ class FrequencyOracle(abc.ABC):
 class IndexReports:
     """Mixin: a report is one index ``value`` in ``[0, index_range)``; a histogram counts them.
 
-    The oracle defines ``index_range`` (``d`` for GRR, ``K`` for HR).
+    The oracle defines the property ``index_range`` (``d`` for GRR, ``K`` for HR).
     """
 
-    index_range: int
+    if TYPE_CHECKING:
+
+        @property
+        def index_range(self) -> int: ...
 
     def _column_specs(self) -> dict[str, tuple[Any, int | None]]:
         return {"value": (np.int64, None)}

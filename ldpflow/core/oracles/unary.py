@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 
@@ -24,6 +25,16 @@ class UnaryEncoding(BitmapReports, FrequencyOracle):
 
     epsilon: float
     domain_size: int
+
+    @property
+    @abc.abstractmethod
+    def p(self) -> float:
+        """Probability that the true value's bit is 1."""
+
+    @property
+    @abc.abstractmethod
+    def q(self) -> float:
+        """Probability that any other bit is 1."""
 
     @property
     def report_bits(self) -> int:
