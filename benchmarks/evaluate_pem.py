@@ -1,6 +1,7 @@
-"""PEM evaluation: F1 and NCR of the identified top-k vs epsilon, vs k and vs eta.
+"""PEM evaluation: F1 and NCR of the identified top-k vs epsilon, vs k and vs eta, and
+PEM against seed 002's baselines SPM and MCM vs epsilon.
 
-    python benchmarks/evaluate_pem.py            # defaults below, about 5 minutes here
+    python benchmarks/evaluate_pem.py            # defaults below, about 6 minutes here
     python benchmarks/evaluate_pem.py --quick    # 10^5 users, one repetition, seconds
 
 Synthetic data as in seed 002's Sec. VI: ``--users`` (10^6) users whose values are drawn
@@ -18,6 +19,12 @@ Sweeps (each point repeated ``--repetitions`` times, 3 by default):
 * ``k``: k in 4, 8, 16, 24, 32, 48, 64 at epsilon = 4 and 2;
 * ``eta``: eta in 2, 4, ..., 14, 15 at k = 32 and epsilon = 0.9 (seed 002's setting), 2
   and 4 (where F1 is neither near 0 nor near 1 at eta = 15).
+
+The baselines (:mod:`ldpflow.core.heavy_hitter_baselines`: SPM and MCM with their default
+parameters and the same ``Q``) run the ``epsilon`` sweep's points (same k, same epsilons)
+on the same populations, in the first ``--baseline_repetitions`` (2) repetitions only, to keep
+the default run near 6 minutes on 2 cores. Their points come after PEM's in the point list,
+so PEM's per-point seeds are unchanged by them.
 
 Repetition ``r`` draws its population from seed ``--seed + r`` (every point of a repetition
 sees the same population) and each point perturbs with its own seed derived from
@@ -41,9 +48,11 @@ import time
 
 import numpy as np
 
+from ldpflow.core import heavy_hitter_baselines as hb
 from ldpflow.core import heavy_hitters as hh
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+BASELINES = {"spm": hb.SegmentPairsMethod, "mcm": hb.MultipleChannelMethod}
 START, END = "<!-- pem-results:start -->", "<!-- pem-results:end -->"
 
 
@@ -59,10 +68,34 @@ def sweeps(quick: bool) -> list[dict]:
     etas = [2, 6, 10, 15] if quick else [2, 4, 6, 8, 10, 12, 14, 15]
     for epsilon in (0.9, 2.0, 4.0):
         points += [{"sweep": "eta", "epsilon": epsilon, "k": 32, "eta": eta} for eta in etas]
+    points = [{**p, "method": "pem"} for p in points]
+    for method in BASELINES:  # after PEM's points: PEM's per-point seeds do not move
+        for k in (16, 32):
+            points += [{"sweep": "epsilon", "method": method, "epsilon": e, "k": k, "eta": None}
+                       for e in epsilons]
     return points
 
 
+def run_baseline(point, values, ids, truth, args, rng) -> dict:
+    cls = BASELINES[point["method"]]
+    model = cls(top_k=point["k"], value_bits=args.bits, epsilon=float(point["epsilon"]),
+                query_limit=args.query_limit)
+    start = time.perf_counter()
+    result = model.identify(model.perturb(values, ids, rng))
+    seconds = time.perf_counter() - start
+    scores = hh.score_top_k(result.values, truth, model.top_k)
+    return {
+        **point, "gamma": None, "groups": len(result.group_sizes),
+        "hash_range": model.hash_range, "f1": scores["f1"], "ncr": scores["ncr"],
+        "precision": scores["precision"], "recall": scores["recall"], "kth_snr": float("nan"),
+        "max_candidates": max(result.stage_candidates),
+        "final_candidates": result.stage_candidates[-1], "seconds": seconds,
+    }
+
+
 def run_point(point, values, ids, truth, args, rng) -> dict:
+    if point.get("method", "pem") != "pem":
+        return run_baseline(point, values, ids, truth, args, rng)
     pem = hh.PrefixExtendingMethod(top_k=point["k"], value_bits=args.bits,
                                    epsilon=float(point["epsilon"]),
                                    query_limit=args.query_limit, step_bits=point["eta"])
@@ -83,14 +116,15 @@ def run_point(point, values, ids, truth, args, rng) -> dict:
 def summarise(runs: list[dict]) -> list[dict]:
     rows: dict[tuple, list[dict]] = {}
     for run in runs:
-        rows.setdefault((run["sweep"], run["epsilon"], run["k"], run["eta"]), []).append(run)
+        key = (run.get("method", "pem"), run["sweep"], run["epsilon"], run["k"], run["eta"])
+        rows.setdefault(key, []).append(run)
     out = []
-    for (sweep, epsilon, k, eta), group in rows.items():
+    for (method, sweep, epsilon, k, eta), group in rows.items():
         def stat(name):
             vals = np.array([g[name] for g in group], dtype=float)
             return float(vals.mean()), float(vals.std(ddof=1)) if vals.size > 1 else 0.0
 
-        out.append({"sweep": sweep, "epsilon": epsilon, "k": k, "eta": eta,
+        out.append({"method": method, "sweep": sweep, "epsilon": epsilon, "k": k, "eta": eta,
                     "gamma": group[0]["gamma"], "groups": group[0]["groups"],
                     "f1": stat("f1"), "ncr": stat("ncr"), "kth_snr": stat("kth_snr")[0],
                     "seconds": stat("seconds")[0], "repetitions": len(group),
@@ -101,17 +135,48 @@ def summarise(runs: list[dict]) -> list[dict]:
 def table(rows: list[dict], args) -> str:
     lines = [f"n = {args.users:,} users, Zipf({args.exponent}) over {args.num_distinct:,} "
              f"distinct {args.bits}-bit values, Q = 2^{int(math.log2(args.query_limit))}, "
-             f"{args.repetitions} repetition(s) per point (mean ± standard deviation); "
+             f"{args.repetitions} repetition(s) per PEM point, "
+             f"{min(args.repetitions, getattr(args, 'baseline_repetitions', 2))} per SPM/MCM "
+             f"point (the first ones; mean ± standard deviation); "
              f"`python benchmarks/evaluate_pem.py{' --quick' if args.quick else ''}`.", "",
-             "| sweep | ε | k | η | γ | g | F1 | NCR | f_k/σ | max candidates | s/run |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| method | sweep | ε | k | η | γ | g | F1 | NCR | f_k/σ | max candidates | s/run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
-            f"| {r['sweep']} | {r['epsilon']:g} | {r['k']} | {r['eta']} | {r['gamma']} | "
+            f"| {r.get('method', 'pem').upper()} | {r['sweep']} | {r['epsilon']:g} | {r['k']} | "
+            f"{r['eta'] if r['eta'] is not None else '–'} | "
+            f"{r['gamma'] if r['gamma'] is not None else '–'} | "
             f"{r['groups']} | {r['f1'][0]:.3f} ± {r['f1'][1]:.3f} | "
-            f"{r['ncr'][0]:.3f} ± {r['ncr'][1]:.3f} | {r['kth_snr']:.1f} | "
+            f"{r['ncr'][0]:.3f} ± {r['ncr'][1]:.3f} | "
+            f"{'–' if math.isnan(r['kth_snr']) else format(r['kth_snr'], '.1f')} | "
             f"{r['max_candidates']:,} | {r['seconds']:.1f} |")
+    lines += ["", *comparison(rows)]
     return "\n".join(lines)
+
+
+def comparison(rows: list[dict]) -> list[str]:
+    """PEM against the baselines at each (k, epsilon) of the epsilon sweep: mean F1 / NCR."""
+    by = {(r.get("method", "pem"), r["k"], r["epsilon"]): r for r in rows
+          if r["sweep"] == "epsilon"}
+    keys = sorted({(k, e) for (m, k, e) in by if m != "pem" and ("pem", k, e) in by})
+    if not keys:
+        return []
+    methods = [m for m in ("pem", *BASELINES) if any((m, *key) in by for key in keys)]
+    head = " | ".join(f"{m.upper()} F1 / NCR" for m in methods)
+    lines = ["PEM against the baselines (epsilon sweep; mean over each method's repetitions):",
+             "", f"| k | ε | {head} | PEM best F1 and NCR |",
+             "|---|---|" + "---|" * len(methods) + "---|"]
+    for k, e in keys:
+        cells, f1s, ncrs = [], {}, {}
+        for m in methods:
+            r = by.get((m, k, e))
+            cells.append("–" if r is None else f"{r['f1'][0]:.3f} / {r['ncr'][0]:.3f}")
+            if r is not None:
+                f1s[m], ncrs[m] = r["f1"][0], r["ncr"][0]
+        best = all(f1s["pem"] > v for m, v in f1s.items() if m != "pem") and all(
+            ncrs["pem"] > v for m, v in ncrs.items() if m != "pem")
+        lines.append(f"| {k} | {e:g} | {' | '.join(cells)} | {'yes' if best else '**no**'} |")
+    return lines
 
 
 def plot(rows: list[dict], figures: pathlib.Path, args) -> list[str]:
@@ -122,7 +187,7 @@ def plot(rows: list[dict], figures: pathlib.Path, args) -> list[str]:
 
     written = []
     specs = [
-        ("epsilon", "epsilon", "ε", lambda r: f"k = {r['k']}"),
+        ("epsilon", "epsilon", "ε", lambda r: f"{r.get('method', 'pem').upper()}, k = {r['k']}"),
         ("k", "k", "k", lambda r: f"ε = {r['epsilon']:g}"),
         ("eta", "eta", "η (bits per step)", lambda r: f"ε = {r['epsilon']:g}, k = {r['k']}"),
     ]
@@ -132,12 +197,14 @@ def plot(rows: list[dict], figures: pathlib.Path, args) -> list[str]:
         for label in dict.fromkeys(label_of(r) for r in mine):
             series = sorted((r for r in mine if label_of(r) == label), key=lambda r: r[x_name])
             xs = [r[x_name] for r in series]
+            style = {"pem": "-", "spm": "--", "mcm": ":"}[series[0].get("method", "pem")]
             for ax, metric in zip(axes, ("f1", "ncr")):
                 ax.errorbar(xs, [r[metric][0] for r in series], yerr=[r[metric][1] for r in series],
-                            marker="o", capsize=3, label=label)
+                            marker="o", capsize=3, label=label, linestyle=style)
         for ax, metric in zip(axes, ("F1", "NCR")):
             ax.set_xlabel(x_label)
-            ax.set_title(f"PEM {metric} vs {x_label.split(' ')[0]}")
+            who = "PEM, SPM, MCM" if sweep == "epsilon" else "PEM"
+            ax.set_title(f"{who}: {metric} vs {x_label.split(' ')[0]}")
             ax.set_ylim(-0.02, 1.02)
             ax.grid(alpha=0.3)
         axes[0].set_ylabel("score")
@@ -174,6 +241,8 @@ def main(argv=None):
     parser.add_argument("--bits", type=int, default=64)
     parser.add_argument("--query_limit", type=int, default=2**20)
     parser.add_argument("--repetitions", type=int, default=None, help="Default 3 (--quick 1).")
+    parser.add_argument("--baseline_repetitions", type=int, default=2,
+                        help="Repetitions that also run SPM and MCM (the first ones).")
     parser.add_argument("--seed", type=int, default=20240611)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--figures", default=str(ROOT / "docs" / "figures"))
@@ -189,6 +258,7 @@ def main(argv=None):
             setattr(args, name, value)
         rows = summarise(saved["runs"])
         text = table(rows, args)
+        pathlib.Path(args.figures).mkdir(parents=True, exist_ok=True)
         written = plot(rows, pathlib.Path(args.figures), args)
         updated = bool(args.doc) and update_doc(pathlib.Path(args.doc), text)
         print(text)
@@ -209,6 +279,8 @@ def main(argv=None):
         truth = hh.true_top(values, max(p["k"] for p in points))
         ids = np.arange(values.size)
         for index, point in enumerate(points):
+            if point["method"] != "pem" and rep >= args.baseline_repetitions:
+                continue
             rng = np.random.default_rng([args.seed, rep, index])
             run = run_point(point, values, ids, truth, args, rng)
             runs.append({**run, "repetition": rep})
