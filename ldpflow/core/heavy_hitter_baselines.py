@@ -69,7 +69,7 @@ from ldpflow.core.heavy_hitters import (
     assign_groups,
     select_top,
 )
-from ldpflow.core.oracles.base import Reports
+from ldpflow.core.oracles.base import Reports, as_reports
 from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing, optimal_hash_range
 from ldpflow.core.validation import InvalidReportError
 
@@ -147,23 +147,6 @@ def _check_common(top_k: int, value_bits: int, epsilon: float, query_limit: int)
     if limit > MAX_QUERY_LIMIT:
         raise ValueError(f"query_limit must be <= 2**28, got {limit!r}")
     return k, m, eps, limit
-
-
-def _coerce(reports: Reports | Mapping[str, npt.ArrayLike], name: str,
-            columns: Sequence[str]) -> Reports:
-    if not isinstance(reports, Reports):
-        if not isinstance(reports, Mapping):
-            raise TypeError(
-                f"reports must be Reports or a mapping of columns, got {type(reports).__name__}"
-            )
-        reports = Reports(name, reports)
-    if reports.oracle != name:
-        raise InvalidReportError(f"reports of oracle {reports.oracle!r} given to {name!r}")
-    if set(reports.columns) != set(columns):
-        raise InvalidReportError(
-            f"{name} reports need columns {sorted(columns)}, got {sorted(reports.columns)}"
-        )
-    return reports
 
 
 def _check_range(col: np.ndarray, low: int, high: int, column: str, name: str) -> None:
@@ -340,7 +323,7 @@ class SegmentPairsMethod:
     def validate(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Reports:
         """The reports with checked columns, or ``InvalidReportError`` naming the first bad row."""
         names = ("group", "seed_a", "bucket_a", "seed_b", "bucket_b", "seed", "bucket")
-        reports = _coerce(reports, SPM_NAME, names)
+        reports = as_reports(reports, SPM_NAME, names)
         cols = {c: reports.columns[c].astype(_U64 if c.startswith("seed") else np.int64,
                                              copy=False) for c in names}
         _check_range(cols["group"], 0, len(self.pairs), "group", SPM_NAME)
@@ -608,7 +591,7 @@ class MultipleChannelMethod:
 
     def validate(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Reports:
         """The reports with checked columns, or ``InvalidReportError`` naming the problem."""
-        reports = _coerce(reports, MCM_NAME, ("group", "bits", "seed", "bucket"))
+        reports = as_reports(reports, MCM_NAME, ("group", "bits", "seed", "bucket"))
         bits = reports.columns["bits"]
         width = -(-2 * self.num_channels // 8)
         if bits.ndim != 2 or bits.shape[1] != width or bits.dtype != np.uint8:

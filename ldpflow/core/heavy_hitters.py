@@ -54,7 +54,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ldpflow.core import codecs, hashing, queries, randomness, validation
-from ldpflow.core.oracles.base import Reports
+from ldpflow.core.oracles.base import Reports, as_reports
 from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing, optimal_hash_range
 from ldpflow.core.validation import InvalidReportError
 
@@ -646,18 +646,7 @@ class PrefixExtendingMethod:
         InvalidReportError
             If the batch as a whole is malformed (another oracle, missing columns, ...).
         """
-        if not isinstance(reports, Reports):
-            if not isinstance(reports, Mapping):
-                raise TypeError(
-                    f"reports must be Reports or a mapping of columns, got {type(reports).__name__}"
-                )
-            reports = Reports(NAME, reports)
-        if reports.oracle != NAME:
-            raise InvalidReportError(f"reports of oracle {reports.oracle!r} given to {NAME!r}")
-        if set(reports.columns) != set(_COLUMNS):
-            raise InvalidReportError(
-                f"{NAME} reports need columns {sorted(_COLUMNS)}, got {sorted(reports.columns)}"
-            )
+        reports = as_reports(reports, NAME, _COLUMNS)
         cols = {}
         for name in _COLUMNS:
             col = reports.columns[name]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -38,6 +38,7 @@ __all__ = [
     "IndexReports",
     "BitmapReports",
     "InvalidReportError",
+    "as_reports",
 ]
 
 
@@ -111,6 +112,30 @@ class Reports:
             for record, value in zip(out, values):
                 record[name] = value
         return out
+
+
+def as_reports(reports: Reports | Mapping[str, npt.ArrayLike], name: str,
+               columns: Iterable[str], *, target: str | None = None) -> Reports:
+    """``reports`` as a :class:`Reports` of oracle ``name`` with exactly ``columns``.
+
+    Raises ``TypeError`` for something that is neither ``Reports`` nor a mapping of columns,
+    and ``InvalidReportError`` for reports of another oracle or with other columns.
+    ``target`` names the receiver in the message (default: ``name`` quoted).
+    """
+    if not isinstance(reports, Reports):
+        if not isinstance(reports, Mapping):
+            raise TypeError(
+                f"reports must be Reports or a mapping of columns, got {type(reports).__name__}"
+            )
+        reports = Reports(name, reports)
+    if reports.oracle != name:
+        raise InvalidReportError(
+            f"reports of oracle {reports.oracle!r} given to {target or repr(name)}")
+    wanted = set(columns)
+    if set(reports.columns) != wanted:
+        raise InvalidReportError(
+            f"{name} reports need columns {sorted(wanted)}, got {sorted(reports.columns)}")
+    return reports
 
 
 @dataclasses.dataclass(eq=False)
@@ -291,21 +316,8 @@ class FrequencyOracle(abc.ABC):
 
     def coerce_reports(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Reports:
         """Check the columns of ``reports`` (name, shape, dtype) and return a ``Reports``."""
-        if not isinstance(reports, Reports):
-            if not isinstance(reports, Mapping):
-                raise TypeError(
-                    f"reports must be Reports or a mapping of columns, got {type(reports).__name__}"
-                )
-            reports = Reports(self.name, reports)
-        if reports.oracle != self.name:
-            raise InvalidReportError(
-                f"reports of oracle {reports.oracle!r} given to oracle {self.name!r}"
-            )
         expected = self._column_specs()
-        if set(reports.columns) != set(expected):
-            raise InvalidReportError(
-                f"{self.name} reports need columns {sorted(expected)}, got {sorted(reports.columns)}"
-            )
+        reports = as_reports(reports, self.name, expected, target=f"oracle {self.name!r}")
         cols = {}
         for name, (dtype, width) in expected.items():
             col = reports.columns[name]
