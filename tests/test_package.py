@@ -29,6 +29,14 @@ def test_core_and_top_level_do_not_import_beam():
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
 
 
+def test_wire_layer_does_not_import_beam():
+    code = ("import sys; "
+            + "".join(f"import {m}; " for m in all_modules() if m.startswith("ldpflow.wire"))
+            + "sys.exit('apache_beam' in sys.modules)")
+    assert "ldpflow.wire.parse" in code
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
 def test_core_imports_only_numpy_scipy_and_itself():
     allowed = {"numpy", "scipy", "ldpflow", "__future__"}
     stdlib = set(sys.stdlib_module_names)

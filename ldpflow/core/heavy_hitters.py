@@ -54,12 +54,15 @@ import numpy as np
 import numpy.typing as npt
 
 from ldpflow.core import codecs, hashing, queries, randomness, validation
+from ldpflow.core.keys import PEM as NAME
+from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.oracles.base import Reports, as_reports
 from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing, optimal_hash_range
 from ldpflow.core.validation import InvalidReportError
 
 __all__ = [
     "NAME",
+    "COLUMN_SPECS",
     "MAX_QUERY_LIMIT",
     "DEFAULT_QUERY_LIMIT",
     "user_keys",
@@ -78,15 +81,17 @@ __all__ = [
     "score_top_k",
 ]
 
-#: The ``oracle`` tag of PEM reports.
-NAME = "pem"
 #: The paper's query limit ``Q`` (seed 002, Sec. VI-A).
 DEFAULT_QUERY_LIMIT = 2**20
 #: The largest query limit accepted: a stage keeps ``O(Q)`` int64 counters in memory.
 MAX_QUERY_LIMIT = 2**28
 
 _U64 = np.uint64
-_COLUMNS = ("seed", "bucket", "group", "prefix_bits")
+#: PEM's report columns (name -> (dtype, width)), as the oracles' ``_column_specs``.
+COLUMN_SPECS: dict[str, tuple[Any, int | None]] = {
+    "seed": (np.uint64, None), "bucket": (np.int64, None), "group": (np.int64, None),
+    "prefix_bits": (np.int64, None)}
+_COLUMNS = tuple(COLUMN_SPECS)
 # Entries of the (reports x 2**hash_bits) index matrix built per scatter chunk.
 _SCATTER_ENTRIES = 1 << 22
 # The widest projected index space (prefix batch bits + suffix bits) one scatter may use.
@@ -484,9 +489,9 @@ class PrefixExtendingMethod:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> ProtocolKey:
         """A hashable identity: only reports and accumulators of equal keys mix."""
-        return (NAME, *sorted(self.parameters.items()))
+        return ProtocolKey(NAME, self.parameters)
 
     @classmethod
     def from_key(cls, key: Sequence[Any]) -> PrefixExtendingMethod:
@@ -500,11 +505,12 @@ class PrefixExtendingMethod:
         if not isinstance(key, (tuple, list)) or not key or key[0] != NAME:
             raise ValueError(f"key must be a {NAME!r} key, got {key!r}")
         try:
-            params = dict(key[1:])
-        except (TypeError, ValueError):
+            params = ProtocolKey.coerce(key).parameters
+        except ValueError:
             raise ValueError(
                 f"key must hold (name, value) pairs after {NAME!r}, got {key!r}"
             ) from None
+        params.pop("codec", None)  # the value codec: part of a report key, not a parameter
         return cls(**params)
 
     @property
@@ -660,6 +666,10 @@ class PrefixExtendingMethod:
                 )
             cols[name] = col.astype(_U64 if name == "seed" else np.int64, copy=False)
         return Reports(NAME, cols)
+
+    def _column_specs(self) -> dict[str, tuple[Any, int | None]]:
+        """Column name -> (dtype, width), as the oracles have."""
+        return COLUMN_SPECS
 
     def _row_checks(self, reports: Reports) -> list[tuple[np.ndarray, str]]:
         group = reports.columns["group"]

@@ -8,16 +8,69 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ldpflow.core.dedup import SeenIds, report_id_hashes
+from ldpflow.core.dedup import SeenIds, first_copies, report_id_hashes, string_hashes
 
 
-def test_hashes_are_stable_blake2b():
-    import hashlib
+_M = (1 << 64) - 1
 
-    h = report_id_hashes(["report-1", "ünïcode"])
-    want = [int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest(), "little")
-            for s in ["report-1", "ünïcode"]]
-    assert h.tolist() == want
+
+def _mix(z):
+    z ^= z >> 30
+    z = (z * 0xBF58476D1CE4E5B9) & _M
+    z ^= z >> 27
+    z = (z * 0x94D049BB133111EB) & _M
+    return z ^ (z >> 31)
+
+
+def _reference_hash(text: str) -> int:
+    """ldpflow-idhash-1 as the module notes state it, one id at a time in Python ints."""
+    data = text.encode("utf-8")
+    h = _mix(0x9E3779B97F4A7C15 ^ len(data))
+    for i in range(0, len(data), 8):
+        word = int.from_bytes(data[i:i + 8].ljust(8, b"\0"), "little")
+        h = (_mix(h ^ _mix((word + 0x9E3779B97F4A7C15) & _M)) * 0xFF51AFD7ED558CCD) & _M
+    return _mix(h)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ids=st.lists(st.text(max_size=40), max_size=30))
+def test_hashes_follow_the_documented_function(ids):
+    assert report_id_hashes(ids).tolist() == [_reference_hash(i) for i in ids]
+
+
+def test_hashes_of_fixed_ids_are_stable():
+    # Other implementations check themselves against these values.
+    got = report_id_hashes(["", "report-1", "ünïcode", "x" * 17]).tolist()
+    assert got == [_reference_hash(s) for s in ["", "report-1", "ünïcode", "x" * 17]]
+    assert len(set(got)) == 4
+
+
+def test_string_hashes_read_arrow_layout_with_an_offset():
+    data = np.frombuffer(b"..abcdefghij", dtype=np.uint8)
+    offsets = np.array([2, 5, 12])
+    assert string_hashes(offsets, data).tolist() == [_reference_hash("abc"),
+                                                     _reference_hash("defghij")]
+
+
+def test_first_copies_keeps_one_copy_whatever_the_order():
+    rng = np.random.default_rng(5)
+    hashes = np.array([7, 3, 7, 9, 3, 7], dtype=np.uint64)
+    payload = np.array([5, 1, 2, 0, 1, 2])
+    keep, conflicting = first_copies(hashes, [payload])
+    assert keep.tolist() == [False, True, True, True, False, False]
+    assert conflicting == 1  # id 7 came with payloads 5 and 2; id 3 twice the same
+    for _ in range(5):
+        order = rng.permutation(hashes.size)
+        again, _ = first_copies(hashes[order], [payload[order]])
+        assert sorted(zip(hashes[order][again].tolist(), payload[order][again].tolist())) == \
+            sorted(zip(hashes[keep].tolist(), payload[keep].tolist()))
+
+
+def test_first_copies_compares_bitmap_rows():
+    hashes = np.array([1, 1, 2], dtype=np.uint64)
+    bits = np.array([[0, 1], [0, 1], [1, 1]], dtype=np.uint8)
+    keep, conflicting = first_copies(hashes, [bits])
+    assert keep.sum() == 2 and conflicting == 0
 
 
 @settings(max_examples=50, deadline=None)

@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ldpflow.core import bitvectors, randomness, validation
+from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.validation import InvalidReportError
 
 __all__ = [
@@ -243,9 +244,9 @@ class FrequencyOracle(abc.ABC):
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> ProtocolKey:
         """A hashable identity: only reports and accumulators of equal keys mix."""
-        return (self.name, *sorted(self.parameters.items()))
+        return ProtocolKey(self.name, self.parameters)
 
     @property
     def e(self) -> float:
@@ -369,7 +370,11 @@ class FrequencyOracle(abc.ABC):
 
     def aggregate(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Accumulator:
         """Count a batch of reports into a new accumulator (after validating every row)."""
-        reports = self.validate(reports)
+        return self.count_valid(self.validate(reports))
+
+    def count_valid(self, reports: Reports) -> Accumulator:
+        """Count a batch whose every row has passed :meth:`invalid_rows` (the wire parse's
+        batches), without checking it again; :meth:`aggregate` is the checked form."""
         acc = self.create_accumulator()
         if len(reports):
             acc.counts += self._count(reports)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
+from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.oracles.base import FrequencyOracle
 from ldpflow.core.oracles.grr import DirectEncoding
 from ldpflow.core.oracles.hadamard import HadamardResponse, OneBitHadamard
@@ -45,8 +45,9 @@ def make(name: str, **parameters: Any) -> FrequencyOracle:
     return cls(**parameters)  # type: ignore[call-arg]
 
 
-@functools.lru_cache(maxsize=256)
 def from_key(key: tuple) -> FrequencyOracle:
     """The oracle whose :attr:`~FrequencyOracle.key` is ``key`` (cached: oracles are immutable)."""
-    name, *items = key
-    return make(name, **dict(items))
+    key = ProtocolKey.coerce(key)
+    if key.name not in ORACLES:
+        raise ValueError(f"oracle must be one of {' '.join(ORACLES)}, got {key.name!r}")
+    return key.build()

@@ -1,0 +1,129 @@
+"""The identity of a protocol configuration: :class:`ProtocolKey`.
+
+Reports, accumulators and results of different configurations must never mix, so every
+one of them carries the key of the configuration it belongs to: the protocol's registry
+name and its parameters. A key is a tuple ``(name, (parameter, value), ...)`` with the
+parameters sorted by name, so it is hashable, ordered, picklable and deterministic as a
+Beam key. It has one text form (:meth:`ProtocolKey.to_json`, stable: sorted keys), and it
+builds the protocol it names (:meth:`ProtocolKey.build`).
+
+Heavy-hitter (``pem``) keys also carry ``codec``: how the reports' values were made
+integers. It is part of the reports' identity (values of two codecs cannot be counted
+together) but not a parameter of the protocol, so :meth:`ProtocolKey.build` leaves it out
+and :attr:`ProtocolKey.codec` reads it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["ProtocolKey", "PEM"]
+
+#: The registry name of the heavy-hitter protocol (the prefix extending method).
+PEM = "pem"
+
+
+class ProtocolKey(tuple):
+    """``(name, (parameter, value), ...)``, parameters sorted by name.
+
+    Parameters
+    ----------
+    name : str
+        The registry name (``grr``, ``olh``, ..., ``pem``).
+    parameters : mapping
+        The configuration's parameters as plain Python values (``pem``: with ``codec``).
+    """
+
+    __slots__ = ()
+    # Beam encodes a tuple type with ``_fields`` deterministically, as its items, and
+    # rebuilds it as ``cls(*items)``: so a key can be a Beam key as it is.
+    _fields = ("name", "parameters")
+
+    def __new__(cls, name: str, *parameters: Any) -> ProtocolKey:
+        """``ProtocolKey(name, {parameter: value})`` (or ``(name, (p, v), ...)``)."""
+        if not isinstance(name, str):
+            raise TypeError(f"protocol name must be a string, got {type(name).__name__}")
+        if len(parameters) == 1 and isinstance(parameters[0], Mapping):
+            items = parameters[0].items()
+        else:
+            items = parameters  # type: ignore[assignment]
+        return super().__new__(cls, (name, *sorted(items)))
+
+    def __getnewargs__(self) -> tuple[str, dict[str, Any]]:  # pickling
+        return self.name, self.parameters
+
+    @classmethod
+    def coerce(cls, key: ProtocolKey | tuple | list) -> ProtocolKey:
+        """A :class:`ProtocolKey` of a key tuple (``(name, (p, v), ...)``)."""
+        if isinstance(key, ProtocolKey):
+            return key
+        if not isinstance(key, (tuple, list)) or not key or not isinstance(key[0], str):
+            raise ValueError(f"a protocol key is (name, (parameter, value), ...), got {key!r}")
+        try:
+            params = dict(key[1:])
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"a protocol key holds (parameter, value) pairs after its name, got {key!r}"
+            ) from None
+        return cls(key[0], params)
+
+    @classmethod
+    def heavy_hitters(cls, pem: Any, codec: str | None = "int") -> ProtocolKey:
+        """The key of heavy-hitter reports: ``pem``'s parameters and the value ``codec``."""
+        return cls(PEM, {**pem.parameters, "codec": codec or "int"})
+
+    @property
+    def name(self) -> str:
+        return self[0]
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The parameters (``pem``: with ``codec``)."""
+        return dict(self[1:])
+
+    @property
+    def codec(self) -> str | None:
+        """The value codec of a heavy-hitter key (``int`` when absent); None for oracles."""
+        return self.parameters.get("codec", "int") if self.name == PEM else None
+
+    def to_json(self) -> str:
+        """The stable text form: ``{"oracle": name, parameter: value, ...}``, keys sorted."""
+        return json.dumps({"oracle": self.name, **self.parameters}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ProtocolKey:
+        """Inverse of :meth:`to_json`, normalised through the protocol's own checks."""
+        params = json.loads(text)
+        if not isinstance(params, dict) or not isinstance(params.get("oracle"), str):
+            raise ValueError(f"a protocol key's text is an object with 'oracle', got {text!r}")
+        name = params.pop("oracle")
+        codec = params.pop("codec", None) if name == PEM else None
+        key = cls(name, params)
+        protocol = key.build()
+        return cls.heavy_hitters(protocol, codec) if name == PEM else protocol.key
+
+    def build(self) -> Any:
+        """The protocol object this key names (cached: protocols are immutable).
+
+        Raises
+        ------
+        ValueError, TypeError
+            As the protocol's constructor does for bad parameters.
+        """
+        return _build(self)
+
+
+@functools.lru_cache(maxsize=512)
+def _build(key: ProtocolKey) -> Any:
+    params = key.parameters
+    if key.name == PEM:
+        from ldpflow.core.heavy_hitters import PrefixExtendingMethod
+
+        params.pop("codec", None)
+        return PrefixExtendingMethod(**params)
+    from ldpflow.core.oracles import registry
+
+    return registry.make(key.name, **params)
