@@ -19,18 +19,17 @@ import time
 import numpy as np
 
 import ldpflow
-from ldpflow.transforms import formats
-from ldpflow.transforms.records import reports_to_records
+from ldpflow.wire import formats
 
 
 def make_messages(total, per_message, start_ms, window_ms, seed=1):
     oracle = ldpflow.oracle("grr", epsilon=1.0, domain_size=1024)
     rng = np.random.default_rng(seed)
     reports = oracle.perturb(rng.integers(0, 1024, total), rng=rng)
-    records = reports_to_records(oracle, reports, [f"r{i}" for i in range(total)],
-                                 [f"u{i}" for i in range(total)],
-                                 start_ms + rng.integers(0, window_ms, total))
-    return [formats.encode_message(records[lo:lo + per_message])
+    table = formats.reports_table(oracle, reports, formats.numbered_ids("r", 0, total),
+                                  formats.numbered_ids("u", 0, total),
+                                  start_ms + rng.integers(0, window_ms, total))
+    return [formats.encode_message(table.slice(lo, per_message))
             for lo in range(0, total, per_message)]
 
 

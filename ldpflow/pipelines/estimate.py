@@ -16,9 +16,10 @@ Production (any Beam runner; see ``deploy/README.md``)::
         --runner=DataflowRunner --project=PROJECT --region=REGION \\
         --temp_location=gs://BUCKET/tmp --setup_file=./setup.py
 
-Reports of different oracles or parameter sets are estimated separately. Writes
-``OUTPUT/estimates.json`` (``{"results": [{"oracle", "epsilon", "domain_size", "n",
-"dead_letters", "estimates": {METHOD: [...]}}], "records", "dead_letters": {...}}``),
+Reports of different oracles or parameter sets are estimated separately; each report id is
+counted once (``--dedup none`` counts every copy). Writes ``OUTPUT/estimates.json``
+(``{"results": [{"oracle", "epsilon", "domain_size", "n", "duplicates", "dead_letters",
+"estimates": {METHOD: [...]}}], "records", "duplicates", "dead_letters": {...}}``),
 ``OUTPUT/estimates.avro`` (``schemas/estimate.avsc``) and the refused records with their
 reasons under ``OUTPUT/dead_letters/``.
 """
@@ -34,9 +35,9 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from ldpflow.core import postprocess as postprocess_module
 from ldpflow.pipelines.options import EstimateOptions, require
-from ldpflow.transforms import formats
 from ldpflow.transforms.estimate import DeadLetterSummaryFn, EstimateReports
 from ldpflow.transforms.io import ReadReports, SplitDeadLetters, WriteDeadLetters, WriteEstimates
+from ldpflow.wire import formats
 
 __all__ = ["run", "parse_methods", "batch_runner", "check_inputs", "detached"]
 
@@ -103,14 +104,16 @@ def build(pipeline: beam.Pipeline, opts: EstimateOptions, methods: list[str]):
     """Wire read -> estimate -> write into ``pipeline``; returns the single terminal step."""
     expect = {k: v for k, v in {"oracle": opts.expect_oracle, "epsilon": opts.expect_epsilon,
                                 "domain_size": opts.expect_domain_size}.items() if v is not None}
+    dedup = opts.dedup != "none"
+    keep = ("id_hashes",) if dedup else ()
     read = (pipeline
-            | "ReadReports" >> ReadReports(opts.input, opts.input_format, expect)
+            | "ReadReports" >> ReadReports(opts.input, opts.input_format, expect, keep)
             | "Split" >> SplitDeadLetters())
-    results = read | "EstimateReports" >> EstimateReports(methods)
+    results = read | "EstimateReports" >> EstimateReports(methods, dedup=dedup)
     summary = read["dead_letters"] | "SummariseDeadLetters" >> beam.CombineGlobally(
         DeadLetterSummaryFn())
     written = (
-        results | "WriteEstimates" >> WriteEstimates(opts.output, summary),
+        results | "WriteEstimates" >> WriteEstimates(opts.output, summary, dedup),
         read["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(opts.output),
     )
     # One terminal step that depends on every sink: some runners (Dask) only run the last leaf.
@@ -142,8 +145,8 @@ def run(argv: list[str] | None = None) -> dict:
     with FileSystems.open(path) as f:
         document = json.loads(f.read().decode("utf-8"))
     _LOGGER.info(
-        "estimated %d keys from %d records (%d dead letters) in %.1fs -> %s",
-        len(document["results"]), document["records"], document["dead_letters"]["total"],
-        time.perf_counter() - started, path,
+        "estimated %d keys from %d records (%d duplicates, %d dead letters) in %.1fs -> %s",
+        len(document["results"]), document["records"], document["duplicates"],
+        document["dead_letters"]["total"], time.perf_counter() - started, path,
     )
     return document

@@ -57,6 +57,9 @@ class EstimateOptions(PipelineOptions):
                             help="Comma-separated post-processing methods (base = raw unbiased).")
         parser.add_argument("--input_format", choices=("avro", "json", "parquet"), default=None,
                             help="Format of every input file (default: from each file's name).")
+        parser.add_argument("--dedup", choices=("report_id", "none"), default="report_id",
+                            help="report_id: count each report id once, the other copies as "
+                                 "duplicates in the output; none: count every copy.")
         parser.add_argument("--expect_oracle", choices=sorted(registry.ORACLES), default=None,
                             help="Refuse (dead-letter) reports of any other oracle.")
         parser.add_argument("--expect_epsilon", type=float, default=None,

@@ -38,10 +38,9 @@ import numpy as np
 from ldpflow.core import codecs, simulation, validation
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.core.oracles import FrequencyOracle, registry
-from ldpflow.transforms import formats
-from ldpflow.transforms.records import reports_to_records
+from ldpflow.wire import formats
 
-__all__ = ["run", "build_parser", "write_reports"]
+__all__ = ["run", "build_parser"]
 
 _LOGGER = logging.getLogger(__name__)
 _SUFFIX = {"avro": ".avro", "json": ".jsonl", "parquet": ".parquet"}
@@ -111,25 +110,14 @@ def _values(args: argparse.Namespace, rng: np.random.Generator) -> np.ndarray:
     return dist.sample(args.domain_size, args.users, rng)
 
 
-def write_reports(path: str, fmt: str, records: list[dict]) -> None:
-    """One shard of report envelopes in ``fmt``."""
-    if fmt == "avro":
-        with open(path, "wb") as f:
-            formats.write_avro(f, records)
-    elif fmt == "json":
-        with open(path, "w", encoding="utf-8") as f:
-            formats.write_json_lines(f, records)
-    else:
-        formats.write_parquet(path, records)
-
-
 def _write_shard(job: tuple) -> tuple[str, int]:
     path, fmt, oracle, reports, first, run_id, event_times, codec = job
     count = len(reports)
-    ids = [f"{run_id}-{i}" for i in range(first, first + count)]
-    users = _user_ids(first, first + count)
-    write_reports(path, fmt, reports_to_records(oracle, reports, ids, users, event_times,
-                                                codec=codec))
+    table = formats.reports_table(
+        oracle, reports, formats.numbered_ids(f"{run_id}-", first, first + count),
+        formats.numbered_ids("user-", first, first + count), event_times, codec=codec)
+    with open(path, "wb") as f:
+        formats.write_reports(f, fmt, table)
     return path, count
 
 
@@ -193,7 +181,7 @@ def _write_all(args: argparse.Namespace, oracle, reports, event_times: np.ndarra
         jobs.append((path, args.format, oracle, reports[lo:hi], lo, f"s{args.seed}",
                      event_times[lo:hi], codec))
     workers = min(len(jobs), os.cpu_count() or 1)
-    if workers > 1:  # encoding is per record in Python: spread the shards over the cores
+    if workers > 1:  # spread the shards' encoding over the cores
         context = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
             for path, count in pool.map(_write_shard, jobs):

@@ -32,9 +32,10 @@ from apache_beam.transforms import window
 
 from ldpflow.pipelines.estimate import parse_methods
 from ldpflow.pipelines.options import StreamOptions, require
-from ldpflow.transforms import formats
-from ldpflow.transforms.records import DeadLetter, estimate_records
 from ldpflow.transforms.streaming import EstimateStream, WindowSpec, result_to_message
+from ldpflow.wire import formats
+from ldpflow.wire.envelope import DeadLetter
+from ldpflow.wire.results import estimate_records
 
 __all__ = ["run", "start", "build", "WritePanesFn"]
 
@@ -58,7 +59,7 @@ class WritePanesFn(beam.DoFn):
         window_bounds = (result["window_start"], result["window_end"])
         records = estimate_records({**result, "dead_letters": 0}, window_bounds, result["pane"])
         with FileSystems.create(stem + ".avro") as f:
-            formats.write_avro(f, records, schema="estimate")
+            formats.write_records(f, "avro", records, schema="estimate")
         yield stem + ".json"
 
 

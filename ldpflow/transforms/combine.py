@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import apache_beam as beam
 
 from ldpflow.core.oracles import Accumulator, FrequencyOracle, Reports, registry
-from ldpflow.transforms.records import ReportBatch
+from ldpflow.wire.envelope import ReportBatch
 
 __all__ = ["FrequencyOracleCombineFn"]
 
@@ -21,6 +21,9 @@ class FrequencyOracleCombineFn(beam.CombineFn):
         With an oracle, every input must belong to it and the empty accumulator is its own.
         Without one (the keyed form, for ``CombinePerKey`` over many oracle/parameter keys),
         the accumulator is ``None`` until the first :class:`ReportBatch` names its key.
+
+    A :class:`ReportBatch` comes from the wire parse, which has checked every row, so it
+    is counted without a second check; bare :class:`Reports` are checked.
 
     The output is the accumulator itself, so a streaming pane (or a caller) can estimate and
     post-process from the merged counts. Inputs are :class:`ReportBatch`, accumulators
@@ -42,16 +45,16 @@ class FrequencyOracleCombineFn(beam.CombineFn):
                 raise ValueError(
                     f"counts of {batch.key} given to the combiner of {self._oracle.key}")
             return batch.copy() if accumulator is None else accumulator.merge(batch)
-        if isinstance(batch, ReportBatch):
+        if isinstance(batch, ReportBatch):  # checked once, by the parse
             oracle = registry.from_key(batch.key)
-            reports = batch.reports
+            if self._oracle is not None and oracle.key != self._oracle.key:
+                raise ValueError(
+                    f"reports of {oracle.key} given to the combiner of {self._oracle.key}")
+            counted = oracle.count_valid(batch.reports)
         else:
             if self._oracle is None:
                 raise TypeError("the keyed FrequencyOracleCombineFn needs ReportBatch inputs")
-            oracle, reports = self._oracle, batch
-        if self._oracle is not None and oracle.key != self._oracle.key:
-            raise ValueError(f"reports of {oracle.key} given to the combiner of {self._oracle.key}")
-        counted = oracle.aggregate(reports)
+            counted = self._oracle.aggregate(batch)
         return counted if accumulator is None else accumulator.merge(counted)
 
     def add_inputs(self, accumulator, elements: Iterable):

@@ -1,4 +1,5 @@
-"""Keyed estimation: count report batches per oracle/parameter key, estimate, post-process."""
+"""Keyed estimation: count report batches per oracle/parameter key (deduplicated by report
+id, or not), estimate, post-process."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import apache_beam as beam
 
 from ldpflow.core.postprocess import postprocess
 from ldpflow.transforms.combine import FrequencyOracleCombineFn
-from ldpflow.transforms.records import DeadLetter, estimate_result
+from ldpflow.transforms.dedup import DEFAULT_BUCKETS, DeduplicateReports, Tally
+from ldpflow.wire.envelope import DeadLetter
+from ldpflow.wire.results import estimate_result
 
 __all__ = ["CountReports", "EstimateReports", "DeadLetterSummaryFn"]
 
@@ -27,7 +30,7 @@ class DeadLetterSummaryFn(beam.CombineFn):
         return {}
 
     def add_input(self, counts, letter: DeadLetter):
-        counts[letter.reason] = counts.get(letter.reason, 0) + 1
+        counts[letter.reason] = counts.get(letter.reason, 0) + letter.count
         return counts
 
     def merge_accumulators(self, accumulators):
@@ -44,9 +47,15 @@ class DeadLetterSummaryFn(beam.CombineFn):
 
 def _result(element, methods: Sequence[str]):
     key, grouped = element
-    accumulators = [a for a in grouped["counts"] if a is not None]
-    accumulator = accumulators[0] if accumulators else None
-    return estimate_result(key, accumulator, sum(grouped["dead"]), methods, postprocess)
+    tallies = [t for t in grouped["counts"] if t is not None]
+    tally = tallies[0] if tallies else Tally(None)
+    return estimate_result(key, tally.accumulator, sum(grouped["dead"]), methods, postprocess,
+                           duplicates=tally.duplicates)
+
+
+def _tally(element):
+    key, accumulator = element
+    return key, Tally(accumulator)
 
 
 class EstimateReports(beam.PTransform):
@@ -54,19 +63,28 @@ class EstimateReports(beam.PTransform):
 
     Input: a dict ``{"reports": PCollection[(key, ReportBatch)], "dead_letters":
     PCollection[DeadLetter]}``. Keys whose every report was refused still get a result (n = 0
-    and their dead-letter count), so no record goes unaccounted for.
+    and their dead-letter count), so no record goes unaccounted for. With ``dedup`` (the
+    batches must keep their id hashes) one copy of each report id is counted and the others
+    are counted as ``duplicates``.
     """
 
-    def __init__(self, methods: Sequence[str]):
+    def __init__(self, methods: Sequence[str], dedup: bool = False,
+                 buckets: int = DEFAULT_BUCKETS):
         super().__init__()
         self._methods = tuple(methods)
+        self._dedup = dedup
+        self._buckets = buckets
 
     def expand(self, inputs):
-        counts = inputs["reports"] | "Count" >> CountReports()
+        if self._dedup:
+            counts = inputs["reports"] | "Deduplicate" >> DeduplicateReports(self._buckets)
+        else:
+            counts = (inputs["reports"] | "Count" >> CountReports()
+                      | "AsTally" >> beam.Map(_tally))
         dead = (
             inputs["dead_letters"]
             | "Keyed" >> beam.Filter(lambda letter: letter.key is not None)
-            | "DeadKey" >> beam.Map(lambda letter: (letter.key, 1))
+            | "DeadKey" >> beam.Map(lambda letter: (tuple(letter.key), letter.count))
             | "DeadPerKey" >> beam.CombinePerKey(sum)
         )
         return (

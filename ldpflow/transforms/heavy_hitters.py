@@ -3,7 +3,7 @@
 Contract (``HEAVY_HITTERS.md``; :mod:`ldpflow.core.heavy_hitters` holds all the math):
 
 * Input: ``(key, ReportBatch)`` elements of PEM reports, ``key`` a
-  :func:`~ldpflow.transforms.records.pem_key` (configuration and value codec). Reports of
+  :meth:`~ldpflow.core.keys.ProtocolKey.heavy_hitters` (configuration and value codec). Reports of
   different keys are never mixed: every configuration present gets its own result.
 * :class:`IdentifyHeavyHitters` unrolls the ``g`` stages at graph construction. Stage ``s``
   counts group ``s``'s reports for the extensions of stage ``s - 1``'s survivors, which reach
@@ -45,7 +45,9 @@ from apache_beam.io.filesystems import FileSystems
 from ldpflow.core import codecs
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.core.oracles import Reports
-from ldpflow.transforms.records import ReportBatch, key_to_json, pem_from_key
+from ldpflow.core.keys import ProtocolKey
+from ldpflow.wire.envelope import ReportBatch
+from ldpflow.wire.results import heavy_hitters_document
 
 __all__ = [
     "StageCounts",
@@ -67,7 +69,8 @@ DEFAULT_SHARDS = 4
 
 
 def _configuration(key: tuple, threshold: float | None) -> tuple[hh.PrefixExtendingMethod, str]:
-    pem, codec = pem_from_key(key)
+    key = ProtocolKey.coerce(key)
+    pem, codec = key.build(), key.codec
     if threshold is not None:
         pem = dataclasses.replace(pem, threshold=threshold)
     return pem, codec
@@ -333,7 +336,7 @@ def assemble_result(
     population = sum(group_sizes)
     result: dict[str, Any] = {
         "configuration": {**pem.parameters, "codec": codec_name},
-        "key": key_to_json(key),
+        "key": ProtocolKey.coerce(key).to_json(),
         "n": population,
         "group_sizes": group_sizes,
         "dead_letters": int(sum(grouped.get("dead") or [])),
@@ -373,7 +376,7 @@ class _SelectStageFn(beam.DoFn):
     def process(self, element, previous=None):
         key, result = select_stage(element, self._stage, self._threshold, previous)
         _LOGGER.info("stage %d of %s: %d reports, %d candidates, %d kept in %.2fs%s",
-                     self._stage, key_to_json(key), result.n, result.candidates,
+                     self._stage, ProtocolKey.coerce(key).to_json(), result.n, result.candidates,
                      result.prefixes.size, result.estimate_seconds,
                      f" ({result.error})" if result.error else "")
         yield key, result
@@ -442,7 +445,7 @@ class IdentifyHeavyHitters(beam.PTransform):
                 self._dead
                 | "PemDeadLetters" >> beam.Filter(
                     lambda letter: letter.key is not None and letter.key[0] == hh.NAME)
-                | "DeadKey" >> beam.Map(lambda letter: (letter.key, 1))
+                | "DeadKey" >> beam.Map(lambda letter: (tuple(letter.key), letter.count))
                 | "DeadPerKey" >> beam.CombinePerKey(sum)
             )
         return (
@@ -450,41 +453,6 @@ class IdentifyHeavyHitters(beam.PTransform):
             | "JoinStages" >> beam.CoGroupByKey()
             | "Assemble" >> beam.ParDo(_AssembleResultFn(self._num_stages, self._threshold))
         )
-
-
-def heavy_hitters_document(
-    results: list[Mapping[str, Any]],
-    dead_letters: Mapping[str, Any],
-    elapsed_seconds: float | None = None,
-) -> dict[str, Any]:
-    """The ``heavy_hitters.json`` document of all keys' results.
-
-    The top-level ``top_k``, ``configuration``, ``n``, ``group_sizes``, ``stages`` and
-    ``error`` are those of the configuration with the most valid reports (the only one
-    in the common case); ``results`` lists every configuration found, and
-    ``records = reports + dead letters`` counts every input record.
-    """
-    results = sorted(results, key=lambda r: (-r["n"], r["key"]))
-    reports = sum(r["n"] for r in results)
-    primary = results[0] if results and results[0]["n"] > 0 else None
-    if sum(1 for r in results if r["n"] > 0) > 1:
-        _LOGGER.warning("the input holds %d PEM configurations; the top level reports the "
-                        "largest, 'results' lists all", len(results))
-    document: dict[str, Any] = {
-        "top_k": primary["top_k"] if primary else [],
-        "configuration": primary["configuration"] if primary else None,
-        "n": primary["n"] if primary else 0,
-        "group_sizes": primary["group_sizes"] if primary else [],
-        "stages": primary["stages"] if primary else [],
-        "error": primary["error"] if primary else "no valid reports",
-        "results": list(results),
-        "records": reports + int(dead_letters.get("total", 0)),
-        "reports": reports,
-        "dead_letters": dict(dead_letters),
-    }
-    if elapsed_seconds is not None:
-        document["elapsed_seconds"] = round(elapsed_seconds, 3)
-    return document
 
 
 class _WriteHeavyHittersFn(beam.DoFn):

@@ -1,11 +1,13 @@
 """Reading report files and writing estimates, as Beam transforms.
 
-``ReadReports`` matches a glob, reads each file a whole Avro block (or JSON/Parquet chunk)
-at a time into numpy columns, validates every record and emits ``(key, ReportBatch)``
-elements and :class:`DeadLetter` elements (with a reason) in one PCollection;
-``SplitDeadLetters`` separates them. (One output split by filters rather than tagged outputs:
-some runners, Dask among them, mishandle tagged outputs.) Counters (namespace ``ldpflow``):
-``records``, ``reports``, ``dead_letters``, ``files``.
+``ReadReports`` matches a glob, cuts every file into byte ranges (Parquet at row groups;
+:func:`ldpflow.wire.formats.plan_ranges`), spreads the ranges over the workers and reads
+each one column by column through the wire layer's one parse path
+(:func:`ldpflow.wire.formats.read_reports`). It emits ``(key, ReportBatch)`` elements and
+:class:`DeadLetter` elements (with a reason) in one PCollection; ``SplitDeadLetters``
+separates them. (One output split by filters rather than tagged outputs: some runners,
+Dask among them, mishandle tagged outputs.) Counters (namespace ``ldpflow``): ``records``,
+``reports``, ``dead_letters``, ``files``, ``ranges``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import apache_beam as beam
@@ -23,82 +25,137 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from ldpflow.transforms import formats
-from ldpflow.transforms.records import DeadLetter, estimate_records, parse_records
+from ldpflow.wire import formats
+from ldpflow.wire.envelope import DeadLetter
+from ldpflow.wire.parse import AcceptancePolicy
+from ldpflow.wire.results import estimate_records, estimates_document
 
 __all__ = [
     "ReadReports",
-    "ReadReportFileFn",
+    "PlanRangesFn",
+    "ReadRangeFn",
     "SplitDeadLetters",
     "WriteEstimates",
     "WriteDeadLetters",
+    "as_policy",
 ]
 
 _LOGGER = logging.getLogger(__name__)
 _PROGRESS_SECONDS = 10.0
 
 
-class ReadReportFileFn(beam.DoFn):
-    """Reads one matched file into ``(key, ReportBatch)`` elements and dead letters."""
+def as_policy(policy: AcceptancePolicy | Mapping[str, Any] | None) -> AcceptancePolicy:
+    """An :class:`AcceptancePolicy` (a mapping is the parameters to expect)."""
+    if policy is None:
+        return AcceptancePolicy()
+    if isinstance(policy, AcceptancePolicy):
+        return policy
+    return AcceptancePolicy(expect=dict(policy))
 
-    def __init__(self, fmt: str | None = None, expect: Mapping[str, Any] | None = None,
-                 envelope: bool = False):
+
+def _format_of(path: str, fmt: str | None) -> str:
+    return fmt or formats.detect_format(path)
+
+
+class PlanRangesFn(beam.DoFn):
+    """A matched file -> ``(path, format, start, end)`` ranges to read separately."""
+
+    def __init__(self, fmt: str | None = None, range_bytes: int = formats.RANGE_BYTES):
         super().__init__()
-        self._envelope = envelope
         if fmt is not None and fmt not in formats.FORMATS:
             raise ValueError(f"format must be one of {', '.join(formats.FORMATS)}, got {fmt!r}")
         self._format = fmt
-        self._expect = dict(expect) if expect else None
+        self._range_bytes = range_bytes
+
+    def process(self, readable_file):
+        metadata = readable_file.metadata
+        path, size = metadata.path, metadata.size_in_bytes
+        fmt = _format_of(path, self._format)
+        splittable = not formats.is_compressed(path)
+        if splittable and size > self._range_bytes:
+            with FileSystems.open(path) as stream:
+                ranges = formats.plan_ranges(stream, fmt, size, True, self._range_bytes)
+        else:
+            ranges = [(0, None)]
+        for start, end in ranges:
+            yield path, fmt, start, end
+
+
+class ReadRangeFn(beam.DoFn):
+    """Reads one range of one file into ``(key, ReportBatch)`` elements and dead letters."""
+
+    def __init__(self, policy: AcceptancePolicy | Mapping[str, Any] | None = None,
+                 keep: Iterable[str] = ()):
+        super().__init__()
+        self._policy = as_policy(policy)
+        self._keep = tuple(keep)
         self._records = Metrics.counter("ldpflow", "records")
         self._reports = Metrics.counter("ldpflow", "reports")
         self._dead = Metrics.counter("ldpflow", "dead_letters")
+        self._ranges = Metrics.counter("ldpflow", "ranges")
         self._files = Metrics.counter("ldpflow", "files")
 
-    def process(self, readable_file):
-        path = readable_file.metadata.path
-        fmt = self._format or formats.detect_format(path)
+    def process(self, element):
+        path, fmt, start, end = element
         started = last_log = time.monotonic()
         records = reports = dead = 0
-        with readable_file.open() as stream:
-            for chunk, undecodable, trusted in formats.read_chunks(stream, fmt, path):
-                batches, refused = parse_records(chunk, source=path, expect=self._expect,
-                                                 trusted=trusted, envelope=self._envelope)
-                refused = undecodable + refused
-                valid = sum(len(b) for b in batches.values())
-                records += len(chunk) + len(undecodable)
-                reports += valid
-                dead += len(refused)
-                self._records.inc(len(chunk) + len(undecodable))
-                self._reports.inc(valid)
-                self._dead.inc(len(refused))
-                yield from batches.items()
-                yield from refused
+        with FileSystems.open(path) as stream:
+            for parsed in formats.read_reports(stream, fmt, source=path, start=start, end=end,
+                                               policy=self._policy, keep=self._keep):
+                refused = sum(letter.count for letter in parsed.dead_letters)
+                records += parsed.records
+                reports += parsed.reports
+                dead += refused
+                self._records.inc(parsed.records)
+                self._reports.inc(parsed.reports)
+                self._dead.inc(refused)
+                for key, batch in parsed.batches.items():
+                    yield tuple(key), batch  # Beam keys: plain tuples encode deterministically
+                yield from parsed.dead_letters
                 now = time.monotonic()
                 if now - last_log >= _PROGRESS_SECONDS:
-                    _LOGGER.info("%s: %d records so far (%.0f/s)", path, records,
-                                 records / (now - started))
+                    _LOGGER.info("%s [%d, %s): %d records so far (%.0f/s)", path, start, end,
+                                 records, records / (now - started))
                     last_log = now
-        self._files.inc()
-        _LOGGER.info("read %s: %d records, %d reports, %d dead letters in %.1fs", path, records,
-                     reports, dead, time.monotonic() - started)
+        self._ranges.inc()
+        if start == 0:
+            self._files.inc()
+        _LOGGER.info("read %s [%d, %s): %d records, %d reports, %d dead letters in %.1fs", path,
+                     start, end if end is not None else "end", records, reports, dead,
+                     time.monotonic() - started)
 
 
 class ReadReports(beam.PTransform):
-    """Report files matching ``file_pattern`` -> ``(key, ReportBatch)`` and ``DeadLetter``s."""
+    """Report files matching ``file_pattern`` -> ``(key, ReportBatch)`` and ``DeadLetter``s.
+
+    Parameters
+    ----------
+    file_pattern : str
+        A glob (any Beam file system).
+    fmt : str, optional
+        The format of every file (default: from each file's name).
+    policy : AcceptancePolicy or mapping, optional
+        What to accept (a mapping: the parameters to expect).
+    keep : iterable of str
+        Envelope columns the batches keep (``id_hashes`` for deduplication, ...).
+    """
 
     def __init__(self, file_pattern: str, fmt: str | None = None,
-                 expect: Mapping[str, Any] | None = None, envelope: bool = False):
+                 policy: AcceptancePolicy | Mapping[str, Any] | None = None,
+                 keep: Iterable[str] = (), range_bytes: int = formats.RANGE_BYTES):
         super().__init__()
         self._pattern = file_pattern
-        self._fn = ReadReportFileFn(fmt, expect, envelope)
+        self._plan = PlanRangesFn(fmt, range_bytes)
+        self._read = ReadRangeFn(policy, keep)
 
     def expand(self, pbegin):
         return (
             pbegin
             | "Match" >> fileio.MatchFiles(self._pattern)
-            | "SpreadFiles" >> beam.Reshuffle()  # files go to all workers, not one bundle
             | "Open" >> fileio.ReadMatches()
-            | "ReadFiles" >> beam.ParDo(self._fn)
+            | "PlanRanges" >> beam.ParDo(self._plan)
+            | "SpreadRanges" >> beam.Reshuffle()  # ranges go to all workers, not one bundle
+            | "ReadRanges" >> beam.ParDo(self._read)
         )
 
 
@@ -117,25 +174,18 @@ class SplitDeadLetters(beam.PTransform):
 
 
 class _WriteEstimateFilesFn(beam.DoFn):
-    def __init__(self, output: str):
+    def __init__(self, output: str, dedup: bool):
         super().__init__()
         self._output = output.rstrip("/")
+        self._dedup = dedup
 
     def process(self, results, dead_letters):
-        results = sorted(results, key=lambda r: (r["oracle"], json.dumps(r["parameters"],
-                                                                          sort_keys=True)))
-        estimated = sum(r["n"] for r in results)
-        document = {
-            "results": results,
-            "records": estimated + dead_letters["total"],
-            "reports_estimated": estimated,
-            "dead_letters": dead_letters,
-        }
+        document = estimates_document(results, dead_letters, self._dedup)
         with FileSystems.create(f"{self._output}/estimates.json") as f:
             f.write(json.dumps(document, indent=1).encode("utf-8"))
-        records = [rec for result in results for rec in estimate_records(result)]
+        records = [rec for result in document["results"] for rec in estimate_records(result)]
         with FileSystems.create(f"{self._output}/estimates.avro") as f:
-            formats.write_avro(f, records, schema="estimate")
+            formats.write_records(f, "avro", records, schema="estimate")
         yield document
 
 
@@ -143,19 +193,20 @@ class WriteEstimates(beam.PTransform):
     """Write result dicts as ``OUTPUT/estimates.json`` and ``OUTPUT/estimates.avro``.
 
     ``dead_letter_summary`` is a singleton PCollection (``{"total", "by_reason"}``) merged into
-    the JSON document, with ``records = reports_estimated + dead_letters.total``.
+    the JSON document, with ``records = reports_estimated + duplicates + dead_letters.total``.
     """
 
-    def __init__(self, output: str, dead_letter_summary):
+    def __init__(self, output: str, dead_letter_summary, dedup: bool = True):
         super().__init__()
         self._output = output
         self._summary = dead_letter_summary
+        self._dedup = dedup
 
     def expand(self, results):
         return (
             results
             | "Collect" >> beam.combiners.ToList()
-            | "WriteFiles" >> beam.ParDo(_WriteEstimateFilesFn(self._output),
+            | "WriteFiles" >> beam.ParDo(_WriteEstimateFilesFn(self._output, self._dedup),
                                          beam.pvalue.AsSingleton(self._summary))
         )
 

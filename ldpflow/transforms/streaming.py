@@ -37,11 +37,14 @@ from apache_beam.transforms import trigger, window
 from apache_beam.transforms.userstate import CombiningValueStateSpec
 from apache_beam.utils.timestamp import Duration, Timestamp
 
-from ldpflow.core.dedup import SeenIds, report_id_hashes
+from ldpflow.core.dedup import SeenIds
+from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.postprocess import postprocess
-from ldpflow.transforms import formats
 from ldpflow.transforms.combine import FrequencyOracleCombineFn
-from ldpflow.transforms.records import DeadLetter, estimate_result, key_to_json, parse_records
+from ldpflow.transforms.io import as_policy
+from ldpflow.wire import formats
+from ldpflow.wire.envelope import DeadLetter
+from ldpflow.wire.results import estimate_result
 
 __all__ = [
     "WindowSpec",
@@ -145,7 +148,7 @@ class DecodeMessagesFn(beam.DoFn):
                  timestamp_attribute: str | None = None):
         super().__init__()
         self._cell_ms = int(round(cell_seconds * 1000))
-        self._expect = dict(expect) if expect else None
+        self._policy = as_policy(expect)
         self._attribute = timestamp_attribute
         self._messages = Metrics.counter("ldpflow", "messages")
         self._records = Metrics.counter("ldpflow", "records")
@@ -157,28 +160,32 @@ class DecodeMessagesFn(beam.DoFn):
         attributes = getattr(message, "attributes", None) or {}
         source = f"pubsub:{getattr(message, 'message_id', None) or 'message'}"
         self._messages.inc()
-        records, dead, trusted = formats.decode_message(data, source)
-        self._records.inc(len(records) + len(dead))
-        stamp = None
-        if self._attribute and records:
+        stamp, problem = None, None
+        if self._attribute:
             try:
                 stamp = parse_event_time(str(attributes[self._attribute]))
-            except (KeyError, ValueError) as exc:
-                reason = f"message attribute {self._attribute!r} missing or invalid: {exc!r}"
-                dead += [DeadLetter(source, reason, record) for record in records]
-                records = []
-        batches, refused = parse_records(records, source=source, expect=self._expect,
-                                         trusted=trusted, envelope=True)
-        dead += refused
+            except (KeyError, ValueError, OverflowError) as exc:
+                problem = f"message attribute {self._attribute!r} missing or invalid: {exc!r}"
+        parsed = formats.decode_message(data, source, self._policy, _KEEP)
+        dead = [letter for p in parsed for letter in p.dead_letters]
+        records = sum(p.records for p in parsed)
+        self._records.inc(records)
+        batches = [(key, batch) for p in parsed for key, batch in p.batches.items()]
+        if problem is not None:  # the message's reports have no event time
+            dead += [DeadLetter(source, problem, None, key, len(batch)) for key, batch in batches]
+            batches = []
         if stamp is not None:
-            for batch in batches.values():
+            for _, batch in batches:
                 batch.event_times[:] = stamp
-        self._reports.inc(sum(len(b) for b in batches.values()))
-        self._dead.inc(len(dead))
-        for key, batch in batches.items():
-            yield from split_cells(key_to_json(key), batch, self._cell_ms)
+        self._reports.inc(sum(len(b) for _, b in batches))
+        self._dead.inc(sum(letter.count for letter in dead))
+        for key, batch in batches:
+            yield from split_cells(ProtocolKey.coerce(key).to_json(), batch, self._cell_ms)
         for letter in dead:
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
+
+
+_KEEP = ("id_hashes", "event_times")
 
 
 def split_cells(key: str, batch, cell_ms: int):
@@ -222,8 +229,8 @@ class DeduplicateReportsFn(beam.DoFn):
 
     def process(self, element, seen=beam.DoFn.StateParam(SEEN)):
         _, batch = element  # keyed by the key's text form: a deterministic state key
-        key = batch.key
-        hashes = report_id_hashes(batch.report_ids)
+        key = tuple(batch.key)
+        hashes = batch.id_hashes
         _, first = np.unique(hashes, return_index=True)
         new = np.zeros(hashes.size, dtype=bool)
         new[first] = True
@@ -234,7 +241,7 @@ class DeduplicateReportsFn(beam.DoFn):
         if new.any():
             seen.add(hashes[new])
             fresh = batch if duplicates == 0 else batch[new]
-            yield key, batch.oracle.aggregate(fresh.reports)
+            yield key, batch.protocol.count_valid(fresh.reports)
 
 
 class FormatPaneFn(beam.DoFn):

@@ -18,8 +18,8 @@ import pytest
 
 import ldpflow
 from ldpflow.pipelines import cli, estimate, runners, simulate
-from ldpflow.transforms import formats
-from ldpflow.transforms.records import reports_to_records
+from tests import wire_support as formats
+from tests.wire_support import reports_to_records
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.dask]
 

@@ -13,8 +13,8 @@ import pytest
 
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.pipelines import heavy_hitters, simulate
-from ldpflow.transforms import formats
-from ldpflow.transforms.records import parse_records, pem_from_key, reports_to_records
+from tests import wire_support as formats
+from tests.wire_support import parse_records, pem_from_key, reports_to_records
 
 pytestmark = pytest.mark.pipeline
 

@@ -12,8 +12,8 @@ import pytest
 
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.pipelines import simulate
-from ldpflow.transforms import formats
-from ldpflow.transforms.records import parse_records, pem_from_key
+from tests import wire_support as formats
+from tests.wire_support import parse_records, pem_from_key
 
 BASE = ["--oracle", "pem", "--bits", "64", "--k", "16", "--epsilon", "2"]
 

@@ -10,8 +10,8 @@ import pytest
 
 import ldpflow
 from ldpflow.testing.pubsub import EmulatorUnavailable, PubSubEmulator, cancel_streaming
-from ldpflow.transforms import formats
-from ldpflow.transforms.records import reports_to_records
+from tests import wire_support as formats
+from tests.wire_support import reports_to_records
 
 pytestmark = [pytest.mark.pubsub, pytest.mark.pipeline]
 

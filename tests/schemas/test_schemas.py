@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 import ldpflow
 from ldpflow.schemas import SCHEMAS, load_schema, schema_json
-from ldpflow.transforms import formats
-from ldpflow.transforms.records import reports_to_records
+from tests import wire_support as formats
+from tests.wire_support import reports_to_records
 
 REQUIRED = {
     "report": {"report_id", "user_id", "event_time", "oracle", "epsilon", "domain_size"},

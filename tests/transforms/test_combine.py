@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ldpflow
-from ldpflow.transforms.records import parse_records, reports_to_records
+from tests.wire_support import parse_records, reports_to_records
 
 beam = pytest.importorskip("apache_beam")
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner  # noqa: E402

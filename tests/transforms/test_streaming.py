@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import ldpflow
-from ldpflow.transforms import formats
-from ldpflow.transforms.records import reports_to_records
+from tests import wire_support as formats
+from tests.wire_support import reports_to_records
 
 beam = pytest.importorskip("apache_beam")
 from apache_beam.io.gcp.pubsub import PubsubMessage  # noqa: E402

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import ldpflow
-from ldpflow.transforms.records import ReportBatch, parse_records, reports_to_records
+from ldpflow.core.dedup import report_id_hashes
+from tests.wire_support import ReportBatch, parse_records, reports_to_records
 
 
 def make_records(name, n=20, d=16, seed=0, **params):
@@ -27,7 +28,7 @@ def test_valid_records_round_trip_to_the_same_counts(name, trusted):
     (batch,) = batches.values()
     assert batch.key == oracle.key
     assert oracle.aggregate(batch.reports) == oracle.aggregate(reports)
-    assert batch.report_ids.tolist() == [r["report_id"] for r in records]
+    assert batch.id_hashes.tolist() == report_id_hashes([r["report_id"] for r in records]).tolist()
     assert batch.event_times.tolist() == [r["event_time"] for r in records]
 
 
@@ -44,14 +45,14 @@ def test_keys_are_never_mixed():
 
 CASES = [
     (lambda r: r.pop("user_id"), "malformed record: missing field 'user_id'"),
-    (lambda r: r.update(event_time="noon"), "malformed record: field 'event_time' must be int"),
-    (lambda r: r.update(epsilon=True), "malformed record: field 'epsilon' must be float/int"),
+    (lambda r: r.update(event_time="noon"), "malformed record: field 'event_time' must be an integer, got str"),
+    (lambda r: r.update(epsilon=True), "malformed record: field 'epsilon' must be a number, got bool"),
     (lambda r: r.update(oracle="rappor"), "unknown oracle 'rappor'"),
     (lambda r: r.update(epsilon=-1.0), "invalid parameters: epsilon must be in (0, inf)"),
     (lambda r: r.update(domain_size=1), "invalid parameters: domain_size must be >= 2"),
     (lambda r: r.update(hash_range=3), "invalid parameters: hash_range must be a power of two"),
     (lambda r: r.update(seed=None), "missing payload field 'seed' for oracle olh"),
-    (lambda r: r.update(bucket="3"), "payload field 'bucket' must be an integer, got str"),
+    (lambda r: r.update(bucket="3"), "malformed record: field 'bucket' must be an integer, got str"),
     (lambda r: r.update(bucket=4), "bucket outside [0, 4)"),
     (lambda r: r.update(value=7), "unexpected payload field 'value' for oracle olh"),
 ]
@@ -104,5 +105,5 @@ def test_report_batches_slice_and_concatenate():
     _, _, records = make_records("grr", n=10)
     (batch,) = parse_records(records)[0].values()
     joined = ReportBatch.concat([batch[:3], batch[3:]])
-    assert joined.report_ids.tolist() == batch.report_ids.tolist()
+    assert joined.id_hashes.tolist() == batch.id_hashes.tolist()
     np.testing.assert_array_equal(joined.reports.value, batch.reports.value)

@@ -1,0 +1,228 @@
+"""The report envelope: its fields, and the two things a parse makes of records.
+
+A report travels in an envelope (``schemas/report.avsc``, the source of truth): who and when
+(``report_id``, ``user_id``, ``event_time``), the protocol and its parameters (``oracle``,
+``epsilon``, ``domain_size``, ``hash_range``; heavy-hitter reports add the configuration in
+their nested ``pem`` record) and the payload in the protocol's wire form. Every field list
+here is derived from the schema and from each protocol's own column spec
+(:func:`payload_columns`), so there is no second table to keep in step.
+
+A parse turns records into :class:`ReportBatch` (valid reports of one
+:class:`~ldpflow.core.keys.ProtocolKey`, as numpy columns, checked once) and
+:class:`DeadLetter` (a refused record with its reason).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ldpflow.core.keys import PEM, ProtocolKey
+from ldpflow.core.oracles import Reports
+from ldpflow.schemas import schema_json
+
+__all__ = [
+    "REQUIRED_FIELDS",
+    "PARAMETER_FIELDS",
+    "PAYLOAD_FIELDS",
+    "ReportBatch",
+    "DeadLetter",
+    "WireColumn",
+    "payload_columns",
+    "nested_parameter_fields",
+    "field_kind",
+    "json_safe",
+]
+
+
+def _nullable(avro_type: Any) -> bool:
+    return isinstance(avro_type, list) and "null" in avro_type
+
+
+def _fields() -> list[dict]:
+    return schema_json("report")["fields"]
+
+
+#: Envelope fields every report must carry (non-null in the schema).
+REQUIRED_FIELDS: tuple[str, ...] = tuple(f["name"] for f in _fields() if not _nullable(f["type"]))
+#: The top-level fields that name the protocol configuration (with the nested ones of PEM).
+PARAMETER_FIELDS: tuple[str, ...] = ("oracle", "epsilon", "domain_size", "hash_range")
+#: The top-level payload fields: every nullable field that is no parameter.
+PAYLOAD_FIELDS: tuple[str, ...] = tuple(
+    f["name"] for f in _fields() if _nullable(f["type"]) and f["name"] not in PARAMETER_FIELDS)
+
+
+def _base_kind(avro_type: Any) -> str:
+    if isinstance(avro_type, list):
+        (inner,) = [t for t in avro_type if t != "null"]
+        return _base_kind(inner)
+    if isinstance(avro_type, dict):
+        return "record" if avro_type.get("type") == "record" else _base_kind(avro_type["type"])
+    return {"string": "string", "long": "int", "int": "int", "double": "float",
+            "bytes": "bytes", "boolean": "bool"}[avro_type]
+
+
+@functools.lru_cache(maxsize=None)
+def _nested_fields(name: str) -> dict[str, str]:
+    """The fields of the nested record ``name`` (``pem``) and their kinds."""
+    for field in _fields():
+        if field["name"] == name:
+            record = [t for t in field["type"] if t != "null"][0]
+            return {f["name"]: _base_kind(f["type"]) for f in record["fields"]}
+    return {}
+
+
+@functools.lru_cache(maxsize=None)
+def field_kind(path: tuple[str, ...]) -> str:
+    """``string``, ``int``, ``float``, ``bytes`` or ``record`` for a field path."""
+    if len(path) == 1:
+        for field in _fields():
+            if field["name"] == path[0]:
+                return _base_kind(field["type"])
+    elif len(path) == 2 and path[1] in _nested_fields(path[0]):
+        return _nested_fields(path[0])[path[1]]
+    raise KeyError(f"the report schema has no field {'.'.join(path)!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class WireColumn:
+    """One report column of a protocol and where it travels in the envelope."""
+
+    name: str  # the column of :class:`Reports`
+    path: tuple[str, ...]  # ("seed",) or ("pem", "group")
+    dtype: Any  # numpy dtype of the column
+    width: int | None  # bytes per row of a 2-d column (bitmaps), None for 1-d
+
+    @property
+    def label(self) -> str:
+        return ".".join(self.path)
+
+
+@functools.lru_cache(maxsize=256)
+def _payload_columns(name: str, specs: tuple) -> tuple[WireColumn, ...]:
+    top = {f["name"] for f in _fields()}
+    out = []
+    for column, dtype, width in specs:
+        if column in top:
+            path: tuple[str, ...] = (column,)
+        elif column in _nested_fields(name):
+            path = (name, column)
+        else:
+            raise KeyError(f"protocol {name!r} column {column!r} has no field in the report schema")
+        out.append(WireColumn(column, path, dtype, width))
+    return tuple(out)
+
+
+def payload_columns(protocol: Any) -> tuple[WireColumn, ...]:
+    """The payload of ``protocol``'s reports, from its own column spec (``_column_specs``):
+    a column travels in the top-level field of its name, else in the nested record named
+    after the protocol (``pem.group``)."""
+    specs = tuple((c, d, w) for c, (d, w) in protocol._column_specs().items())
+    return _payload_columns(protocol.name, specs)
+
+
+def nested_parameter_fields(name: str) -> tuple[str, ...]:
+    """The configuration fields of a protocol's nested record (PEM: ``value_bits`` ...
+    ``codec``): its fields that are no payload column."""
+    if name != PEM:
+        return ()
+    from ldpflow.core.heavy_hitters import COLUMN_SPECS
+
+    return tuple(f for f in _nested_fields(name) if f not in COLUMN_SPECS)
+
+
+@dataclasses.dataclass(eq=False)
+class ReportBatch:
+    """Valid reports of one key with what is kept of their envelopes.
+
+    A batch is made by the parse (:mod:`ldpflow.wire.parse`) only from rows that passed
+    every check, so it is counted without checking again.
+
+    Attributes
+    ----------
+    key : ProtocolKey
+        The protocol and its parameters.
+    reports : Reports
+        The payload columns.
+    id_hashes : ndarray of uint64, or None
+        64-bit hashes of the report ids (:func:`ldpflow.core.dedup.string_hashes`), kept for
+        deduplication.
+    user_ids : ndarray of object (str), or None
+    event_times : ndarray of int64 (milliseconds since the epoch), or None
+    """
+
+    key: ProtocolKey
+    reports: Reports
+    id_hashes: np.ndarray | None = None
+    user_ids: np.ndarray | None = None
+    event_times: np.ndarray | None = None
+
+    _ENVELOPE = ("id_hashes", "user_ids", "event_times")
+
+    def __len__(self) -> int:
+        return len(self.reports)
+
+    def __getitem__(self, index: slice | np.ndarray) -> ReportBatch:
+        picked = {name: None if getattr(self, name) is None else getattr(self, name)[index]
+                  for name in self._ENVELOPE}
+        return ReportBatch(self.key, self.reports[index], **picked)
+
+    @property
+    def protocol(self) -> Any:
+        """The oracle (or heavy-hitter configuration) of the key."""
+        return self.key.build()
+
+    @classmethod
+    def concat(cls, batches: Sequence[ReportBatch]) -> ReportBatch:
+        key = batches[0].key
+        if any(b.key != key for b in batches):
+            raise ValueError("cannot concatenate report batches of different keys")
+
+        def join(name: str) -> np.ndarray | None:
+            columns = [getattr(b, name) for b in batches]
+            return None if any(c is None for c in columns) else np.concatenate(columns)
+
+        return cls(key, Reports.concat([b.reports for b in batches]),
+                   **{name: join(name) for name in cls._ENVELOPE})
+
+
+@dataclasses.dataclass
+class DeadLetter:
+    """A refused record: where it came from, why, and the record itself (JSON-safe).
+
+    ``count`` is the number of records it stands for: 1 for a record, the number a damaged
+    part of a file held when that is known (0 when it is not).
+    """
+
+    source: str
+    reason: str
+    record: Any
+    key: tuple | None = None
+    count: int = 1
+
+    def to_json(self) -> str:
+        key = ProtocolKey.coerce(self.key).to_json() if self.key else None
+        return json.dumps({"source": self.source, "reason": self.reason, "key": key,
+                           "count": self.count, "record": json_safe(self.record)},
+                          sort_keys=True)
+
+
+def json_safe(value: Any) -> Any:
+    """Bytes as hex, numpy values as Python values, containers recursively."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    return value

@@ -1,0 +1,760 @@
+"""Report files and messages, read and written column by column: Avro, JSON lines, Parquet.
+
+Reading: :func:`read_reports` reads one byte range of one file (:func:`plan_ranges` cuts a
+file into ranges that workers read separately) and yields one
+:class:`~ldpflow.wire.parse.Parsed` per chunk, all through
+:func:`~ldpflow.wire.parse.parse_table`:
+
+* **Parquet**: row groups as Arrow record batches, only the columns the parse needs; a
+  column that the file's schema or its row-group statistics prove free of nulls (or all
+  null) is not read at all.
+* **Avro**: runs of container blocks decoded by polars into Arrow columns
+  (:mod:`ldpflow.wire.avro` finds the blocks). A run polars cannot decode is retried block
+  by block, then with fastavro record by record (a foreign schema is resolved that way); a
+  block nothing can decode is one dead letter with its record count, and reading goes on
+  at the next block.
+* **JSON lines**: chunks parsed by ``pyarrow.json`` against the report schema; a chunk
+  that fails is halved until the failing lines are found, and only those are parsed one
+  by one (``bits`` is hex text, ``seed`` signed or unsigned).
+
+Writing (:func:`reports_table`, :func:`write_reports`, :func:`encode_message`) builds the
+envelope as Arrow columns and encodes whole columns at once.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from typing import IO, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ldpflow.core import codecs
+from ldpflow.core.keys import PEM
+from ldpflow.core.oracles import Reports
+from ldpflow.schemas import schema_json
+from ldpflow.wire import avro
+from ldpflow.wire.envelope import (
+    PARAMETER_FIELDS,
+    PAYLOAD_FIELDS,
+    REQUIRED_FIELDS,
+    DeadLetter,
+    field_kind,
+    json_safe,
+    nested_parameter_fields,
+    payload_columns,
+)
+from ldpflow.wire.parse import AcceptancePolicy, Parsed, arrow_schema, parse_table, records_to_table
+
+__all__ = [
+    "FORMATS",
+    "detect_format",
+    "plan_ranges",
+    "read_reports",
+    "reports_table",
+    "write_reports",
+    "write_records",
+    "numbered_ids",
+    "json_lines",
+    "encode_message",
+    "decode_message",
+    "RANGE_BYTES",
+]
+
+_LOGGER = logging.getLogger(__name__)
+FORMATS = ("avro", "json", "parquet")
+_SUFFIXES = {
+    ".avro": "avro", ".json": "json", ".jsonl": "json", ".ndjson": "json",
+    ".parquet": "parquet", ".pq": "parquet",
+}
+_COMPRESSED = (".gz", ".bz2", ".zst", ".deflate")
+#: A file larger than this is read as several ranges (by several workers).
+RANGE_BYTES = 64 << 20
+#: Rows handed to one parse call.
+CHUNK_ROWS = 1 << 19
+_JSON_CHUNK_BYTES = 32 << 20
+_JSON_LINE_FALLBACK = 64  # a failing JSON chunk of at most this many lines: line by line
+MAX_LINE_BYTES = 1 << 20
+
+
+def detect_format(path: str) -> str:
+    """The format of a report file from its name (``.avro``, ``.jsonl``, ``.parquet``; ``.gz`` ok)."""
+    name = path.lower()
+    for compressed in _COMPRESSED:
+        if name.endswith(compressed):
+            name = name[: -len(compressed)]
+    for suffix, fmt in _SUFFIXES.items():
+        if name.endswith(suffix):
+            return fmt
+    raise ValueError(
+        f"cannot tell the format of {path!r} from its name: use one of "
+        f"{', '.join(sorted(_SUFFIXES))} or pass the format explicitly"
+    )
+
+
+def is_compressed(path: str) -> bool:
+    return path.lower().endswith(_COMPRESSED)
+
+
+def _needed(keep: Iterable[str]) -> tuple[list[str], set[str]]:
+    """The top-level fields a parse must read, and the required ones it may skip when the
+    file proves them present."""
+    keep = set(keep)
+    wanted = {"report_id": "id_hashes" in keep, "user_id": "user_ids" in keep,
+              "event_time": "event_times" in keep}
+    fields = [*PARAMETER_FIELDS, *PAYLOAD_FIELDS]
+    optional = set()
+    for name in REQUIRED_FIELDS:
+        if name in fields:
+            continue
+        fields.append(name)
+        if not wanted.get(name, True):
+            optional.add(name)
+    return fields, optional
+
+
+# -- ranges ------------------------------------------------------------------------------------
+def plan_ranges(stream: IO[bytes], fmt: str, size: int, splittable: bool = True,
+                range_bytes: int = RANGE_BYTES) -> list[tuple[int, int | None]]:
+    """Byte ranges of one file for separate reads; ``(0, None)`` is the whole file.
+
+    Avro and JSON lines are cut at any byte (the readers align to the next block or line);
+    Parquet at row-group boundaries. Compressed files are not splittable.
+    """
+    if not splittable or size <= range_bytes:
+        return [(0, None)]
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        metadata = pq.ParquetFile(stream).metadata
+        starts = sorted(_row_group_offset(metadata.row_group(i))
+                        for i in range(metadata.num_row_groups))
+        ranges, begin = [], 0
+        for start in starts[1:]:
+            if start - begin >= range_bytes:
+                ranges.append((begin, start))
+                begin = start
+        ranges.append((begin, None))
+        return ranges
+    bounds = list(range(0, size, range_bytes))
+    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:])] + [(bounds[-1], None)]
+
+
+def _row_group_offset(row_group) -> int:
+    column = row_group.column(0)
+    offsets = [o for o in (column.dictionary_page_offset, column.data_page_offset) if o]
+    return min(offsets) if offsets else 0
+
+
+def read_reports(
+    stream: IO[bytes],
+    fmt: str,
+    *,
+    source: str = "",
+    start: int = 0,
+    end: int | None = None,
+    policy: AcceptancePolicy | None = None,
+    keep: Iterable[str] = (),
+) -> Iterator[Parsed]:
+    """The parsed chunks of the byte range ``[start, end)`` of one report file."""
+    readers = {"avro": _avro_reports, "json": _json_reports, "parquet": _parquet_reports}
+    if fmt not in readers:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    return readers[fmt](stream, source, start, end, policy or AcceptancePolicy(), tuple(keep))
+
+
+def _damage(source: str, reason: str, count: int | None) -> Parsed:
+    letter = DeadLetter(source, reason, None, None, count or 0)
+    return Parsed({}, [letter], count or 0)
+
+
+# -- Parquet -----------------------------------------------------------------------------------
+def _parquet_reports(stream, source, start, end, policy, keep):
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(stream)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        yield _damage(source, f"unreadable Parquet file: {type(exc).__name__}: {exc}", None)
+        return
+    metadata = parquet.metadata
+    schema = parquet.schema_arrow
+    fields, optional = _needed(keep)
+    cache: dict = {}
+    for index in range(metadata.num_row_groups):
+        row_group = metadata.row_group(index)
+        offset = _row_group_offset(row_group)
+        if offset < start or (end is not None and offset >= end):
+            continue
+        columns, known_null, known_present = _parquet_projection(
+            schema, row_group, fields, optional)
+        try:
+            for batch in parquet.iter_batches(batch_size=CHUNK_ROWS, row_groups=[index],
+                                              columns=columns, use_threads=False):
+                yield parse_table(pa.Table.from_batches([batch]), source=source, policy=policy,
+                                  keep=keep, known_null=known_null,
+                                  known_present=known_present, protocols=cache)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            yield _damage(source, f"unreadable Parquet row group {index} "
+                                  f"({row_group.num_rows} records): {type(exc).__name__}: {exc}",
+                          row_group.num_rows)
+
+
+def _parquet_projection(schema: pa.Schema, row_group, fields: list[str], optional: set[str]):
+    """Columns to read of one row group, and what the schema and statistics prove."""
+    rows = row_group.num_rows
+    nulls: dict[str, list[int | None]] = {}
+    for i in range(row_group.num_columns):
+        column = row_group.column(i)
+        top = column.path_in_schema.split(".")[0]
+        stats = column.statistics
+        count = stats.null_count if stats is not None and stats.has_null_count else None
+        nulls.setdefault(top, []).append(count)
+    columns, known_null, known_present = [], [], []
+    for name in fields:
+        if name not in schema.names:
+            continue
+        counts = nulls.get(name, [None])
+        field = schema.field(name)
+        if name in optional:
+            kind_ok = _arrow_kind_ok(field.type, field_kind((name,)))
+            if kind_ok and (not field.nullable or counts == [0]):
+                known_present.append(name)
+                continue
+        elif name in PAYLOAD_FIELDS and None not in counts and min(counts) == rows:
+            known_null.append(name)
+            continue
+        columns.append(name)
+    return columns, known_null, known_present
+
+
+def _arrow_kind_ok(arrow_type: pa.DataType, kind: str) -> bool:
+    from ldpflow.wire.parse import _KIND_OK
+
+    return _KIND_OK[kind](arrow_type)
+
+
+# -- Avro --------------------------------------------------------------------------------------
+_AVRO_KIND = {"string": "string", "long": "int", "int": "int", "double": "float",
+              "float": "float", "bytes": "bytes"}
+
+
+def _avro_projection(schema: dict, fields: list[str], optional: set[str]):
+    """Columns to decode, and the required fields the writer's schema proves present."""
+    top = {f["name"]: f["type"] for f in schema.get("fields", [])} if isinstance(schema, dict) \
+        else {}
+    columns, known_present = [], []
+    for name in fields:
+        if name not in top:
+            continue
+        if name in optional and isinstance(top[name], str) and \
+                _AVRO_KIND.get(top[name]) == field_kind((name,)):
+            known_present.append(name)
+            continue
+        columns.append(name)
+    return columns, known_present
+
+
+def _avro_reports(stream, source, start, end, policy, keep):
+    try:
+        header = avro.read_header(stream)
+    except (avro.AvroFormatError, OSError) as exc:
+        if start == 0:
+            yield _damage(source, f"unreadable Avro file: {exc}", None)
+        return
+    fields, optional = _needed(keep)
+    columns, known_present = _avro_projection(header.schema, fields, optional)
+    cache: dict = {}
+    pending: list[avro.Block] = []
+    rows = 0
+    for item in avro.iter_blocks(stream, header, start, end):
+        if isinstance(item, avro.Damage):
+            yield from _avro_decode(header, pending, columns, known_present, source, policy,
+                                    keep, cache)
+            pending, rows = [], 0
+            lost = "" if item.count is None else f" ({item.count} records lost)"
+            yield _damage(source, f"damaged Avro data at byte {item.offset}: {item.reason}; "
+                                  f"skipped {item.skipped} bytes to the next block{lost}",
+                          item.count)
+            continue
+        pending.append(item)
+        rows += item.count
+        if rows >= CHUNK_ROWS:
+            yield from _avro_decode(header, pending, columns, known_present, source, policy,
+                                    keep, cache)
+            pending, rows = [], 0
+    yield from _avro_decode(header, pending, columns, known_present, source, policy, keep,
+                            cache)
+
+
+def _polars_table(data: bytes, columns: list[str]) -> pa.Table:
+    import polars as pl
+
+    frame = pl.read_avro(io.BytesIO(data), columns=columns or None)
+    return frame.to_arrow()
+
+
+def _avro_decode(header, blocks, columns, known_present, source, policy, keep, cache):
+    if not blocks:
+        return
+    data = header.raw + b"".join(b.raw for b in blocks)
+    try:
+        table = _polars_table(data, columns)
+    except BaseException as exc:  # noqa: BLE001 - polars raises (and panics) many types
+        if isinstance(exc, (KeyboardInterrupt, SystemExit, MemoryError)):
+            raise
+        if len(blocks) > 1:
+            for block in blocks:
+                yield from _avro_decode(header, [block], columns, known_present, source,
+                                        policy, keep, cache)
+            return
+        yield from _avro_records(header, blocks[0], source, policy, keep, cache)
+        return
+    yield parse_table(table, source=source, policy=policy, keep=keep,
+                      known_present=known_present, protocols=cache)
+
+
+def _avro_records(header, block, source, policy, keep, cache):
+    """One block record by record with fastavro (foreign schemas resolve here)."""
+    import fastavro
+
+    data = header.raw + block.raw
+    try:
+        records = list(fastavro.reader(io.BytesIO(data)))
+    except Exception as exc:  # noqa: BLE001 - fastavro raises many types on corrupt input
+        yield _damage(source, f"undecodable Avro block at byte {block.offset} ({block.count} "
+                              f"records lost): {type(exc).__name__}: {exc}", block.count)
+        return
+    table, dead = records_to_table(records, source)
+    parsed = parse_table(table, source=source, policy=policy, keep=keep, protocols=cache)
+    parsed.dead_letters[:0] = dead
+    parsed.records += len(dead)
+    yield parsed
+
+
+# -- JSON lines --------------------------------------------------------------------------------
+_HEX = np.full(256, 255, dtype=np.uint8)
+for _i, _c in enumerate(b"0123456789abcdef"):
+    _HEX[_c] = _i
+for _i, _c in enumerate(b"ABCDEF"):
+    _HEX[_c] = 10 + _i
+
+
+def _json_reports(stream, source, start, end, policy, keep):
+    cache: dict = {}
+    for number, chunk in _json_chunks(stream, start, end):
+        yield from _json_chunk(chunk, number, source, policy, keep, cache)
+
+
+def _json_chunks(stream, start: int, end: int | None) -> Iterator[tuple[int, bytes]]:
+    """``(number of the first line, or 0 when unknown; bytes)`` of the whole lines that
+    begin in ``[start, end)``."""
+    carry, position = b"", 0  # position: the file offset of carry[0]
+    if start > 0:  # begin at the first line that starts at or after start
+        stream.seek(start - 1)
+        position = start - 1
+        while True:
+            block = stream.read(1 << 16)
+            if not block:
+                return
+            cut = block.find(b"\n")
+            if cut >= 0:
+                carry, position = block[cut + 1:], position + cut + 1
+                break
+            position += len(block)
+    line_number = 1 if start == 0 else 0
+    while end is None or position < end:
+        block = stream.read(_JSON_CHUNK_BYTES)
+        data = carry + block
+        if not block:
+            if data:
+                yield line_number, data
+            return
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            carry = data
+            continue
+        complete, carry = data[: cut + 1], data[cut + 1:]
+        if end is not None and position + len(complete) > end:
+            # Keep the lines that begin before end; the next range has the others.
+            last = complete.find(b"\n", end - 1 - position)
+            yield line_number, complete[: last + 1]
+            return
+        yield line_number, complete
+        position += len(complete)
+        if line_number:
+            line_number += complete.count(b"\n")
+
+
+def _json_chunk(chunk: bytes, number: int, source, policy, keep, cache) -> Iterator[Parsed]:
+    dead: list[DeadLetter] = []
+    view = np.frombuffer(chunk, dtype=np.uint8)
+    ends = np.flatnonzero(view == 10)
+    starts = np.concatenate([[0], ends[:-1] + 1]) if ends.size else np.zeros(0, np.int64)
+    if ends.size == 0 or ends[-1] != len(chunk) - 1:  # a last line with no newline
+        starts = np.append(starts, ends[-1] + 1 if ends.size else 0)
+        ends = np.append(ends, len(chunk))
+    too_long = (ends - starts) > MAX_LINE_BYTES
+    if too_long.any():
+        kept = []
+        for i in range(starts.size):
+            line = chunk[starts[i]:ends[i]]
+            if too_long[i]:
+                dead.append(DeadLetter(source, f"policy: JSON line{_at(number, i)} longer than "
+                                               f"{MAX_LINE_BYTES} bytes", line[:200].decode(
+                                                   "utf-8", "replace")))
+            else:
+                kept.append(line)
+        chunk = b"\n".join(kept) + b"\n"
+    yield from _json_parse(chunk, number, source, policy, keep, cache, dead)
+
+
+def _at(number: int, offset: int) -> str:
+    return f" at line {number + offset}" if number else ""
+
+
+def _json_read(chunk: bytes) -> pa.Table:
+    import pyarrow.json as pj
+
+    return pj.read_json(
+        io.BytesIO(chunk),
+        read_options=pj.ReadOptions(use_threads=False, block_size=max(len(chunk), 1 << 16) + 1),
+        parse_options=pj.ParseOptions(explicit_schema=_json_schema(),
+                                      unexpected_field_behavior="ignore"),
+    )
+
+
+_SCHEMA_CACHE: dict[str, pa.Schema] = {}
+
+
+def _json_schema() -> pa.Schema:
+    if "json" not in _SCHEMA_CACHE:
+        _SCHEMA_CACHE["json"] = arrow_schema(json_form=True, nullable=True)
+    return _SCHEMA_CACHE["json"]
+
+
+def _json_parse(chunk, number, source, policy, keep, cache, dead) -> Iterator[Parsed]:
+    if not chunk.strip():
+        if dead:
+            yield Parsed({}, dead, len(dead))
+        return
+    try:
+        table = _json_read(chunk)
+    except (pa.ArrowInvalid, pa.ArrowException):
+        lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+        if lines > _JSON_LINE_FALLBACK:  # halve: the failing lines are parsed one by one
+            middle = chunk.find(b"\n", len(chunk) // 2)
+            if 0 <= middle < len(chunk) - 1:
+                first, second = chunk[: middle + 1], chunk[middle + 1:]
+                yield from _json_parse(first, number, source, policy, keep, cache, dead)
+                second_number = number + first.count(b"\n") if number else 0
+                yield from _json_parse(second, second_number, source, policy, keep, cache, [])
+                return
+        yield from _json_lines_one_by_one(chunk, number, source, policy, keep, cache, dead)
+        return
+    table, bad = _hex_bits(table, source)
+    parsed = parse_table(table, source=source, policy=policy, keep=keep, protocols=cache)
+    parsed.dead_letters[:0] = dead + bad
+    parsed.records += len(dead) + len(bad)
+    yield parsed
+
+
+def _json_lines_one_by_one(chunk, number, source, policy, keep, cache, dead):
+    records = []
+    for i, line in enumerate(chunk.split(b"\n")):
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            record = json.loads(text)
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+            reason = ("nested too deeply" if isinstance(exc, RecursionError) else str(exc))
+            dead.append(DeadLetter(source, f"malformed JSON{_at(number, i)}: {reason}",
+                                   text[:200].decode("utf-8", "replace")))
+            continue
+        if isinstance(record, dict) and isinstance(record.get("bits"), str):
+            try:
+                record["bits"] = bytes.fromhex(record["bits"])
+            except ValueError:
+                dead.append(DeadLetter(source, "payload field 'bits' is not a hex string",
+                                       record))
+                continue
+        records.append(record)
+    table, refused = records_to_table(records, source)
+    parsed = parse_table(table, source=source, policy=policy, keep=keep, protocols=cache)
+    parsed.dead_letters[:0] = dead + refused
+    parsed.records += len(dead) + len(refused)
+    yield parsed
+
+
+def _hex_bits(table: pa.Table, source: str) -> tuple[pa.Table, list[DeadLetter]]:
+    """The ``bits`` column from hex text to bytes (vectorised); rows of bad hex refused."""
+    if "bits" not in table.column_names:
+        return table, []
+    column = table.column("bits").combine_chunks()
+    if column.null_count == len(column):
+        return table.set_column(table.column_names.index("bits"), "bits",
+                                pa.nulls(len(column), pa.binary())), []
+    offsets, data = _offsets(column)
+    lengths = np.diff(offsets)
+    valid = np.asarray(pc.is_valid(column).to_numpy(zero_copy_only=False), dtype=bool)
+    nibbles = _HEX[data[offsets[0]:offsets[-1]]]
+    bad_byte = nibbles == 255
+    bad = valid & (lengths % 2 == 1)
+    if bad_byte.any():
+        owner = np.repeat(np.arange(len(column)), lengths)
+        bad[np.unique(owner[bad_byte])] = True
+    dead = []
+    if bad.any():
+        rows = np.flatnonzero(bad)
+        for record in table.take(pa.array(rows)).to_pylist():
+            dead.append(DeadLetter(source, "payload field 'bits' is not a hex string", record))
+        good = np.flatnonzero(~bad)
+        table = table.take(pa.array(good))
+        return _hex_bits(table, source)[0], dead
+    pairs = nibbles.reshape(-1, 2)
+    out = (pairs[:, 0] << 4) | pairs[:, 1]
+    new_offsets = ((offsets - offsets[0]) // 2).astype(np.int32)
+    validity = column.buffers()[0] if column.null_count else None
+    binary = pa.Array.from_buffers(pa.binary(), len(column),
+                                   [validity, pa.py_buffer(new_offsets), pa.py_buffer(out)],
+                                   null_count=column.null_count, offset=0)
+    if column.offset and validity is not None:  # validity bitmaps of sliced arrays
+        binary = pa.array(binary.to_pylist(), type=pa.binary())
+    return table.set_column(table.column_names.index("bits"), "bits", binary), dead
+
+
+def _offsets(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
+    kind = np.int64 if large else np.int32
+    offsets = np.frombuffer(array.buffers()[1], dtype=kind, count=len(array) + 1,
+                            offset=array.offset * np.dtype(kind).itemsize).astype(np.int64)
+    data = array.buffers()[2]
+    return offsets, (np.frombuffer(data, dtype=np.uint8) if data is not None
+                     else np.zeros(0, np.uint8))
+
+
+# -- writing -----------------------------------------------------------------------------------
+def reports_table(
+    protocol: Any,
+    reports: Reports,
+    report_ids: Sequence[str] | pa.Array,
+    user_ids: Sequence[str] | pa.Array,
+    event_times: Sequence[int] | np.ndarray,
+    *,
+    codec: str | None = None,
+) -> pa.Table:
+    """The envelopes of a batch of one protocol's reports, as Arrow columns.
+
+    For heavy-hitter (``pem``) reports the envelope carries the configuration (its
+    ``domain_size`` is the number of groups) and ``codec`` (default ``int``); their user
+    ids must be those the groups were drawn from.
+    """
+    n = len(reports)
+    is_pem = protocol.name == PEM
+    if codec is not None and not is_pem:
+        raise ValueError(f"codec applies to pem reports only, got {codec!r} for {protocol.name}")
+    columns: dict[str, pa.Array] = {
+        "report_id": _strings(report_ids),
+        "user_id": _strings(user_ids),
+        "event_time": pa.array(np.asarray(event_times, dtype=np.int64)),
+        "oracle": pa.repeat(pa.scalar(protocol.name), n),
+        "epsilon": pa.repeat(pa.scalar(float(protocol.epsilon)), n),
+        "domain_size": pa.repeat(pa.scalar(
+            int(protocol.num_groups if is_pem else protocol.domain_size), pa.int64()), n),
+    }
+    hash_range = getattr(protocol, "hash_range", None)
+    columns["hash_range"] = (pa.repeat(pa.scalar(int(hash_range), pa.int32()), n)
+                             if hash_range is not None else pa.nulls(n, pa.int32()))
+    schema = arrow_schema()
+    nested: dict[str, pa.Array] = {}
+    for column in payload_columns(protocol):
+        values = reports.columns[column.name]
+        if column.width is not None:
+            array = pa.FixedSizeBinaryArray.from_buffers(
+                pa.binary(column.width), n, [None, pa.py_buffer(np.ascontiguousarray(values))])
+            array = array.cast(pa.binary())
+        else:
+            values = np.asarray(values)
+            if values.dtype == np.uint64:
+                values = values.view(np.int64)  # Avro long: two's complement
+            target = schema.field(column.path[0]).type if len(column.path) == 1 else \
+                schema.field(column.path[0]).type.field(column.path[1]).type
+            array = pa.array(values.astype(np.int64)).cast(target)
+        if len(column.path) == 1:
+            columns[column.name] = array
+        else:
+            nested[column.path[1]] = array
+    if is_pem:
+        config = {name: getattr(protocol, name) for name in nested_parameter_fields(PEM)
+                  if name != "codec"}
+        config["codec"] = codecs.make_codec(codec or "int", bits=protocol.value_bits).name
+        struct_type = schema.field(PEM).type
+        children = []
+        for child in struct_type:
+            if child.name in nested:
+                children.append(nested[child.name])
+            else:
+                children.append(pa.repeat(pa.scalar(config[child.name], child.type), n))
+        columns[PEM] = pa.StructArray.from_arrays(children, fields=list(struct_type))
+    out = []
+    for field in schema:
+        array = columns.get(field.name)
+        out.append(array if array is not None else pa.nulls(n, field.type))
+    return pa.Table.from_arrays(out, schema=schema)
+
+
+def _strings(values: Sequence[str] | pa.Array) -> pa.Array:
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return values if isinstance(values, pa.Array) else values.combine_chunks()
+    return pa.array(values, type=pa.string())
+
+
+def numbered_ids(prefix: str, start: int, stop: int) -> pa.Array:
+    """``f"{prefix}{i}"`` for ``i`` in ``[start, stop)``, built column-wise."""
+    numbers = pc.cast(pa.array(np.arange(start, stop, dtype=np.int64)), pa.string())
+    return pc.binary_join_element_wise(pa.repeat(pa.scalar(prefix), stop - start), numbers, "")
+
+
+def write_reports(stream: IO[bytes], fmt: str, table: pa.Table, *, codec: str = "deflate",
+                  level: int = 6) -> None:
+    """Write an envelope table as one file of ``fmt`` (Avro: ``codec`` null or deflate)."""
+    if fmt == "avro":
+        stream.write(avro.encode_container(table, schema_json("report"), codec=codec,
+                                           level=level))
+    elif fmt == "json":
+        stream.write(json_lines(table))
+    elif fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        schema = arrow_schema()
+        pq.write_table(table if table.schema.equals(schema) else table.cast(schema), stream,
+                       row_group_size=1 << 20)
+    else:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+
+
+_NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
+
+
+def _json_values(array: pa.Array, kind: str) -> pa.Array:
+    """JSON text of each value (null where the value is null)."""
+    if kind == "record":
+        parts = []
+        for i, child in enumerate(array.type):
+            values = _json_values(pc.struct_field(array, [i]), field_kind((PEM, child.name))
+                                  if child.name in _nested_kinds() else "int")
+            parts.append(pc.binary_join_element_wise(f'"{child.name}":', values, ""))
+        text = pc.binary_join_element_wise(*parts, ",", null_handling="skip")
+        return pc.if_else(pc.is_valid(array),
+                          pc.binary_join_element_wise("{", text, "}", ""), None)
+    if kind == "string":
+        if pc.any(pc.match_substring_regex(array, _NEEDS_ESCAPE)).as_py():
+            return pa.array([None if v is None else json.dumps(v) for v in array.to_pylist()],
+                            type=pa.string())
+        return pc.binary_join_element_wise('"', array, '"', "")
+    if kind == "bytes":
+        offsets, data = _offsets(array)
+        digits = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+        body = data[offsets[0]:offsets[-1]]
+        hexed = np.empty(body.size * 2, dtype=np.uint8)
+        hexed[0::2], hexed[1::2] = digits[body >> 4], digits[body & 15]
+        text = pa.Array.from_buffers(pa.string(), len(array), [
+            array.buffers()[0] if array.null_count and not array.offset else None,
+            pa.py_buffer(((offsets - offsets[0]) * 2).astype(np.int32)), pa.py_buffer(hexed)])
+        return pc.binary_join_element_wise('"', text, '"', "")
+    return pc.cast(array, pa.string())
+
+
+def _nested_kinds() -> set[str]:
+    return set(nested_parameter_fields(PEM)) | {"group", "prefix_bits"}
+
+
+def json_lines(table: pa.Table) -> bytes:
+    """JSON lines of an envelope table: null fields left out, ``bits`` as hex (vectorised)."""
+    if table.num_rows == 0:
+        return b""
+    parts = []
+    for name in table.column_names:
+        array = table.column(name).combine_chunks()
+        if array.null_count == len(array):
+            continue
+        values = _json_values(array, field_kind((name,)))
+        parts.append(pc.binary_join_element_wise(f'"{name}":', values, ""))
+    body = pc.binary_join_element_wise(*parts, ",", null_handling="skip")
+    lines = pc.binary_join_element_wise("{", body, "}\n", "")
+    offsets, data = _offsets(lines)
+    return data[offsets[0]:offsets[-1]].tobytes()
+
+
+def encode_message(table: pa.Table, fmt: str = "avro") -> bytes:
+    """A Pub/Sub message body carrying a batch of reports: an Avro container (default,
+    uncompressed) or JSON lines."""
+    if fmt == "avro":
+        return avro.encode_container(table, schema_json("report"), codec="null")
+    if fmt == "json":
+        return json_lines(table)
+    raise ValueError(f"message format must be avro or json, got {fmt!r}")
+
+
+def decode_message(data: Any, source: str = "", policy: AcceptancePolicy | None = None,
+                   keep: Iterable[str] = ()) -> list[Parsed]:
+    """The reports of one message, through the file readers: an Avro container of reports,
+    JSON lines (one report is one line), or a JSON array of reports. A body that is none of
+    these is one dead letter."""
+    if not isinstance(data, (bytes, bytearray)):
+        letter = DeadLetter(source, f"message body must be bytes, got {type(data).__name__}",
+                            repr(data)[:200])
+        return [Parsed({}, [letter], 1)]
+    data = bytes(data)
+    policy = policy or AcceptancePolicy()
+    if data[:4] == avro.MAGIC:
+        return list(read_reports(io.BytesIO(data), "avro", source=source, policy=policy,
+                                 keep=keep))
+    text = data.strip()
+    if text.startswith(b"["):
+        try:
+            items = json.loads(text)
+        except (ValueError, RecursionError):
+            items = None
+        if isinstance(items, list):
+            table, dead = records_to_table(items, source)
+            parsed = parse_table(table, source=source, policy=policy, keep=keep)
+            parsed.dead_letters[:0] = dead
+            parsed.records += len(dead)
+            return [parsed]
+    parsed = list(read_reports(io.BytesIO(text + b"\n"), "json", source=source, policy=policy,
+                               keep=keep))
+    letters = [d for p in parsed for d in p.dead_letters]
+    if sum(p.reports for p in parsed) == 0 and letters and \
+            all(d.reason.startswith("malformed JSON") for d in letters):
+        try:  # one pretty-printed JSON object over several lines
+            record = json.loads(text)
+        except (ValueError, RecursionError):
+            letter = DeadLetter(source, "malformed message: neither Avro nor JSON", data[:200])
+            return [Parsed({}, [letter], 1)]
+        return decode_message(json.dumps(record).encode("utf-8"), source, policy, keep)
+    return parsed
+
+
+def write_records(stream: IO[bytes], fmt: str, records: Iterable[dict], *,
+                  schema: str = "report", codec: str = "deflate") -> None:
+    """Write records given as Python dicts (a few result records, or hand-made reports in
+    tests and tools): Avro through fastavro, or JSON lines (bytes as hex)."""
+    if fmt == "avro":
+        import fastavro
+
+        from ldpflow.schemas import load_schema
+
+        fastavro.writer(stream, load_schema(schema), records, codec=codec,
+                        sync_interval=1 << 20)
+    elif fmt == "json":
+        for record in records:
+            stream.write((json.dumps(json_safe(record), separators=(",", ":")) + "\n").encode(
+                "utf-8"))
+    else:
+        raise ValueError(f"records are written as avro or json, got {fmt!r}")

@@ -1,0 +1,693 @@
+"""The one parse path: a columnar table of report envelopes -> valid batches + dead letters.
+
+Every format reader (:mod:`ldpflow.wire.formats`) turns what it reads into a
+``pyarrow.Table`` of envelope fields; :func:`parse_table` checks it column by column with
+numpy masks and splits it into one :class:`~ldpflow.wire.envelope.ReportBatch` per
+protocol key and a :class:`~ldpflow.wire.envelope.DeadLetter` for every row that no
+conforming client could have sent, with the first reason that applies:
+
+1. an envelope field that is missing or of the wrong type (no coercion: ``467.5`` or
+   ``"12"`` where an integer belongs is refused);
+2. a configuration the server does not accept (:class:`AcceptancePolicy`): an unknown
+   protocol, invalid parameters (the protocol's own checks), limits of the policy, a
+   parameter other than the one expected;
+3. a payload field that is missing, of the wrong type or width, out of range, or that
+   belongs to another protocol;
+4. a payload value that the protocol's ``invalid_rows`` refuses (bucket >= g, ...).
+
+Only the rows in dead letters are ever turned into Python objects. Rows are checked once,
+here: the batches are counted without a second check. ``records = reports + dead letters``
+holds for every table.
+
+:func:`records_to_table` is the slow path for what no columnar decoder could read (a JSON
+line of a mistyped field, an Avro file of a foreign schema): it checks types record by
+record and builds the same table, so the rest of the path is shared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ldpflow.core import dedup
+from ldpflow.core.keys import PEM, ProtocolKey
+from ldpflow.core.oracles import Reports, registry
+from ldpflow.wire.envelope import (
+    PARAMETER_FIELDS,
+    PAYLOAD_FIELDS,
+    REQUIRED_FIELDS,
+    DeadLetter,
+    ReportBatch,
+    WireColumn,
+    field_kind,
+    nested_parameter_fields,
+    payload_columns,
+)
+
+__all__ = ["AcceptancePolicy", "Parsed", "KEEP_FIELDS", "parse_table", "records_to_table",
+           "arrow_schema"]
+
+#: What a parse can keep of the envelope besides the payload.
+KEEP_FIELDS = ("id_hashes", "user_ids", "event_times")
+_INT64_MAX = 2**63 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class AcceptancePolicy:
+    """What the server accepts; a record outside it is a dead letter, never an allocation.
+
+    Attributes
+    ----------
+    expect : mapping
+        Parameters every report must have (``oracle``, ``epsilon``, ``domain_size``, ...;
+        for heavy hitters also ``top_k``, ``value_bits``, ``codec`` ...).
+    max_domain_size : int
+        The largest domain (for ``pem``: number of groups) a report may claim; the
+        accumulator of a key holds about this many counters.
+    max_hash_range : int
+        The largest local-hashing range (given, or OLH's optimum for the epsilon).
+    max_epsilon : float
+        The largest epsilon accepted.
+    max_id_bytes : int
+        The longest report id, in UTF-8 bytes.
+    """
+
+    expect: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    max_domain_size: int = 2**24
+    max_hash_range: int = 2**16
+    max_epsilon: float = 20.0
+    max_id_bytes: int = 256
+
+    def problem(self, protocol: Any, key: ProtocolKey) -> str | None:
+        """Why reports of ``protocol`` are refused (None: accepted)."""
+        params = key.parameters
+        size = params.get("num_groups") if key.name == PEM else params.get("domain_size")
+        if size is not None and size > self.max_domain_size:
+            return (f"policy: domain_size {size} exceeds the limit {self.max_domain_size} "
+                    "(--max_domain_size)")
+        hash_range = params.get("hash_range")
+        if hash_range is not None and hash_range > self.max_hash_range:
+            return (f"policy: hash_range {hash_range} exceeds the limit {self.max_hash_range} "
+                    "(--max_hash_range)")
+        for name, want in self.expect.items():
+            have = key.name if name == "oracle" else params.get(name, _ABSENT)
+            if have is not _ABSENT and have != want:
+                return f"parameter mismatch: {name} {have!r}, expected {want!r}"
+        return None
+
+    def raw_problem(self, name: str, epsilon: float, size: int) -> str | None:
+        """Limits checked before a protocol object is built."""
+        if not (isinstance(epsilon, (int, float)) and epsilon <= self.max_epsilon):
+            return f"policy: epsilon {epsilon!r} exceeds the limit {self.max_epsilon} (--max_epsilon)"
+        if name != PEM and size > self.max_domain_size:
+            return (f"policy: domain_size {size} exceeds the limit {self.max_domain_size} "
+                    "(--max_domain_size)")
+        return None
+
+
+_ABSENT = object()
+
+
+@dataclasses.dataclass
+class Parsed:
+    """The outcome of one parse: valid batches by key, and dead letters."""
+
+    batches: dict[ProtocolKey, ReportBatch]
+    dead_letters: list[DeadLetter]
+    records: int
+
+    @property
+    def reports(self) -> int:
+        return sum(len(b) for b in self.batches.values())
+
+
+class _Refusals:
+    """The first reason of every refused row (an index into ``reasons``, -1 while alive)."""
+
+    def __init__(self, n: int):
+        self.index = np.full(n, -1, dtype=np.int32)
+        self.reasons: list[tuple[str, ProtocolKey | None]] = []
+
+    @property
+    def alive(self) -> np.ndarray:
+        return self.index < 0
+
+    def refuse(self, mask: np.ndarray, reason: str, key: ProtocolKey | None = None) -> None:
+        new = mask & (self.index < 0)
+        if new.any():
+            self.index[new] = len(self.reasons)
+            self.reasons.append((reason, key))
+
+    def letters(self, table: pa.Table, source: str) -> list[DeadLetter]:
+        rows = np.flatnonzero(self.index >= 0)
+        if rows.size == 0:
+            return []
+        records = table.take(pa.array(rows)).to_pylist()
+        out = []
+        for row, record in zip(rows.tolist(), records):
+            reason, key = self.reasons[self.index[row]]
+            out.append(DeadLetter(source, reason, record, key))
+        return out
+
+
+_KIND_OK = {
+    "string": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+    "int": pa.types.is_integer,
+    "float": lambda t: pa.types.is_floating(t) or pa.types.is_integer(t),
+    "bytes": lambda t: (pa.types.is_binary(t) or pa.types.is_large_binary(t)
+                        or pa.types.is_fixed_size_binary(t)),
+    "record": pa.types.is_struct,
+}
+_KIND_NAME = {"string": "a string", "int": "an integer", "float": "a number",
+              "bytes": "bytes", "record": "a record"}
+
+
+class _Table:
+    """Columns of a table by field path; absent fields read as all null."""
+
+    def __init__(self, table: pa.Table, known_null: Iterable[str], known_present: Iterable[str]):
+        self.table = table
+        self.n = table.num_rows
+        self.known_null = set(known_null)  # paths proven all null without reading
+        self.known_present = set(known_present)  # paths proven non-null without reading
+        self._cache: dict[tuple[str, ...], pa.Array | None] = {}
+
+    def get(self, path: tuple[str, ...]) -> pa.Array | None:
+        if path in self._cache:
+            return self._cache[path]
+        names = self.table.column_names
+        array = None
+        if path[0] in names:
+            array = _combined(self.table.column(path[0]))
+            if len(path) == 2:
+                if not pa.types.is_struct(array.type) or array.type.get_field_index(path[1]) < 0:
+                    array = None
+                else:
+                    child = pc.struct_field(array, [path[1]])
+                    if array.null_count:  # a null record has null fields
+                        child = pc.if_else(pc.is_valid(array), child, pa.nulls(len(child),
+                                                                              child.type))
+                    array = child
+        if array is not None and pa.types.is_dictionary(array.type):
+            array = array.dictionary_decode()
+        self._cache[path] = array
+        return array
+
+    def valid_mask(self, path: tuple[str, ...]) -> np.ndarray:
+        """Rows where the field is non-null."""
+        label = ".".join(path)
+        if label in self.known_present:
+            return np.ones(self.n, dtype=bool)
+        array = self.get(path)
+        if array is None or label in self.known_null:
+            return np.zeros(self.n, dtype=bool)
+        if array.null_count == 0:
+            return np.ones(self.n, dtype=bool)
+        if array.null_count == len(array):
+            return np.zeros(self.n, dtype=bool)
+        return _np_bool(pc.is_valid(array))
+
+
+def _combined(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    if isinstance(column, pa.ChunkedArray):
+        return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    return column
+
+
+def _np_bool(array: pa.Array) -> np.ndarray:
+    return np.asarray(array.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _int_numpy(array: pa.Array) -> np.ndarray:
+    """An integer array as numpy (nulls as 0); uint64 kept unsigned."""
+    if array.null_count:
+        array = array.fill_null(0)
+    values = array.to_numpy(zero_copy_only=False)
+    return values
+
+
+def _check_envelope(cols: _Table, refusals: _Refusals) -> None:
+    for name in REQUIRED_FIELDS:
+        path = (name,)
+        kind = field_kind(path)
+        if name in cols.known_present:
+            continue
+        array = cols.get(path)
+        if array is None:
+            refusals.refuse(np.ones(cols.n, dtype=bool), f"malformed record: missing field {name!r}")
+            continue
+        present = cols.valid_mask(path)
+        refusals.refuse(~present, f"malformed record: missing field {name!r}")
+        _check_kind(array, path, kind, present, refusals)
+
+
+def _check_kind(array: pa.Array, path: tuple[str, ...], kind: str, present: np.ndarray,
+                refusals: _Refusals, key: ProtocolKey | None = None) -> bool:
+    """Refuse the present rows of a column of the wrong type or range; True if usable."""
+    label = ".".join(path)
+    if not _KIND_OK[kind](array.type):
+        refusals.refuse(present, f"malformed record: field {label!r} must be {_KIND_NAME[kind]}, "
+                                 f"got {array.type}", key)
+        return False
+    if kind == "int" and pa.types.is_uint64(array.type) and label != "seed":
+        values = _int_numpy(array)
+        refusals.refuse(present & (values > _INT64_MAX),
+                        f"malformed record: field {label!r} is out of range", key)
+    return True
+
+
+def _codes(array: pa.Array, rows: np.ndarray) -> tuple[np.ndarray, list[Any]]:
+    """Group codes of ``array`` (nulls are a value of their own) and the distinct values."""
+    n = len(array)
+    if array.null_count == n:
+        return np.zeros(n, dtype=np.int64), [None]
+    if array.null_count == 0 and (pa.types.is_integer(array.type)
+                                  or pa.types.is_floating(array.type)):
+        values = array.to_numpy(zero_copy_only=False)
+        live = values[rows] if rows.size != n else values
+        if live.size and live.min() == live.max() and not (
+                live.dtype.kind == "f" and np.isnan(live[0])):
+            return np.zeros(n, dtype=np.int64), [live[0].item()]
+    elif array.null_count == 0 and n:
+        bounds = pc.min_max(array.take(pa.array(rows)) if rows.size != n else array)
+        if bounds["min"].as_py() == bounds["max"].as_py():
+            return np.zeros(n, dtype=np.int64), [bounds["min"].as_py()]
+    encoded = pc.dictionary_encode(array, null_encoding="encode")
+    indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    return indices, encoded.dictionary.to_pylist()
+
+
+def _groups(cols: _Table, paths: list[tuple[str, ...]], rows: np.ndarray
+            ) -> list[tuple[tuple, np.ndarray]]:
+    """The distinct value tuples of ``paths`` among ``rows`` and the rows of each."""
+    if rows.size == 0:
+        return []
+    code = np.zeros(cols.n, dtype=np.int64)
+    radix = 1
+    tables = []
+    for path in paths:
+        array = cols.get(path)
+        if array is None:
+            codes, values = np.zeros(cols.n, dtype=np.int64), [None]
+        else:
+            codes, values = _codes(array, rows)
+        if len(values) > 1:
+            if radix * len(values) >= 2**62:  # re-number before the mixed radix overflows
+                distinct, code = np.unique(code, return_inverse=True)
+                radix = distinct.size
+            code = code * len(values) + codes
+            radix *= len(values)
+        tables.append((codes, values))
+    live = code[rows]
+    if live.size and live.min() == live.max():
+        first = int(rows[0])
+        return [(tuple(values[codes[first]] for codes, values in tables), rows)]
+    distinct, inverse = np.unique(live, return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(distinct.size + 1))
+    out = []
+    for g in range(distinct.size):
+        members = rows[order[bounds[g]:bounds[g + 1]]]
+        first = int(members[0])
+        out.append((tuple(values[codes[first]] for codes, values in tables), members))
+    return out
+
+
+def _protocol_for(values: tuple, paths: list[tuple[str, ...]], policy: AcceptancePolicy,
+                  cache: dict) -> tuple[Any, ProtocolKey] | str:
+    """The protocol of one configuration (parameter values in ``paths`` order), or why not."""
+    found = cache.get(values)
+    if found is not None:
+        return found
+    fields = {path[-1]: value for path, value in zip(paths, values)}
+    found = _build_protocol(fields, policy)
+    cache[values] = found
+    return found
+
+
+def _build_protocol(fields: dict[str, Any], policy: AcceptancePolicy
+                    ) -> tuple[Any, ProtocolKey] | str:
+    name = fields["oracle"]
+    epsilon, size, hash_range = fields["epsilon"], fields["domain_size"], fields["hash_range"]
+    if name != PEM and name not in registry.ORACLES:
+        return f"unknown oracle {name!r} (known: {' '.join(registry.ORACLES)} {PEM})"
+    if name == PEM and policy.expect.get("oracle") != PEM:
+        return ("oracle 'pem' reports are heavy-hitter reports (ldpflow heavy-hitters), not "
+                "frequency-oracle reports")
+    if isinstance(epsilon, float) and not math.isfinite(epsilon):
+        return f"invalid parameters: epsilon must be finite, got {epsilon!r}"
+    problem = policy.raw_problem(name, epsilon, size)
+    if problem:
+        return problem
+    try:
+        if name == PEM:
+            return _pem_protocol(fields, policy)
+        params: dict[str, Any] = {"epsilon": float(epsilon), "domain_size": int(size)}
+        if hash_range is not None:
+            if name not in ("olh", "blh"):
+                return f"invalid parameters: {name} takes no hash_range"
+            params["hash_range"] = hash_range
+        protocol = registry.make(name, **params)
+    except (TypeError, ValueError, OverflowError) as exc:
+        return f"invalid parameters: {exc}"
+    key = protocol.key
+    problem = policy.problem(protocol, key)
+    return (problem, key) if problem else (protocol, key)
+
+
+def _pem_protocol(fields: dict[str, Any], policy: AcceptancePolicy) -> tuple[Any, ProtocolKey] | str:
+    from ldpflow.core import codecs
+    from ldpflow.core.heavy_hitters import PrefixExtendingMethod
+
+    names = nested_parameter_fields(PEM)
+    missing = [n for n in names if fields.get(n) is None and n != "codec"]
+    if missing:
+        return f"missing field 'pem.{missing[0]}' for oracle pem"
+    params = {n: fields[n] for n in names if n != "codec"}
+    params["epsilon"] = float(fields["epsilon"])
+    if fields["hash_range"] is not None:  # null: OLH's optimum for epsilon
+        params["hash_range"] = fields["hash_range"]
+    if params["query_limit"] > 2**28:
+        return f"invalid parameters: query_limit must be <= 2**28, got {params['query_limit']}"
+    pem = PrefixExtendingMethod(**params)
+    codec = codecs.make_codec(fields.get("codec") or "int", bits=pem.value_bits).name
+    if fields["domain_size"] != pem.num_groups:
+        return (f"invalid parameters: domain_size of a pem report must be its number of "
+                f"groups, {pem.num_groups}; got {fields['domain_size']}")
+    key = ProtocolKey.heavy_hitters(pem, codec)
+    problem = policy.problem(pem, key)
+    return (problem, key) if problem else (pem, key)
+
+
+def _payload(cols: _Table, protocol: Any, key: ProtocolKey, rows: np.ndarray,
+             refusals: _Refusals) -> dict[str, np.ndarray] | None:
+    """The payload columns of ``rows`` (all of one key), refusing bad ones in place."""
+    wanted = payload_columns(protocol)
+    used = {c.path[0] for c in wanted}
+    in_rows = np.zeros(cols.n, dtype=bool)
+    in_rows[rows] = True
+    for column in wanted:
+        array = cols.get(column.path)
+        label = column.label
+        present = cols.valid_mask(column.path) if array is not None else np.zeros(cols.n, bool)
+        refusals.refuse(in_rows & ~present,
+                        f"missing payload field {label!r} for oracle {protocol.name}", key)
+        if array is not None:
+            kind = "bytes" if column.width is not None else "int"
+            if not _check_kind(array, column.path, kind, in_rows & present, refusals, key):
+                return None  # every row of the key is refused
+    for other in PAYLOAD_FIELDS:
+        if other in used or other in cols.known_null:
+            continue
+        refusals.refuse(in_rows & cols.valid_mask((other,)),
+                        f"unexpected payload field {other!r} for oracle {protocol.name}", key)
+    alive = refusals.alive & in_rows
+    for column in wanted:
+        if column.width is None:
+            continue
+        array = cols.get(column.path)
+        lengths = _binary_lengths(array)
+        wrong = alive & (lengths != column.width)
+        for length in np.unique(lengths[wrong]).tolist():  # one reason per length found
+            refusals.refuse(wrong & (lengths == length),
+                            f"payload {column.label!r} has {length} bytes, expected "
+                            f"{column.width} for domain_size {protocol.domain_size}", key)
+    keep = np.flatnonzero(refusals.alive & in_rows)
+    if keep.size == 0:
+        return None
+    return {column.name: _column_values(cols.get(column.path), column, keep)
+            for column in wanted}
+
+
+def _binary_lengths(array: pa.Array) -> np.ndarray:
+    if pa.types.is_fixed_size_binary(array.type):
+        return np.full(len(array), array.type.byte_width, dtype=np.int64)
+    return np.asarray(pc.binary_length(array).fill_null(-1).to_numpy(zero_copy_only=False),
+                      dtype=np.int64)
+
+
+def _column_values(array: pa.Array, column: WireColumn, rows: np.ndarray) -> np.ndarray:
+    n = len(array)
+    whole = rows.size == n
+    if column.width is not None:  # bitmaps: (rows, width) uint8
+        picked = array if whole else array.take(pa.array(rows))
+        if pa.types.is_fixed_size_binary(picked.type):
+            data = picked.buffers()[1]
+            start = picked.offset * column.width
+        else:
+            offsets_type = np.int64 if pa.types.is_large_binary(picked.type) else np.int32
+            offsets = np.frombuffer(picked.buffers()[1], dtype=offsets_type,
+                                    count=len(picked) + 1, offset=picked.offset * np.dtype(
+                                        offsets_type).itemsize)
+            data = picked.buffers()[2]
+            start = int(offsets[0])
+        flat = np.frombuffer(data, dtype=np.uint8, count=len(picked) * column.width,
+                             offset=start)
+        return flat.reshape(len(picked), column.width).copy()
+    values = _int_numpy(array)
+    if not whole:
+        values = values[rows]
+    if column.dtype is np.uint64:
+        return values.astype(np.int64, copy=False).view(np.uint64) if values.dtype != np.uint64 \
+            else values
+    return values.astype(column.dtype, copy=False)
+
+
+def _id_hashes(array: pa.Array, rows: np.ndarray) -> np.ndarray:
+    picked = array if rows.size == len(array) else array.take(pa.array(rows))
+    if pa.types.is_large_string(picked.type):
+        offsets_type = np.int64
+    else:
+        offsets_type = np.int32
+    offsets = np.frombuffer(picked.buffers()[1], dtype=offsets_type, count=len(picked) + 1,
+                            offset=picked.offset * np.dtype(offsets_type).itemsize)
+    data = picked.buffers()[2]
+    data_array = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    return dedup.string_hashes(offsets, data_array)
+
+
+def parse_table(
+    table: pa.Table,
+    *,
+    source: str = "",
+    policy: AcceptancePolicy | None = None,
+    keep: Iterable[str] = (),
+    known_null: Iterable[str] = (),
+    known_present: Iterable[str] = (),
+    protocols: dict | None = None,
+) -> Parsed:
+    """Split a table of report envelopes into valid batches per key and dead letters.
+
+    Parameters
+    ----------
+    table : pyarrow.Table
+        Envelope fields as columns (``schemas/report.avsc`` names; ``pem`` a struct). A
+        field that is absent reads as null.
+    source : str
+        Where the rows came from (a file name), copied into each dead letter.
+    policy : AcceptancePolicy, optional
+        What to accept (default: :class:`AcceptancePolicy` with its limits, nothing expected).
+    keep : iterable of str
+        Envelope columns to keep in the batches (:data:`KEEP_FIELDS`).
+    known_null, known_present : iterable of str
+        Field paths the reader has proven all null, or free of nulls, without reading them
+        (from the file's schema or statistics), so they need not be columns of ``table``.
+    protocols : dict, optional
+        A cache of configurations already built (kept across the chunks of a file).
+    """
+    policy = policy or AcceptancePolicy()
+    keep = set(keep)
+    unknown = keep - set(KEEP_FIELDS)
+    if unknown:
+        raise ValueError(f"keep must name fields among {', '.join(KEEP_FIELDS)}, got {sorted(unknown)}")
+    cols = _Table(table, known_null, known_present)
+    refusals = _Refusals(cols.n)
+    cache = protocols if protocols is not None else {}
+    _check_envelope(cols, refusals)
+    if "id_hashes" in keep or "report_id" not in cols.known_present:
+        ids = cols.get(("report_id",))
+        if ids is not None and _KIND_OK["string"](ids.type):
+            refusals.refuse(_np_lengths(ids) > policy.max_id_bytes,
+                            f"policy: report_id longer than {policy.max_id_bytes} bytes")
+    for name in PARAMETER_FIELDS:
+        path = (name,)
+        array = cols.get(path)
+        if array is not None and name not in REQUIRED_FIELDS:
+            _check_kind(array, path, field_kind(path), cols.valid_mask(path), refusals)
+    params = [(name,) for name in PARAMETER_FIELDS]
+    batches: dict[ProtocolKey, ReportBatch] = {}
+    for values, rows in _groups(cols, params, np.flatnonzero(refusals.alive)):
+        if values[0] == PEM:
+            nested = [(PEM, name) for name in nested_parameter_fields(PEM)]
+            struct = cols.get((PEM,))
+            mask = np.zeros(cols.n, dtype=bool)
+            mask[rows] = True
+            if struct is None or not _KIND_OK["record"](struct.type):
+                reason = ("missing field 'pem' for oracle pem" if struct is None else
+                          f"malformed record: field 'pem' must be a record, got {struct.type}")
+                refusals.refuse(mask, reason)
+                continue
+            refusals.refuse(mask & ~cols.valid_mask((PEM,)), "missing field 'pem' for oracle pem")
+            for path in nested:
+                array = cols.get(path)
+                if array is not None:
+                    _check_kind(array, path, field_kind(path), mask & cols.valid_mask(path),
+                                refusals)
+            live = rows[refusals.alive[rows]]
+            for sub, members in _groups(cols, nested, live):
+                _collect(cols, values + sub, params + nested, members, policy, cache,
+                         refusals, keep, batches)
+        else:
+            _collect(cols, values, params, rows, policy, cache, refusals, keep, batches)
+    return Parsed(batches, refusals.letters(table, source), cols.n)
+
+
+def _np_lengths(array: pa.Array) -> np.ndarray:
+    return np.asarray(pc.binary_length(array).fill_null(0).to_numpy(zero_copy_only=False))
+
+
+def _collect(cols: _Table, values: tuple, paths: list, rows: np.ndarray,
+             policy: AcceptancePolicy, cache: dict, refusals: _Refusals, keep: set,
+             batches: dict) -> None:
+    mask = np.zeros(cols.n, dtype=bool)
+    mask[rows] = True
+    found = _protocol_for(values, paths, policy, cache)
+    if isinstance(found, str):  # no protocol: no key
+        refusals.refuse(mask, found)
+        return
+    protocol, key = found
+    if isinstance(protocol, str):  # a valid protocol the policy refuses
+        refusals.refuse(mask, protocol, key)
+        return
+    columns = _payload(cols, protocol, key, rows, refusals)
+    if columns is None:
+        return
+    reports = Reports(protocol.name, columns)
+    kept = np.flatnonzero(refusals.alive & mask)
+    bad, reasons = protocol.invalid_rows(reports)
+    if bad.size:
+        for reason in dict.fromkeys(reasons):
+            which = np.zeros(cols.n, dtype=bool)
+            which[kept[bad[np.asarray(reasons) == reason]]] = True
+            refusals.refuse(which, reason, key)
+        good = np.ones(kept.size, dtype=bool)
+        good[bad] = False
+        reports, kept = reports[good], kept[good]
+        if kept.size == 0:
+            return
+    envelope: dict[str, np.ndarray] = {}
+    if "id_hashes" in keep:
+        envelope["id_hashes"] = _id_hashes(cols.get(("report_id",)), kept)
+    if "user_ids" in keep:
+        envelope["user_ids"] = np.asarray(
+            cols.get(("user_id",)).take(pa.array(kept)).to_pylist(), dtype=object)
+    if "event_times" in keep:
+        envelope["event_times"] = _int_numpy(cols.get(("event_time",)))[kept].astype(np.int64)
+    batch = ReportBatch(key, reports, **envelope)
+    batches[key] = ReportBatch.concat([batches[key], batch]) if key in batches else batch
+
+
+# -- the per-record path ---------------------------------------------------------------------
+def arrow_schema(json_form: bool = False, nullable: bool = False) -> pa.Schema:
+    """The Arrow schema of the report envelope (``json_form``: ``bits`` as hex text;
+    ``nullable``: every field nullable, for decoders that judge missing fields later)."""
+    from ldpflow.schemas import schema_json
+
+    def arrow_type(avro_type: Any, name: str) -> pa.DataType:
+        if isinstance(avro_type, list):
+            (inner,) = [t for t in avro_type if t != "null"]
+            return arrow_type(inner, name)
+        if isinstance(avro_type, dict):
+            if avro_type["type"] == "record":
+                # Nullable children: the record itself may be null.
+                return pa.struct([pa.field(f["name"], arrow_type(f["type"], f["name"]))
+                                  for f in avro_type["fields"]])
+            return arrow_type(avro_type["type"], name)
+        if avro_type == "bytes" and json_form:
+            return pa.string()
+        return {"string": pa.string(), "long": pa.int64(), "int": pa.int32(),
+                "double": pa.float64(), "bytes": pa.binary(), "boolean": pa.bool_()}[avro_type]
+
+    fields = schema_json("report")["fields"]
+    return pa.schema([pa.field(f["name"], arrow_type(f["type"], f["name"]),
+                               nullable=nullable or isinstance(f["type"], list)) for f in fields])
+
+
+_PY_KIND = {
+    "string": lambda v: isinstance(v, str),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "bytes": lambda v: isinstance(v, (bytes, bytearray)),
+    "record": lambda v: isinstance(v, Mapping),
+}
+_INT_RANGE = {"int": (-(2**31), 2**31), "long": (-(2**63), 2**63)}
+
+
+def _record_problem(record: Any, schema: pa.Schema) -> str | None:
+    if not isinstance(record, Mapping):
+        return f"malformed record: expected an object, got {type(record).__name__}"
+    for field in schema:
+        value = record.get(field.name)
+        if value is None:
+            continue  # missing fields are judged by the parse, with the others
+        problem = _value_problem(value, field, field.name)
+        if problem:
+            return problem
+        if pa.types.is_struct(field.type):
+            for child in field.type:
+                inner = value.get(child.name)
+                if inner is None:
+                    continue  # a missing nested field is judged by the parse
+                problem = _value_problem(inner, child, f"{field.name}.{child.name}")
+                if problem:
+                    return problem
+    return None
+
+
+def _value_problem(value: Any, field: pa.Field, label: str) -> str | None:
+    kind = field_kind(tuple(label.split(".")))
+    if not _PY_KIND[kind](value):
+        return (f"malformed record: field {label!r} must be {_KIND_NAME[kind]}, "
+                f"got {type(value).__name__}")
+    if kind == "int":
+        low, high = (-(2**63), 2**64) if label == "seed" else (
+            _INT_RANGE["int"] if pa.types.is_int32(field.type) else _INT_RANGE["long"])
+        if not low <= value < high:
+            return f"malformed record: field {label!r} is out of range: {value}"
+    if kind == "float" and isinstance(value, int) and abs(value) >= 2**63:
+        return f"malformed record: field {label!r} is out of range: {value}"
+    return None
+
+
+def records_to_table(records: Iterable[Any], source: str = "") -> tuple[pa.Table, list[DeadLetter]]:
+    """Records as Python objects (decoded JSON or Avro) -> an envelope table + dead letters.
+
+    Each record's fields are checked against the report schema's types (no coercion); a
+    record that fails is a dead letter, the others become rows of the table that
+    :func:`parse_table` then checks like any other. Unknown fields are ignored (Avro's
+    resolution rules). ``seed`` may be given signed or unsigned (64 bits).
+    """
+    schema = arrow_schema(nullable=True)
+    good: list[Mapping] = []
+    dead: list[DeadLetter] = []
+    for record in records:
+        problem = _record_problem(record, schema)
+        if problem is None:
+            good.append(record)
+        else:
+            dead.append(DeadLetter(source, problem, record))
+    columns = {}
+    for field in schema:
+        values = [r.get(field.name) for r in good]
+        if field.name == "seed":
+            values = [v - 2**64 if v is not None and v >= 2**63 else v for v in values]
+        if field.name == "epsilon":
+            values = [None if v is None else float(v) for v in values]
+        columns[field.name] = pa.array(values, type=field.type)
+    return pa.table(columns, schema=schema), dead

@@ -1,0 +1,99 @@
+"""Every format, read whole or by ranges, gives the accumulators of the reports written."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+import ldpflow
+from ldpflow.wire import formats
+
+N = 3000
+
+
+def _table(name, n=N, seed=3, **params):
+    oracle = ldpflow.oracle(name, epsilon=1.0, domain_size=40, **params)
+    rng = np.random.default_rng(seed)
+    kwargs = {"columns": rng.permutation(n) % oracle.order} if name == "onebit" else {}
+    reports = oracle.perturb(rng.integers(0, 40, n), rng=rng, **kwargs)
+    table = formats.reports_table(oracle, reports, formats.numbered_ids("r-", 0, n),
+                                  formats.numbered_ids("u-", 0, n), np.arange(n) * 10)
+    return oracle, reports, table
+
+
+def _read(data, fmt, ranges=None, **kw):
+    parsed = []
+    for start, end in ranges or [(0, None)]:
+        parsed += list(formats.read_reports(io.BytesIO(data), fmt, start=start, end=end, **kw))
+    return parsed
+
+
+@pytest.mark.parametrize("fmt", formats.FORMATS)
+@pytest.mark.parametrize("name", list(ldpflow.ORACLES))
+def test_written_reports_read_back_to_the_same_accumulator(fmt, name):
+    oracle, reports, table = _table(name)
+    buffer = io.BytesIO()
+    formats.write_reports(buffer, fmt, table)
+    parsed = _read(buffer.getvalue(), fmt)
+    assert not [d for p in parsed for d in p.dead_letters]
+    batches = [b for p in parsed for b in p.batches.values()]
+    total = oracle.create_accumulator()
+    for batch in batches:
+        assert batch.key == oracle.key
+        total.merge(oracle.count_valid(batch.reports))
+    assert total == oracle.aggregate(reports)
+
+
+@pytest.mark.parametrize("fmt", ["avro", "json"])
+def test_byte_ranges_read_every_record_exactly_once(fmt):
+    oracle, reports, table = _table("olh", n=20_000)
+    buffer = io.BytesIO()
+    if fmt == "avro":
+        buffer.write(__import__("ldpflow.wire.avro", fromlist=["x"]).encode_container(
+            table, __import__("ldpflow.schemas", fromlist=["x"]).schema_json("report"),
+            block_rows=700))
+    else:
+        formats.write_reports(buffer, fmt, table)
+    data = buffer.getvalue()
+    cuts = [0, 1, 17, len(data) // 3, len(data) // 2 + 5, len(data) - 3]
+    ranges = [(lo, hi) for lo, hi in zip(cuts, cuts[1:])] + [(cuts[-1], None)]
+    parsed = _read(data, fmt, ranges, keep=("id_hashes",))
+    hashes = np.concatenate([b.id_hashes for p in parsed for b in p.batches.values()])
+    assert hashes.size == 20_000 and np.unique(hashes).size == 20_000
+    total = oracle.create_accumulator()
+    for p in parsed:
+        for b in p.batches.values():
+            total.merge(oracle.count_valid(b.reports))
+    assert total == oracle.aggregate(reports)
+
+
+def test_a_damaged_avro_block_loses_that_block_alone():
+    from ldpflow.schemas import schema_json
+    from ldpflow.wire import avro
+
+    oracle, reports, table = _table("grr", n=10_000)
+    data = bytearray(avro.encode_container(table, schema_json("report"), codec="null",
+                                           block_rows=1000))
+    header = avro.read_header(io.BytesIO(bytes(data)))
+    blocks = list(avro.iter_blocks(io.BytesIO(bytes(data)), header))
+    assert [b.count for b in blocks] == [1000] * 10
+    third = blocks[3]
+    data[third.offset + len(third.raw) - 5] ^= 0xFF  # break its sync marker
+    parsed = _read(bytes(data), "avro")
+    n = sum(p.reports for p in parsed)
+    dead = [d for p in parsed for d in p.dead_letters]
+    assert n == 9000
+    assert len(dead) == 1 and dead[0].count == 1000 and "1000 records lost" in dead[0].reason
+
+
+def test_json_chunk_with_one_mistyped_line_refuses_that_line_alone():
+    oracle, reports, table = _table("olh", n=2000)
+    lines = formats.json_lines(table).splitlines(keepends=True)
+    lines[0] = lines[0].replace(b'"hash_range":4', b'"hash_range":4.0')
+    parsed = _read(b"".join(lines), "json")
+    dead = [d for p in parsed for d in p.dead_letters]
+    assert [d.reason for d in dead] == [
+        "malformed record: field 'hash_range' must be an integer, got float"]
+    assert sum(p.reports for p in parsed) == 1999
