@@ -126,15 +126,13 @@ def first_copies(hashes: npt.ArrayLike, columns: Iterable[np.ndarray] = ()
     keep = np.ones(n, dtype=bool)
     if n < 2:
         return keep, 0
-    order = np.argsort(hashes, kind="stable")
-    ordered = hashes[order]
+    ordered = np.sort(hashes)  # values only: about twice as fast as an argsort
     same = ordered[1:] == ordered[:-1]
-    if not same.any():
+    if not same.any():  # the common case: no copies at all
         return keep, 0
-    involved = np.zeros(n, dtype=bool)
-    involved[1:] |= same
-    involved[:-1] |= same
-    rows = order[involved]
+    repeated = np.unique(ordered[1:][same])
+    at = np.minimum(np.searchsorted(repeated, hashes), repeated.size - 1)
+    rows = np.flatnonzero(repeated[at] == hashes)  # every row of a repeated hash
     payload: list[np.ndarray] = []
     for column in columns:
         column = column[rows]

@@ -119,7 +119,7 @@ def fwht(x: np.ndarray) -> np.ndarray:
     return x
 
 
-_CHUNK = 1 << 18
+_CHUNK = 1 << 16
 
 
 def affine_sign_scatter(
@@ -135,22 +135,28 @@ def affine_sign_scatter(
         ``y XOR a`` for each report (the reported bucket XOR the hash offset).
     index_bits : int
         ``log2`` of the length of ``F``.
+
+    Notes
+    -----
+    One histogram per chunk of reports: entry ``2 i + s`` counts the signs ``s`` (0: +1,
+    1: -1) scattered at index ``i``, so ``F = counts[0::2] - counts[1::2]``.
     """
     n, b = rows.shape
     g = 1 << b
     size = 1 << index_bits
     u = np.arange(g, dtype=np.int64)
-    F = np.zeros(size, dtype=np.int64)
+    counts = np.zeros(2 * size, dtype=np.int64)
     for start in range(0, n, _CHUNK):
         r = rows[start : start + _CHUNK].astype(np.int64)
         t = np.asarray(targets[start : start + _CHUNK]).astype(np.int64)
-        w = np.zeros((r.shape[0], g), dtype=np.int64)
+        w = np.empty((r.shape[0], g), dtype=np.int64)
+        w[:, 0] = 0
         for j in range(b):  # all g values of M^T u by doubling
-            w[:, 1 << j : 2 << j] = w[:, : 1 << j] ^ r[:, j : j + 1]
-        negative = (np.bitwise_count(u[None, :] & t[:, None]) & 1).astype(bool)
-        F += np.bincount(w[~negative], minlength=size)
-        F -= np.bincount(w[negative], minlength=size)
-    return F
+            np.bitwise_xor(w[:, : 1 << j], r[:, j : j + 1], out=w[:, 1 << j : 2 << j])
+        w <<= 1
+        w |= np.bitwise_count(u[None, :] & t[:, None]) & 1  # the sign bit
+        counts += np.bincount(w.ravel(), minlength=2 * size)
+    return counts[0::2] - counts[1::2]
 
 
 def support_counts(F: np.ndarray, hash_range: int) -> np.ndarray:

@@ -94,20 +94,44 @@ def _oracle(args: argparse.Namespace) -> FrequencyOracle:
     return registry.make(args.oracle, **params)
 
 
-def _values(args: argparse.Namespace, rng: np.random.Generator) -> np.ndarray:
-    if args.values_file:
-        with open(args.values_file, encoding="utf-8") as f:
-            raw = [line.strip() for line in f if line.strip()]
-        try:
-            values = np.array([int(v) for v in raw], dtype=np.int64)
-        except ValueError as exc:
-            raise SystemExit(f"--values_file must hold one integer per line: {exc}") from None
-        return validation.check_values(values, args.domain_size, name="--values_file values")
-    if args.users is None:
-        raise SystemExit("--users is required unless --values_file is given")
-    validation.check_positive_int(args.users, name="--users")
-    dist = simulation.parse_distribution(args.distribution)
-    return dist.sample(args.domain_size, args.users, rng)
+def _file_values(args: argparse.Namespace) -> np.ndarray:
+    with open(args.values_file, encoding="utf-8") as f:
+        raw = [line.strip() for line in f if line.strip()]
+    try:
+        values = np.array([int(v) for v in raw], dtype=np.int64)
+    except ValueError as exc:
+        raise SystemExit(f"--values_file must hold one integer per line: {exc}") from None
+    return validation.check_values(values, args.domain_size, name="--values_file values")
+
+
+#: Users simulated at a time within a shard: memory is that of one chunk, whatever the size.
+CHUNK_USERS = 1 << 20
+
+
+def _simulate_shard(job: tuple) -> tuple[str, int, np.ndarray]:
+    """One shard's users, perturbed and written a chunk at a time; their true counts.
+
+    Every shard draws from its own generator, seeded by ``(seed, shard)``, so the output
+    depends on the seed and the number of shards only, not on the number of processes.
+    """
+    path, args, oracle, shard, lo, hi, values = job
+    rng = np.random.default_rng([args.seed, shard])
+    dist = None if values is not None else simulation.parse_distribution(args.distribution)
+    counts = np.zeros(oracle.domain_size, dtype=np.int64)
+    with open(path, "wb") as f, formats.ReportWriter(f, args.format) as writer:
+        for start in range(lo, hi, CHUNK_USERS):
+            stop = min(start + CHUNK_USERS, hi)
+            n = stop - start
+            chunk = values[start - lo:stop - lo] if values is not None else \
+                dist.sample(oracle.domain_size, n, rng)  # type: ignore[union-attr]
+            kwargs = {"columns": rng.permutation(n) % oracle.order} \
+                if oracle.name == "onebit" else {}
+            reports = oracle.perturb(chunk, rng=rng, **kwargs)  # seeded: a simulation
+            writer.write(formats.reports_table(
+                oracle, reports, formats.numbered_ids(f"s{args.seed}-", start, stop),
+                formats.numbered_ids("user-", start, stop), _event_times(args, rng, n)))
+            counts += np.bincount(chunk, minlength=oracle.domain_size)
+    return path, hi - lo, counts
 
 
 def _write_shard(job: tuple) -> tuple[str, int]:
@@ -119,6 +143,21 @@ def _write_shard(job: tuple) -> tuple[str, int]:
     with open(path, "wb") as f:
         formats.write_reports(f, fmt, table)
     return path, count
+
+
+def _shard_path(args: argparse.Namespace, shard: int) -> str:
+    return os.path.join(args.output,
+                        f"reports-{shard:05d}-of-{args.shards:05d}{_SUFFIX[args.format]}")
+
+
+def _in_processes(function, jobs: list) -> list:
+    """``function`` of every job, spread over the cores (shards are independent)."""
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers <= 1:
+        return [function(job) for job in jobs]
+    context = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        return list(pool.map(function, jobs))
 
 
 def _user_ids(start: int, stop: int) -> list[str]:
@@ -145,14 +184,26 @@ def run(argv: list[str] | None = None) -> dict:
     except (TypeError, ValueError) as exc:
         parser.error(str(exc))
     started = time.perf_counter()
-    rng = np.random.default_rng(args.seed)
-    values = _values(args, rng)
-    n = values.size
-    kwargs = {"columns": rng.permutation(n) % oracle.order} if oracle.name == "onebit" else {}
-    reports = oracle.perturb(values, rng=rng, **kwargs)  # seeded: a simulation
-    event_times = _event_times(args, rng, n)
-    _write_all(args, oracle, reports, event_times, None)
-    counts = np.bincount(values, minlength=args.domain_size)
+    values = _file_values(args) if args.values_file else None
+    if values is None:
+        if args.users is None:
+            parser.error("--users is required unless --values_file is given")
+        try:
+            validation.check_positive_int(args.users, name="--users")
+            simulation.parse_distribution(args.distribution)
+        except (TypeError, ValueError) as exc:
+            parser.error(str(exc))
+    n = values.size if values is not None else args.users
+    os.makedirs(args.output, exist_ok=True)
+    bounds = np.linspace(0, n, args.shards + 1).astype(int)
+    jobs = [(_shard_path(args, shard), args, oracle, shard, int(bounds[shard]),
+             int(bounds[shard + 1]),
+             None if values is None else values[bounds[shard]:bounds[shard + 1]])
+            for shard in range(args.shards)]
+    counts = np.zeros(oracle.domain_size, dtype=np.int64)
+    for path, written, shard_counts in _in_processes(_simulate_shard, jobs):
+        _LOGGER.info("wrote %s (%d reports)", path, written)
+        counts += shard_counts
     truth = {"counts": counts.tolist(), "users": int(n), "oracle": oracle.name,
              "parameters": oracle.parameters,
              "distribution": None if args.values_file else args.distribution, "seed": args.seed}
@@ -169,26 +220,16 @@ def _event_times(args: argparse.Namespace, rng: np.random.Generator, n: int) -> 
 
 def _write_all(args: argparse.Namespace, oracle, reports, event_times: np.ndarray,
                codec: str | None) -> None:
-    """Shard the reports into ``--shards`` files, encoded on all cores."""
+    """Shard reports made in this process into ``--shards`` files, encoded on all cores."""
     n = len(reports)
     os.makedirs(args.output, exist_ok=True)
     bounds = np.linspace(0, n, args.shards + 1).astype(int)
-    jobs = []
-    for shard in range(args.shards):
-        lo, hi = int(bounds[shard]), int(bounds[shard + 1])
-        path = os.path.join(args.output,
-                            f"reports-{shard:05d}-of-{args.shards:05d}{_SUFFIX[args.format]}")
-        jobs.append((path, args.format, oracle, reports[lo:hi], lo, f"s{args.seed}",
-                     event_times[lo:hi], codec))
-    workers = min(len(jobs), os.cpu_count() or 1)
-    if workers > 1:  # spread the shards' encoding over the cores
-        context = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-            for path, count in pool.map(_write_shard, jobs):
-                _LOGGER.info("wrote %s (%d reports)", path, count)
-    else:
-        for job in jobs:
-            _LOGGER.info("wrote %s (%d reports)", *_write_shard(job))
+    jobs = [(_shard_path(args, shard), args.format, oracle,
+             reports[int(bounds[shard]):int(bounds[shard + 1])], int(bounds[shard]),
+             f"s{args.seed}", event_times[int(bounds[shard]):int(bounds[shard + 1])], codec)
+            for shard in range(args.shards)]
+    for path, count in _in_processes(_write_shard, jobs):
+        _LOGGER.info("wrote %s (%d reports)", path, count)
 
 
 def _pem_config(parser: argparse.ArgumentParser, args: argparse.Namespace):

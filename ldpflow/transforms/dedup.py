@@ -5,7 +5,7 @@ hashes (``keep=("id_hashes",)``), cuts every batch into ``buckets`` parts by the
 of the hash (every copy of a report lands in the same bucket), gathers each key's bucket in
 one place, keeps one copy per id (:func:`ldpflow.core.dedup.first_copies`: the choice does
 not depend on arrival order, so reruns give identical estimates) and counts it. Output:
-``(key, Tally)``, the exact counts and the copies dropped, merged per key.
+``(key, Tally)`` per key and bucket: the exact counts and the copies dropped.
 
 Counters (namespace ``ldpflow``): ``duplicates``, ``conflicting_duplicates``.
 """
@@ -31,28 +31,38 @@ DEFAULT_BUCKETS = 16
 
 @dataclasses.dataclass(eq=False)
 class Tally:
-    """One key's exact counts, with the duplicate copies that were not counted."""
+    """One key's exact counts, with the copies not counted and the records refused."""
 
     accumulator: Accumulator | None
     duplicates: int = 0
     conflicting: int = 0
+    dead_letters: int = 0
 
     def merge(self, other: Tally) -> Tally:
         if other.accumulator is not None:
-            self.accumulator = (other.accumulator if self.accumulator is None
+            self.accumulator = (other.accumulator.copy() if self.accumulator is None
                                 else self.accumulator.merge(other.accumulator))
         self.duplicates += other.duplicates
         self.conflicting += other.conflicting
+        self.dead_letters += other.dead_letters
         return self
 
 
 class TallyCombineFn(beam.CombineFn):
-    """Merges :class:`Tally` values exactly (integer sums)."""
+    """Merges :class:`Tally` values exactly (integer sums); a :class:`ReportBatch` input
+    (checked by the parse) is counted into the tally of its key."""
 
     def create_accumulator(self) -> Tally:
         return Tally(None)
 
-    def add_input(self, tally: Tally, other: Tally) -> Tally:
+    def add_input(self, tally: Tally, other: Tally | ReportBatch) -> Tally:
+        if isinstance(other, ReportBatch):
+            counted = registry.from_key(other.key).count_valid(other.reports)
+            if tally.accumulator is None:
+                tally.accumulator = counted
+            else:
+                tally.accumulator.merge(counted)
+            return tally
         return tally.merge(other)
 
     def merge_accumulators(self, tallies):
@@ -70,9 +80,10 @@ def _split_buckets(element, bits: int):
     if batch.id_hashes is None:
         raise ValueError("deduplication needs batches read with keep=('id_hashes',)")
     text = ProtocolKey.coerce(key).to_json()  # a deterministic shuffle key
-    bucket = (batch.id_hashes >> np.uint64(64 - bits)).astype(np.int64) if bits else \
-        np.zeros(len(batch), dtype=np.int64)
-    present = np.unique(bucket)
+    # uint16 buckets: numpy's stable argsort of 16-bit keys is a radix sort, O(n).
+    bucket = (batch.id_hashes >> np.uint64(64 - bits)).astype(np.uint16) if bits else \
+        np.zeros(len(batch), dtype=np.uint16)
+    present = np.flatnonzero(np.bincount(bucket, minlength=1 << bits))
     if present.size == 1:
         yield (text, int(present[0])), batch
         return
@@ -106,13 +117,16 @@ class CountBucketFn(beam.DoFn):
 
 
 class DeduplicateReports(beam.PTransform):
-    """``(key, ReportBatch)`` with id hashes -> ``(key, Tally)``, one copy per report id."""
+    """``(key, ReportBatch)`` with id hashes -> ``(key, Tally)`` per key and bucket (merge
+    them with :class:`TallyCombineFn`), one copy per report id counted."""
 
     def __init__(self, buckets: int = DEFAULT_BUCKETS):
         super().__init__()
         if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 1 or \
                 buckets & (buckets - 1):
-            raise ValueError(f"buckets must be a power of two >= 1, got {buckets!r}")
+            raise ValueError(f"buckets must be a power of two in [1, 2**16], got {buckets!r}")
+        if buckets > 1 << 16:
+            raise ValueError(f"buckets must be a power of two in [1, 2**16], got {buckets!r}")
         self._bits = buckets.bit_length() - 1
 
     def expand(self, reports):
@@ -121,5 +135,4 @@ class DeduplicateReports(beam.PTransform):
             | "Buckets" >> beam.FlatMap(_split_buckets, self._bits)
             | "GatherBuckets" >> beam.GroupByKey()
             | "CountBuckets" >> beam.ParDo(CountBucketFn())
-            | "MergeTallies" >> beam.CombinePerKey(TallyCombineFn())
         )

@@ -9,7 +9,7 @@ import apache_beam as beam
 
 from ldpflow.core.postprocess import postprocess
 from ldpflow.transforms.combine import FrequencyOracleCombineFn
-from ldpflow.transforms.dedup import DEFAULT_BUCKETS, DeduplicateReports, Tally
+from ldpflow.transforms.dedup import DEFAULT_BUCKETS, DeduplicateReports, Tally, TallyCombineFn
 from ldpflow.wire.envelope import DeadLetter
 from ldpflow.wire.results import estimate_result
 
@@ -46,16 +46,13 @@ class DeadLetterSummaryFn(beam.CombineFn):
 
 
 def _result(element, methods: Sequence[str]):
-    key, grouped = element
-    tallies = [t for t in grouped["counts"] if t is not None]
-    tally = tallies[0] if tallies else Tally(None)
-    return estimate_result(key, tally.accumulator, sum(grouped["dead"]), methods, postprocess,
+    key, tally = element
+    return estimate_result(key, tally.accumulator, tally.dead_letters, methods, postprocess,
                            duplicates=tally.duplicates)
 
 
-def _tally(element):
-    key, accumulator = element
-    return key, Tally(accumulator)
+def _dead_tally(letter: DeadLetter):
+    return tuple(letter.key), Tally(None, dead_letters=letter.count)
 
 
 class EstimateReports(beam.PTransform):
@@ -65,7 +62,8 @@ class EstimateReports(beam.PTransform):
     PCollection[DeadLetter]}``. Keys whose every report was refused still get a result (n = 0
     and their dead-letter count), so no record goes unaccounted for. With ``dedup`` (the
     batches must keep their id hashes) one copy of each report id is counted and the others
-    are counted as ``duplicates``.
+    are counted as ``duplicates``. Counts, duplicates and dead letters of a key meet in one
+    exact combine (:class:`~ldpflow.transforms.dedup.TallyCombineFn`).
     """
 
     def __init__(self, methods: Sequence[str], dedup: bool = False,
@@ -77,18 +75,17 @@ class EstimateReports(beam.PTransform):
 
     def expand(self, inputs):
         if self._dedup:
-            counts = inputs["reports"] | "Deduplicate" >> DeduplicateReports(self._buckets)
-        else:
-            counts = (inputs["reports"] | "Count" >> CountReports()
-                      | "AsTally" >> beam.Map(_tally))
+            counted = inputs["reports"] | "Deduplicate" >> DeduplicateReports(self._buckets)
+        else:  # counted where they are read (combiner lifting), before any shuffle
+            counted = inputs["reports"] | "Count" >> beam.CombinePerKey(TallyCombineFn())
         dead = (
             inputs["dead_letters"]
             | "Keyed" >> beam.Filter(lambda letter: letter.key is not None)
-            | "DeadKey" >> beam.Map(lambda letter: (tuple(letter.key), letter.count))
-            | "DeadPerKey" >> beam.CombinePerKey(sum)
+            | "DeadTally" >> beam.Map(_dead_tally)
         )
         return (
-            {"counts": counts, "dead": dead}
-            | "Join" >> beam.CoGroupByKey()
+            (counted, dead)
+            | "Gather" >> beam.Flatten()
+            | "Tally" >> beam.CombinePerKey(TallyCombineFn())  # a few tallies per key
             | "Estimate" >> beam.Map(_result, self._methods)
         )

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = ["MAGIC", "Header", "Block", "Damage", "read_header", "iter_blocks",
-           "encode_container", "CODECS"]
+           "ContainerWriter", "encode_container", "CODECS"]
 
 MAGIC = b"Obj\x01"
 CODECS = ("null", "deflate")
@@ -387,31 +387,56 @@ def _header(schema: dict, codec: str, sync: bytes) -> bytes:
     return bytes(out)
 
 
+class ContainerWriter:
+    """Writes an Avro container to a stream a table at a time: the header with the first
+    table, then blocks of ``block_rows`` rows (encoded a block at a time, so memory stays
+    that of one block). Columns absent from a table are written as null (their fields must
+    be nullable); ``sync`` defaults to random bytes (fix it for byte-identical output)."""
+
+    def __init__(self, stream: IO[bytes], schema: dict, codec: str = "deflate",
+                 block_rows: int = 1 << 16, sync: bytes | None = None, level: int = 6):
+        if codec not in CODECS:
+            raise ValueError(f"codec must be one of {', '.join(CODECS)}, got {codec!r}")
+        self._stream, self._schema, self._codec = stream, schema, codec
+        self._block_rows, self._level = block_rows, level
+        self._sync = os.urandom(_SYNC_SIZE) if sync is None else sync
+        self._started = False
+
+    def _start(self) -> None:
+        if not self._started:
+            self._stream.write(_header(self._schema, self._codec, self._sync))
+            self._started = True
+
+    def write(self, table: pa.Table) -> None:
+        for field in self._schema["fields"]:
+            nullable = isinstance(field["type"], list) and "null" in field["type"]
+            if field["name"] not in table.column_names and not nullable:
+                raise ValueError(f"field {field['name']!r} is not nullable and the table has "
+                                 "no such column")
+        self._start()
+        for lo in range(0, table.num_rows, self._block_rows):
+            part = table.slice(lo, self._block_rows)
+            data = _encode_rows(part, self._schema)
+            if self._codec == "deflate":
+                compressor = zlib.compressobj(self._level, zlib.DEFLATED, -15)
+                data = compressor.compress(data) + compressor.flush()
+            mat, lengths = _zigzag_varints(np.array([part.num_rows, len(data)]))
+            self._stream.write(mat[0, : lengths[0]].tobytes() + mat[1, : lengths[1]].tobytes()
+                               + data + self._sync)
+
+    def close(self) -> None:
+        self._start()  # an empty file is still a valid container
+
+
 def encode_container(table: pa.Table, schema: dict, codec: str = "deflate",
                      block_rows: int = 1 << 16, sync: bytes | None = None,
                      level: int = 6) -> bytes:
-    """A table's rows as one Avro container of ``schema`` (a record), ``block_rows`` rows
-    per block (encoded a block at a time, so memory stays that of one block). Columns
-    absent from the table are written as null (their fields must be nullable); ``sync``
-    defaults to random bytes (fix it for byte-identical output)."""
-    if codec not in CODECS:
-        raise ValueError(f"codec must be one of {', '.join(CODECS)}, got {codec!r}")
-    sync = os.urandom(_SYNC_SIZE) if sync is None else sync
-    for field in schema["fields"]:
-        nullable = isinstance(field["type"], list) and "null" in field["type"]
-        if field["name"] not in table.column_names and not nullable:
-            raise ValueError(f"field {field['name']!r} is not nullable and the table has no "
-                             "such column")
-    out = [_header(schema, codec, sync)]
-    for lo in range(0, table.num_rows, block_rows):
-        part = table.slice(lo, block_rows)
-        data = _encode_rows(part, schema)
-        if codec == "deflate":
-            compressor = zlib.compressobj(level, zlib.DEFLATED, -15)
-            data = compressor.compress(data) + compressor.flush()
-        mat, lengths = _zigzag_varints(np.array([part.num_rows, len(data)]))
-        out.append(mat[0, : lengths[0]].tobytes() + mat[1, : lengths[1]].tobytes() + data + sync)
-    return b"".join(out)
+    """A table's rows as one Avro container of ``schema`` (:class:`ContainerWriter`)."""
+    buffer = io.BytesIO()
+    writer = ContainerWriter(buffer, schema, codec, block_rows, sync, level)
+    writer.write(table)
+    writer.close()
+    return buffer.getvalue()
 
 
 def _encode_rows(table: pa.Table, schema: dict) -> bytes:

@@ -56,6 +56,7 @@ __all__ = [
     "plan_ranges",
     "read_reports",
     "reports_table",
+    "ReportWriter",
     "write_reports",
     "write_records",
     "numbered_ids",
@@ -77,6 +78,7 @@ RANGE_BYTES = 64 << 20
 #: Rows handed to one parse call.
 CHUNK_ROWS = 1 << 19
 _JSON_CHUNK_BYTES = 32 << 20
+_JSON_BLOCK_BYTES = 2 << 20  # pyarrow parses blocks in parallel; > the longest line
 _JSON_LINE_FALLBACK = 64  # a failing JSON chunk of at most this many lines: line by line
 MAX_LINE_BYTES = 1 << 20
 
@@ -190,46 +192,72 @@ def _parquet_reports(stream, source, start, end, policy, keep):
         offset = _row_group_offset(row_group)
         if offset < start or (end is not None and offset >= end):
             continue
-        columns, known_null, known_present = _parquet_projection(
+        columns, known_null, known_present, constants = _parquet_projection(
             schema, row_group, fields, optional)
         try:
+            if not columns:  # everything is known from the statistics
+                yield parse_table(pa.table({"_": pa.nulls(row_group.num_rows)}), source=source,
+                                  policy=policy, keep=keep, known_null=known_null,
+                                  known_present=known_present, constants=constants,
+                                  protocols=cache)
+                continue
             for batch in parquet.iter_batches(batch_size=CHUNK_ROWS, row_groups=[index],
                                               columns=columns, use_threads=False):
                 yield parse_table(pa.Table.from_batches([batch]), source=source, policy=policy,
                                   keep=keep, known_null=known_null,
-                                  known_present=known_present, protocols=cache)
+                                  known_present=known_present, constants=constants,
+                                  protocols=cache)
         except (pa.ArrowException, OSError, ValueError) as exc:
             yield _damage(source, f"unreadable Parquet row group {index} "
                                   f"({row_group.num_rows} records): {type(exc).__name__}: {exc}",
                           row_group.num_rows)
 
 
+_SHORT_CONSTANT = 32  # longer string statistics may be truncated prefixes
+
+
 def _parquet_projection(schema: pa.Schema, row_group, fields: list[str], optional: set[str]):
-    """Columns to read of one row group, and what the schema and statistics prove."""
+    """Columns to read of one row group, and what the schema and statistics prove.
+
+    A nullable field whose null count is the row count is all null, a required field of the
+    right type (or null count 0) is present, and a parameter field whose minimum equals its
+    maximum with no nulls is a constant: none of them is read. Integer and short string
+    statistics only (float statistics leave NaN out).
+    """
     rows = row_group.num_rows
     nulls: dict[str, list[int | None]] = {}
+    single: dict[str, Any] = {}
     for i in range(row_group.num_columns):
         column = row_group.column(i)
         top = column.path_in_schema.split(".")[0]
         stats = column.statistics
         count = stats.null_count if stats is not None and stats.has_null_count else None
         nulls.setdefault(top, []).append(count)
-    columns, known_null, known_present = [], [], []
+        if (top in PARAMETER_FIELDS and "." not in column.path_in_schema and count == 0
+                and stats.has_min_max and stats.min == stats.max
+                and (isinstance(stats.min, int) or (isinstance(stats.min, str)
+                                                    and len(stats.min) < _SHORT_CONSTANT))):
+            single[top] = stats.min
+    columns, known_null, known_present, constants = [], [], [], {}
     for name in fields:
         if name not in schema.names:
             continue
         counts = nulls.get(name, [None])
         field = schema.field(name)
+        kind_ok = _arrow_kind_ok(field.type, field_kind((name,)))
         if name in optional:
-            kind_ok = _arrow_kind_ok(field.type, field_kind((name,)))
             if kind_ok and (not field.nullable or counts == [0]):
                 known_present.append(name)
                 continue
-        elif name in PAYLOAD_FIELDS and None not in counts and min(counts) == rows:
+        elif name in single and kind_ok and not pa.types.is_floating(field.type):
+            constants[name] = single[name]
+            continue
+        elif field.nullable and None not in counts and min(counts) == rows and name not in \
+                REQUIRED_FIELDS:
             known_null.append(name)
             continue
         columns.append(name)
-    return columns, known_null, known_present
+    return columns, known_null, known_present, constants
 
 
 def _arrow_kind_ok(arrow_type: pa.DataType, kind: str) -> bool:
@@ -346,13 +374,15 @@ for _i, _c in enumerate(b"ABCDEF"):
 
 def _json_reports(stream, source, start, end, policy, keep):
     cache: dict = {}
-    for number, chunk in _json_chunks(stream, start, end):
-        yield from _json_chunk(chunk, number, source, policy, keep, cache)
+    number = 1 if start == 0 else 0  # line numbers are known when reading from the start
+    for chunk in _json_chunks(stream, start, end):
+        lines = yield from _json_chunk(chunk, number, source, policy, keep, cache)
+        if number:
+            number += lines
 
 
-def _json_chunks(stream, start: int, end: int | None) -> Iterator[tuple[int, bytes]]:
-    """``(number of the first line, or 0 when unknown; bytes)`` of the whole lines that
-    begin in ``[start, end)``."""
+def _json_chunks(stream, start: int, end: int | None) -> Iterator[bytes]:
+    """The whole lines that begin in ``[start, end)``, in chunks of about 32 MiB."""
     carry, position = b"", 0  # position: the file offset of carry[0]
     if start > 0:  # begin at the first line that starts at or after start
         stream.seek(start - 1)
@@ -366,51 +396,50 @@ def _json_chunks(stream, start: int, end: int | None) -> Iterator[tuple[int, byt
                 carry, position = block[cut + 1:], position + cut + 1
                 break
             position += len(block)
-    line_number = 1 if start == 0 else 0
     while end is None or position < end:
         block = stream.read(_JSON_CHUNK_BYTES)
-        data = carry + block
         if not block:
-            if data:
-                yield line_number, data
+            if carry:
+                yield carry
             return
-        cut = data.rfind(b"\n")
+        cut = block.rfind(b"\n")
         if cut < 0:
-            carry = data
+            carry += block
             continue
-        complete, carry = data[: cut + 1], data[cut + 1:]
+        complete = b"".join((carry, memoryview(block)[: cut + 1]))  # one copy
+        carry = block[cut + 1:]
         if end is not None and position + len(complete) > end:
             # Keep the lines that begin before end; the next range has the others.
             last = complete.find(b"\n", end - 1 - position)
-            yield line_number, complete[: last + 1]
+            yield complete[: last + 1]
             return
-        yield line_number, complete
+        yield complete
         position += len(complete)
-        if line_number:
-            line_number += complete.count(b"\n")
 
 
-def _json_chunk(chunk: bytes, number: int, source, policy, keep, cache) -> Iterator[Parsed]:
+def _json_chunk(chunk: bytes, number: int, source, policy, keep, cache):
+    """Parse one chunk of lines (a generator of Parsed); returns its number of lines."""
     dead: list[DeadLetter] = []
     view = np.frombuffer(chunk, dtype=np.uint8)
     ends = np.flatnonzero(view == 10)
-    starts = np.concatenate([[0], ends[:-1] + 1]) if ends.size else np.zeros(0, np.int64)
+    lines = int(ends.size) + (0 if chunk.endswith(b"\n") or not chunk else 1)
     if ends.size == 0 or ends[-1] != len(chunk) - 1:  # a last line with no newline
-        starts = np.append(starts, ends[-1] + 1 if ends.size else 0)
         ends = np.append(ends, len(chunk))
-    too_long = (ends - starts) > MAX_LINE_BYTES
-    if too_long.any():
-        kept = []
-        for i in range(starts.size):
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    too_long = np.flatnonzero((ends - starts) > MAX_LINE_BYTES)
+    if too_long.size:  # refused unread; an empty line keeps the others' numbers
+        pieces, at = [], 0
+        for i in too_long.tolist():
             line = chunk[starts[i]:ends[i]]
-            if too_long[i]:
-                dead.append(DeadLetter(source, f"policy: JSON line{_at(number, i)} longer than "
-                                               f"{MAX_LINE_BYTES} bytes", line[:200].decode(
-                                                   "utf-8", "replace")))
-            else:
-                kept.append(line)
-        chunk = b"\n".join(kept) + b"\n"
+            dead.append(DeadLetter(source, f"policy: JSON line{_at(number, i)} longer than "
+                                           f"{MAX_LINE_BYTES} bytes",
+                                   line[:200].decode("utf-8", "replace")))
+            pieces.append(chunk[at:starts[i]])
+            at = ends[i]
+        pieces.append(chunk[at:])
+        chunk = b"".join(pieces)
     yield from _json_parse(chunk, number, source, policy, keep, cache, dead)
+    return lines
 
 
 def _at(number: int, offset: int) -> str:
@@ -422,7 +451,7 @@ def _json_read(chunk: bytes) -> pa.Table:
 
     return pj.read_json(
         io.BytesIO(chunk),
-        read_options=pj.ReadOptions(use_threads=False, block_size=max(len(chunk), 1 << 16) + 1),
+        read_options=pj.ReadOptions(use_threads=True, block_size=_JSON_BLOCK_BYTES),
         parse_options=pj.ParseOptions(explicit_schema=_json_schema(),
                                       unexpected_field_behavior="ignore"),
     )
@@ -438,7 +467,7 @@ def _json_schema() -> pa.Schema:
 
 
 def _json_parse(chunk, number, source, policy, keep, cache, dead) -> Iterator[Parsed]:
-    if not chunk.strip():
+    if not chunk or chunk.isspace():
         if dead:
             yield Parsed({}, dead, len(dead))
         return
@@ -620,25 +649,59 @@ def numbered_ids(prefix: str, start: int, stop: int) -> pa.Array:
     return pc.binary_join_element_wise(pa.repeat(pa.scalar(prefix), stop - start), numbers, "")
 
 
+class ReportWriter:
+    """Writes one report file of ``fmt`` a table at a time (bounded memory for any size):
+    Avro blocks (``codec`` null or deflate), JSON lines, Parquet row groups."""
+
+    def __init__(self, stream: IO[bytes], fmt: str, *, codec: str = "deflate", level: int = 6):
+        if fmt not in FORMATS:
+            raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        self._stream, self._format = stream, fmt
+        self._avro = avro.ContainerWriter(stream, schema_json("report"), codec=codec,
+                                          level=level) if fmt == "avro" else None
+        self._parquet = None
+
+    def write(self, table: pa.Table) -> None:
+        if self._avro is not None:
+            self._avro.write(table)
+        elif self._format == "json":
+            for lo in range(0, table.num_rows, _WRITE_ROWS):  # a slice at a time
+                self._stream.write(json_lines(table.slice(lo, _WRITE_ROWS)))
+        else:
+            import pyarrow.parquet as pq
+
+            schema = arrow_schema()
+            if self._parquet is None:
+                self._parquet = pq.ParquetWriter(self._stream, schema)
+            self._parquet.write_table(table if table.schema.equals(schema)
+                                      else table.cast(schema), row_group_size=1 << 20)
+
+    def close(self) -> None:
+        if self._avro is not None:
+            self._avro.close()
+        elif self._format == "parquet":
+            if self._parquet is None:
+                import pyarrow.parquet as pq
+
+                self._parquet = pq.ParquetWriter(self._stream, arrow_schema())
+            self._parquet.close()
+
+    def __enter__(self) -> ReportWriter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
 def write_reports(stream: IO[bytes], fmt: str, table: pa.Table, *, codec: str = "deflate",
                   level: int = 6) -> None:
-    """Write an envelope table as one file of ``fmt`` (Avro: ``codec`` null or deflate)."""
-    if fmt == "avro":
-        stream.write(avro.encode_container(table, schema_json("report"), codec=codec,
-                                           level=level))
-    elif fmt == "json":
-        stream.write(json_lines(table))
-    elif fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        schema = arrow_schema()
-        pq.write_table(table if table.schema.equals(schema) else table.cast(schema), stream,
-                       row_group_size=1 << 20)
-    else:
-        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    """Write an envelope table as one file of ``fmt`` (:class:`ReportWriter`)."""
+    with ReportWriter(stream, fmt, codec=codec, level=level) as writer:
+        writer.write(table)
 
 
 _NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
+_WRITE_ROWS = 1 << 16
 
 
 def _json_values(array: pa.Array, kind: str) -> pa.Array:

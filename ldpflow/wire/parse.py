@@ -76,6 +76,10 @@ class AcceptancePolicy:
         The largest epsilon accepted.
     max_id_bytes : int
         The longest report id, in UTF-8 bytes.
+    max_keys : int
+        The most parameter sets one chunk of a file may hold (the largest are kept; the rows
+        of the others are refused), so that a hostile file cannot make the server build and
+        count a configuration per row.
     """
 
     expect: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -83,6 +87,7 @@ class AcceptancePolicy:
     max_hash_range: int = 2**16
     max_epsilon: float = 20.0
     max_id_bytes: int = 256
+    max_keys: int = 1000
 
     def problem(self, protocol: Any, key: ProtocolKey) -> str | None:
         """Why reports of ``protocol`` are refused (None: accepted)."""
@@ -139,18 +144,26 @@ class _Refusals:
         return self.index < 0
 
     def refuse(self, mask: np.ndarray, reason: str, key: ProtocolKey | None = None) -> None:
-        new = mask & (self.index < 0)
-        if new.any():
+        """Refuse the rows of a full-length mask (those not refused already)."""
+        self.refuse_rows(np.flatnonzero(mask), reason, key)
+
+    def refuse_rows(self, rows: np.ndarray, reason: str, key: ProtocolKey | None = None
+                    ) -> None:
+        """Refuse rows given by index: the cost is that of ``rows``, not of the table."""
+        new = rows[self.index[rows] < 0]
+        if new.size:
             self.index[new] = len(self.reasons)
             self.reasons.append((reason, key))
 
-    def letters(self, table: pa.Table, source: str) -> list[DeadLetter]:
+    def letters(self, table: pa.Table, source: str, constants: Mapping[str, Any]
+                ) -> list[DeadLetter]:
         rows = np.flatnonzero(self.index >= 0)
         if rows.size == 0:
             return []
         records = table.take(pa.array(rows)).to_pylist()
         out = []
         for row, record in zip(rows.tolist(), records):
+            record.update(constants)
             reason, key = self.reasons[self.index[row]]
             out.append(DeadLetter(source, reason, record, key))
         return out
@@ -171,12 +184,15 @@ _KIND_NAME = {"string": "a string", "int": "an integer", "float": "a number",
 class _Table:
     """Columns of a table by field path; absent fields read as all null."""
 
-    def __init__(self, table: pa.Table, known_null: Iterable[str], known_present: Iterable[str]):
+    def __init__(self, table: pa.Table, known_null: Iterable[str], known_present: Iterable[str],
+                 constants: Mapping[str, Any]):
         self.table = table
         self.n = table.num_rows
         self.known_null = set(known_null)  # paths proven all null without reading
         self.known_present = set(known_present)  # paths proven non-null without reading
+        self.constants = dict(constants)  # paths proven to hold one value in every row
         self._cache: dict[tuple[str, ...], pa.Array | None] = {}
+        self._valid: dict[tuple[str, ...], np.ndarray] = {}
 
     def get(self, path: tuple[str, ...]) -> pa.Array | None:
         if path in self._cache:
@@ -200,9 +216,15 @@ class _Table:
         return array
 
     def valid_mask(self, path: tuple[str, ...]) -> np.ndarray:
-        """Rows where the field is non-null."""
+        """Rows where the field is non-null (computed once per field)."""
+        found = self._valid.get(path)
+        if found is None:
+            found = self._valid[path] = self._valid_mask(path)
+        return found
+
+    def _valid_mask(self, path: tuple[str, ...]) -> np.ndarray:
         label = ".".join(path)
-        if label in self.known_present:
+        if label in self.known_present or label in self.constants:
             return np.ones(self.n, dtype=bool)
         array = self.get(path)
         if array is None or label in self.known_null:
@@ -232,10 +254,21 @@ def _int_numpy(array: pa.Array) -> np.ndarray:
     return values
 
 
+def _check_constant(cols: _Table, path: tuple[str, ...], refusals: _Refusals) -> None:
+    label, kind = ".".join(path), field_kind(path)
+    value = cols.constants[label]
+    if not _PY_KIND[kind](value):
+        refusals.refuse(np.ones(cols.n, dtype=bool), f"malformed record: field {label!r} must "
+                                                     f"be {_KIND_NAME[kind]}, got {type(value).__name__}")
+
+
 def _check_envelope(cols: _Table, refusals: _Refusals) -> None:
     for name in REQUIRED_FIELDS:
         path = (name,)
         kind = field_kind(path)
+        if name in cols.constants:
+            _check_constant(cols, path, refusals)
+            continue
         if name in cols.known_present:
             continue
         array = cols.get(path)
@@ -244,40 +277,42 @@ def _check_envelope(cols: _Table, refusals: _Refusals) -> None:
             continue
         present = cols.valid_mask(path)
         refusals.refuse(~present, f"malformed record: missing field {name!r}")
-        _check_kind(array, path, kind, present, refusals)
+        _check_kind(array, path, kind, np.flatnonzero(present), refusals)
 
 
-def _check_kind(array: pa.Array, path: tuple[str, ...], kind: str, present: np.ndarray,
+def _check_kind(array: pa.Array, path: tuple[str, ...], kind: str, rows: np.ndarray,
                 refusals: _Refusals, key: ProtocolKey | None = None) -> bool:
-    """Refuse the present rows of a column of the wrong type or range; True if usable."""
+    """Refuse ``rows`` (indices of rows holding a value) of a column of the wrong type, or
+    their values out of range; True if the column is usable."""
     label = ".".join(path)
     if not _KIND_OK[kind](array.type):
-        refusals.refuse(present, f"malformed record: field {label!r} must be {_KIND_NAME[kind]}, "
-                                 f"got {array.type}", key)
+        refusals.refuse_rows(rows, f"malformed record: field {label!r} must be "
+                                   f"{_KIND_NAME[kind]}, got {array.type}", key)
         return False
     if kind == "int" and pa.types.is_uint64(array.type) and label != "seed":
-        values = _int_numpy(array)
-        refusals.refuse(present & (values > _INT64_MAX),
-                        f"malformed record: field {label!r} is out of range", key)
+        values = _int_numpy(array)[rows]
+        refusals.refuse_rows(rows[values > _INT64_MAX],
+                             f"malformed record: field {label!r} is out of range", key)
     return True
 
 
-def _codes(array: pa.Array, rows: np.ndarray) -> tuple[np.ndarray, list[Any]]:
-    """Group codes of ``array`` (nulls are a value of their own) and the distinct values."""
+def _codes(array: pa.Array | None, rows: np.ndarray) -> tuple[np.ndarray | None, list[Any]]:
+    """Group codes of ``array`` among ``rows`` (nulls are a value of their own) and the
+    distinct values; codes None when ``rows`` hold one value."""
+    if array is None or array.null_count == len(array):
+        return None, [None]
     n = len(array)
-    if array.null_count == n:
-        return np.zeros(n, dtype=np.int64), [None]
-    if array.null_count == 0 and (pa.types.is_integer(array.type)
-                                  or pa.types.is_floating(array.type)):
-        values = array.to_numpy(zero_copy_only=False)
-        live = values[rows] if rows.size != n else values
-        if live.size and live.min() == live.max() and not (
-                live.dtype.kind == "f" and np.isnan(live[0])):
-            return np.zeros(n, dtype=np.int64), [live[0].item()]
-    elif array.null_count == 0 and n:
-        bounds = pc.min_max(array.take(pa.array(rows)) if rows.size != n else array)
-        if bounds["min"].as_py() == bounds["max"].as_py():
-            return np.zeros(n, dtype=np.int64), [bounds["min"].as_py()]
+    picked = array if rows.size == n else array.take(pa.array(rows))
+    if picked.null_count == 0:
+        if pa.types.is_integer(picked.type) or pa.types.is_floating(picked.type):
+            values = picked.to_numpy(zero_copy_only=False)
+            if values.size and values.min() == values.max() and not (
+                    values.dtype.kind == "f" and np.isnan(values[0])):
+                return None, [values[0].item()]
+        elif len(picked):
+            bounds = pc.min_max(picked)
+            if bounds["min"].as_py() == bounds["max"].as_py():
+                return None, [bounds["min"].as_py()]
     encoded = pc.dictionary_encode(array, null_encoding="encode")
     indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     return indices, encoded.dictionary.to_pylist()
@@ -288,34 +323,41 @@ def _groups(cols: _Table, paths: list[tuple[str, ...]], rows: np.ndarray
     """The distinct value tuples of ``paths`` among ``rows`` and the rows of each."""
     if rows.size == 0:
         return []
-    code = np.zeros(cols.n, dtype=np.int64)
+    code: np.ndarray | None = None
     radix = 1
     tables = []
     for path in paths:
-        array = cols.get(path)
-        if array is None:
-            codes, values = np.zeros(cols.n, dtype=np.int64), [None]
+        label = ".".join(path)
+        if label in cols.constants:
+            codes, values = None, [cols.constants[label]]
         else:
-            codes, values = _codes(array, rows)
-        if len(values) > 1:
-            if radix * len(values) >= 2**62:  # re-number before the mixed radix overflows
-                distinct, code = np.unique(code, return_inverse=True)
-                radix = distinct.size
-            code = code * len(values) + codes
-            radix *= len(values)
+            codes, values = _codes(cols.get(path), rows)
         tables.append((codes, values))
-    live = code[rows]
-    if live.size and live.min() == live.max():
-        first = int(rows[0])
-        return [(tuple(values[codes[first]] for codes, values in tables), rows)]
+        if codes is None:
+            continue
+        if code is None:
+            code, radix = codes.copy(), len(values)
+            continue
+        if radix * len(values) >= 2**62:  # re-number before the mixed radix overflows
+            distinct, code = np.unique(code, return_inverse=True)
+            radix = distinct.size
+        code = code * len(values) + codes
+        radix *= len(values)
+
+    def value_tuple(row: int) -> tuple:
+        return tuple(values[0] if codes is None else values[codes[row]]
+                     for codes, values in tables)
+
+    live = None if code is None else code[rows]
+    if live is None or live.min() == live.max():
+        return [(value_tuple(int(rows[0])), rows)]
     distinct, inverse = np.unique(live, return_inverse=True)
     order = np.argsort(inverse, kind="stable")
     bounds = np.searchsorted(inverse[order], np.arange(distinct.size + 1))
     out = []
     for g in range(distinct.size):
         members = rows[order[bounds[g]:bounds[g + 1]]]
-        first = int(members[0])
-        out.append((tuple(values[codes[first]] for codes, values in tables), members))
+        out.append((value_tuple(int(members[0])), members))
     return out
 
 
@@ -386,43 +428,42 @@ def _pem_protocol(fields: dict[str, Any], policy: AcceptancePolicy) -> tuple[Any
 
 
 def _payload(cols: _Table, protocol: Any, key: ProtocolKey, rows: np.ndarray,
-             refusals: _Refusals) -> dict[str, np.ndarray] | None:
-    """The payload columns of ``rows`` (all of one key), refusing bad ones in place."""
+             refusals: _Refusals) -> tuple[dict[str, np.ndarray], np.ndarray] | None:
+    """The payload columns of ``rows`` (all of one key) and the rows they are of, refusing
+    bad rows in place; None when no row is left."""
     wanted = payload_columns(protocol)
     used = {c.path[0] for c in wanted}
-    in_rows = np.zeros(cols.n, dtype=bool)
-    in_rows[rows] = True
     for column in wanted:
         array = cols.get(column.path)
         label = column.label
-        present = cols.valid_mask(column.path) if array is not None else np.zeros(cols.n, bool)
-        refusals.refuse(in_rows & ~present,
-                        f"missing payload field {label!r} for oracle {protocol.name}", key)
+        present = cols.valid_mask(column.path)[rows] if array is not None else \
+            np.zeros(rows.size, dtype=bool)
+        refusals.refuse_rows(rows[~present],
+                             f"missing payload field {label!r} for oracle {protocol.name}", key)
         if array is not None:
             kind = "bytes" if column.width is not None else "int"
-            if not _check_kind(array, column.path, kind, in_rows & present, refusals, key):
+            if not _check_kind(array, column.path, kind, rows[present], refusals, key):
                 return None  # every row of the key is refused
     for other in PAYLOAD_FIELDS:
         if other in used or other in cols.known_null:
             continue
-        refusals.refuse(in_rows & cols.valid_mask((other,)),
-                        f"unexpected payload field {other!r} for oracle {protocol.name}", key)
-    alive = refusals.alive & in_rows
+        refusals.refuse_rows(rows[cols.valid_mask((other,))[rows]],
+                             f"unexpected payload field {other!r} for oracle {protocol.name}", key)
+    alive = rows[refusals.index[rows] < 0]
     for column in wanted:
         if column.width is None:
             continue
-        array = cols.get(column.path)
-        lengths = _binary_lengths(array)
-        wrong = alive & (lengths != column.width)
+        lengths = _binary_lengths(cols.get(column.path))[alive]
+        wrong = lengths != column.width
         for length in np.unique(lengths[wrong]).tolist():  # one reason per length found
-            refusals.refuse(wrong & (lengths == length),
-                            f"payload {column.label!r} has {length} bytes, expected "
-                            f"{column.width} for domain_size {protocol.domain_size}", key)
-    keep = np.flatnonzero(refusals.alive & in_rows)
+            refusals.refuse_rows(alive[lengths == length],
+                                 f"payload {column.label!r} has {length} bytes, expected "
+                                 f"{column.width} for domain_size {protocol.domain_size}", key)
+    keep = rows[refusals.index[rows] < 0]
     if keep.size == 0:
         return None
     return {column.name: _column_values(cols.get(column.path), column, keep)
-            for column in wanted}
+            for column in wanted}, keep
 
 
 def _binary_lengths(array: pa.Array) -> np.ndarray:
@@ -480,6 +521,7 @@ def parse_table(
     keep: Iterable[str] = (),
     known_null: Iterable[str] = (),
     known_present: Iterable[str] = (),
+    constants: Mapping[str, Any] | None = None,
     protocols: dict | None = None,
 ) -> Parsed:
     """Split a table of report envelopes into valid batches per key and dead letters.
@@ -498,6 +540,9 @@ def parse_table(
     known_null, known_present : iterable of str
         Field paths the reader has proven all null, or free of nulls, without reading them
         (from the file's schema or statistics), so they need not be columns of ``table``.
+    constants : mapping, optional
+        Field paths the reader has proven to hold one value in every row (Parquet
+        statistics), with that value; they need not be columns of ``table`` either.
     protocols : dict, optional
         A cache of configurations already built (kept across the chunks of a file).
     """
@@ -506,7 +551,8 @@ def parse_table(
     unknown = keep - set(KEEP_FIELDS)
     if unknown:
         raise ValueError(f"keep must name fields among {', '.join(KEEP_FIELDS)}, got {sorted(unknown)}")
-    cols = _Table(table, known_null, known_present)
+    constants = dict(constants or {})
+    cols = _Table(table, known_null, known_present, constants)
     refusals = _Refusals(cols.n)
     cache = protocols if protocols is not None else {}
     _check_envelope(cols, refusals)
@@ -517,35 +563,55 @@ def parse_table(
                             f"policy: report_id longer than {policy.max_id_bytes} bytes")
     for name in PARAMETER_FIELDS:
         path = (name,)
+        if name in constants:
+            if name not in REQUIRED_FIELDS:
+                _check_constant(cols, path, refusals)
+            continue
         array = cols.get(path)
         if array is not None and name not in REQUIRED_FIELDS:
-            _check_kind(array, path, field_kind(path), cols.valid_mask(path), refusals)
+            _check_kind(array, path, field_kind(path), np.flatnonzero(cols.valid_mask(path)),
+                        refusals)
     params = [(name,) for name in PARAMETER_FIELDS]
     batches: dict[ProtocolKey, ReportBatch] = {}
-    for values, rows in _groups(cols, params, np.flatnonzero(refusals.alive)):
+    budget = [policy.max_keys]
+    for values, rows in _within_budget(_groups(cols, params, np.flatnonzero(refusals.alive)),
+                                       budget, policy, refusals):
         if values[0] == PEM:
             nested = [(PEM, name) for name in nested_parameter_fields(PEM)]
             struct = cols.get((PEM,))
-            mask = np.zeros(cols.n, dtype=bool)
-            mask[rows] = True
             if struct is None or not _KIND_OK["record"](struct.type):
                 reason = ("missing field 'pem' for oracle pem" if struct is None else
                           f"malformed record: field 'pem' must be a record, got {struct.type}")
-                refusals.refuse(mask, reason)
+                refusals.refuse_rows(rows, reason)
                 continue
-            refusals.refuse(mask & ~cols.valid_mask((PEM,)), "missing field 'pem' for oracle pem")
+            refusals.refuse_rows(rows[~cols.valid_mask((PEM,))[rows]],
+                                 "missing field 'pem' for oracle pem")
             for path in nested:
                 array = cols.get(path)
                 if array is not None:
-                    _check_kind(array, path, field_kind(path), mask & cols.valid_mask(path),
-                                refusals)
-            live = rows[refusals.alive[rows]]
-            for sub, members in _groups(cols, nested, live):
+                    _check_kind(array, path, field_kind(path),
+                                rows[cols.valid_mask(path)[rows]], refusals)
+            live = rows[refusals.index[rows] < 0]
+            for sub, members in _within_budget(_groups(cols, nested, live), budget, policy,
+                                               refusals):
                 _collect(cols, values + sub, params + nested, members, policy, cache,
                          refusals, keep, batches)
         else:
             _collect(cols, values, params, rows, policy, cache, refusals, keep, batches)
-    return Parsed(batches, refusals.letters(table, source), cols.n)
+    return Parsed(batches, refusals.letters(table, source, constants), cols.n)
+
+
+def _within_budget(groups: list, budget: list[int], policy: AcceptancePolicy,
+                   refusals: _Refusals) -> list:
+    """The largest groups while the chunk's budget of parameter sets lasts; the rows of the
+    others are refused."""
+    groups = sorted(groups, key=lambda g: -g[1].size) if len(groups) > budget[0] else groups
+    kept = groups[: max(budget[0], 0)]
+    for _, rows in groups[len(kept):]:
+        refusals.refuse_rows(rows, f"policy: more than {policy.max_keys} parameter sets in one "
+                                   "chunk (--max_keys)")
+    budget[0] -= len(kept)
+    return kept
 
 
 def _np_lengths(array: pa.Array) -> np.ndarray:
@@ -555,27 +621,24 @@ def _np_lengths(array: pa.Array) -> np.ndarray:
 def _collect(cols: _Table, values: tuple, paths: list, rows: np.ndarray,
              policy: AcceptancePolicy, cache: dict, refusals: _Refusals, keep: set,
              batches: dict) -> None:
-    mask = np.zeros(cols.n, dtype=bool)
-    mask[rows] = True
     found = _protocol_for(values, paths, policy, cache)
     if isinstance(found, str):  # no protocol: no key
-        refusals.refuse(mask, found)
+        refusals.refuse_rows(rows, found)
         return
     protocol, key = found
     if isinstance(protocol, str):  # a valid protocol the policy refuses
-        refusals.refuse(mask, protocol, key)
+        refusals.refuse_rows(rows, protocol, key)
         return
-    columns = _payload(cols, protocol, key, rows, refusals)
-    if columns is None:
+    payload = _payload(cols, protocol, key, rows, refusals)
+    if payload is None:
         return
+    columns, kept = payload
     reports = Reports(protocol.name, columns)
-    kept = np.flatnonzero(refusals.alive & mask)
     bad, reasons = protocol.invalid_rows(reports)
     if bad.size:
+        texts = np.asarray(reasons)
         for reason in dict.fromkeys(reasons):
-            which = np.zeros(cols.n, dtype=bool)
-            which[kept[bad[np.asarray(reasons) == reason]]] = True
-            refusals.refuse(which, reason, key)
+            refusals.refuse_rows(kept[bad[texts == reason]], reason, key)
         good = np.ones(kept.size, dtype=bool)
         good[bad] = False
         reports, kept = reports[good], kept[good]

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from ldpflow.core import bitvectors, randomness, validation
+from ldpflow.core import bitvectors, parallel, randomness, validation
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.validation import InvalidReportError
 
@@ -376,8 +376,10 @@ class FrequencyOracle(abc.ABC):
         """Count a batch whose every row has passed :meth:`invalid_rows` (the wire parse's
         batches), without checking it again; :meth:`aggregate` is the checked form."""
         acc = self.create_accumulator()
-        if len(reports):
-            acc.counts += self._count(reports)
+        if len(reports):  # large batches: slices counted in threads, summed exactly
+            for counts in parallel.map_slices(lambda part: self._count(reports[part]),
+                                              len(reports)):
+                acc.counts += counts
             acc.n = len(reports)
         return acc
 

@@ -15,6 +15,8 @@ from ldpflow.core.oracles.base import FrequencyOracle, Reports
 MAX_FULL_DOMAIN_BITS = 28
 
 __all__ = ["MAX_FULL_DOMAIN_BITS", "LocalHashing", "OptimizedLocalHashing", "BinaryLocalHashing", "optimal_hash_range"]
+#: Reports counted at a time: small enough that the hashes of a chunk stay in cache.
+_COUNT_CHUNK = 1 << 15
 
 
 def optimal_hash_range(epsilon: float) -> int:
@@ -104,9 +106,14 @@ class LocalHashing(FrequencyOracle):
         return 1 << self.value_bits
 
     def _count(self, reports: Reports) -> np.ndarray:
-        rows, offsets = hashing.hash_rows(reports.columns["seed"], self.value_bits, self.hash_bits)
-        targets = reports.columns["bucket"] ^ offsets.astype(np.int64)
-        return hashing.affine_sign_scatter(rows, targets, self.value_bits)
+        seeds, buckets = reports.columns["seed"], reports.columns["bucket"]
+        total = np.zeros(1 << self.value_bits, dtype=np.int64)
+        for start in range(0, seeds.size, _COUNT_CHUNK):  # chunks that stay in cache
+            part = slice(start, start + _COUNT_CHUNK)
+            rows, offsets = hashing.hash_rows(seeds[part], self.value_bits, self.hash_bits)
+            targets = buckets[part] ^ offsets.astype(np.int64)
+            total += hashing.affine_sign_scatter(rows, targets, self.value_bits)
+        return total
 
     def support_counts(self, accumulator) -> np.ndarray:  # type: ignore[override]
         counts = hashing.support_counts(accumulator.counts, self.hash_range)

@@ -7,7 +7,6 @@ import functools
 import math
 
 import numpy as np
-from scipy import stats
 
 from ldpflow.core import bitvectors, randomness
 from ldpflow.core.oracles.base import BitmapReports, FrequencyOracle, Reports
@@ -36,6 +35,8 @@ def _fill_rate(domain_size: int, subset_size: int) -> float:
     surplus = counts - subset_size
     midpoint = np.clip(counts - surplus / 2, 0.5, others - 0.5) / others
     cost = np.where(surplus > 0, surplus / midpoint, -surplus / (1 - midpoint))
+    from scipy import stats  # here, not at import: scipy.stats takes 0.4 s to import
+
     expected = [float(stats.binom.pmf(counts, others, r) @ cost) for r in candidates]
     return float(candidates[int(np.argmin(expected))])
 
