@@ -39,9 +39,17 @@ def _simulate(argv: list[str]) -> int:
 
 
 def _estimate(argv: list[str]) -> int:
-    from ldpflow.pipelines import estimate
+    from apache_beam.options.pipeline_options import PipelineOptions
 
-    estimate.run(argv)
+    from ldpflow.pipelines import estimate
+    from ldpflow.pipelines.options import EstimateOptions
+
+    document = estimate.run(argv)
+    limit = PipelineOptions(argv).view_as(EstimateOptions).max_dead_letter_fraction
+    failure = estimate.verdict(document, limit)
+    if failure:
+        print(f"ldpflow estimate: {failure}", file=sys.stderr)
+        return 1
     return 0
 
 

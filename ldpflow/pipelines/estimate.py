@@ -34,14 +34,20 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from ldpflow.core import postprocess as postprocess_module
-from ldpflow.pipelines.options import EstimateOptions, require
+from ldpflow.pipelines.options import (
+    EstimateOptions,
+    acceptance_policy,
+    expected_oracle,
+    require,
+)
 from ldpflow.transforms.estimate import DeadLetterSummaryFn, EstimateReports
 from ldpflow.transforms.io import ReadReports, SplitDeadLetters, WriteDeadLetters, WriteEstimates
 from ldpflow.wire import formats
 
-__all__ = ["run", "parse_methods", "batch_runner", "check_inputs", "detached"]
+__all__ = ["run", "parse_methods", "batch_runner", "check_inputs", "detached", "verdict"]
 
 _LOGGER = logging.getLogger(__name__)
+_PROG = "ldpflow estimate"
 
 
 def parse_methods(text: str) -> list[str]:
@@ -102,12 +108,11 @@ def batch_runner(options: PipelineOptions):
 
 def build(pipeline: beam.Pipeline, opts: EstimateOptions, methods: list[str]):
     """Wire read -> estimate -> write into ``pipeline``; returns the two sinks' outputs."""
-    expect = {k: v for k, v in {"oracle": opts.expect_oracle, "epsilon": opts.expect_epsilon,
-                                "domain_size": opts.expect_domain_size}.items() if v is not None}
+    policy = acceptance_policy(opts, expected_oracle(opts, _PROG), _PROG)
     dedup = opts.dedup != "none"
     keep = ("id_hashes",) if dedup else ()
     read = (pipeline
-            | "ReadReports" >> ReadReports(opts.input, opts.input_format, expect, keep)
+            | "ReadReports" >> ReadReports(opts.input, opts.input_format, policy, keep)
             | "Split" >> SplitDeadLetters())
     results = read | "EstimateReports" >> EstimateReports(methods, dedup=dedup)
     summary = read["dead_letters"] | "SummariseDeadLetters" >> beam.CombineGlobally(
@@ -116,6 +121,23 @@ def build(pipeline: beam.Pipeline, opts: EstimateOptions, methods: list[str]):
         results | "WriteEstimates" >> WriteEstimates(opts.output, summary, dedup),
         read["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(opts.output),
     )
+
+
+def verdict(document: dict, max_dead_letter_fraction: float) -> str | None:
+    """Why a finished run failed (None: it did not): no valid report was estimated, or more
+    than ``max_dead_letter_fraction`` of the records were refused. One line, with counts."""
+    if document.get("submitted"):
+        return None
+    records, estimated = document["records"], document["reports_estimated"]
+    dead = document["dead_letters"]["total"]
+    summary = (f"{records} records: {estimated} estimated, {document.get('duplicates', 0)} "
+               f"duplicates, {dead} dead letters")
+    if estimated == 0:
+        return f"no valid report was estimated ({summary})"
+    if records and dead / records > max_dead_letter_fraction:
+        return (f"{dead / records:.1%} of the records were refused, more than "
+                f"--max_dead_letter_fraction {max_dead_letter_fraction} ({summary})")
+    return None
 
 
 def run(argv: list[str] | None = None) -> dict:
@@ -128,7 +150,11 @@ def run(argv: list[str] | None = None) -> dict:
         methods = parse_methods(opts.methods)
     except ValueError as exc:
         raise SystemExit(f"ldpflow estimate: error: {exc}") from None
+    if not 0 <= opts.max_dead_letter_fraction <= 1:
+        raise SystemExit("ldpflow estimate: error: --max_dead_letter_fraction must be in "
+                         f"[0, 1], got {opts.max_dead_letter_fraction}")
     check_inputs(opts.input, opts.input_format, "ldpflow estimate")
+    acceptance_policy(opts, expected_oracle(opts, _PROG), _PROG)  # flags fail here, not later
     started = time.perf_counter()
     pipeline = beam.Pipeline(runner=batch_runner(options), options=options)
     build(pipeline, opts, methods)

@@ -7,6 +7,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from ldpflow.core.oracles import registry
 
 __all__ = [
+    "acceptance_policy",
+    "expected_oracle",
     "EstimateOptions",
     "StreamOptions",
     "HeavyHittersOptions",
@@ -39,6 +41,62 @@ class _OnceParser:
         return getattr(self._parser, name)
 
 
+def _add_policy_args(parser) -> None:
+    """The server's acceptance limits (``ldpflow.wire.parse.AcceptancePolicy``)."""
+    from ldpflow.wire.parse import AcceptancePolicy
+
+    defaults = AcceptancePolicy()
+    parser.add_argument("--max_domain_size", type=int, default=defaults.max_domain_size,
+                        help="Refuse reports claiming a larger domain (pem: more groups); a "
+                             "key's counts hold about this many counters. "
+                             f"Default {defaults.max_domain_size}.")
+    parser.add_argument("--max_hash_range", type=int, default=defaults.max_hash_range,
+                        help="Refuse local-hashing reports of a larger hash range (given, or "
+                             f"OLH's optimum for their epsilon). Default {defaults.max_hash_range}.")
+    parser.add_argument("--max_epsilon", type=float, default=defaults.max_epsilon,
+                        help=f"Refuse reports of a larger epsilon. Default {defaults.max_epsilon}.")
+    parser.add_argument("--max_keys", type=int, default=defaults.max_keys,
+                        help="The most parameter sets one chunk of a file may hold (the "
+                             f"largest are kept). Default {defaults.max_keys}.")
+
+
+def acceptance_policy(opts: PipelineOptions, expect: dict, prog: str):
+    """The :class:`~ldpflow.wire.parse.AcceptancePolicy` of a job's flags, checked before
+    any pipeline exists (a usage error names the flag)."""
+    from ldpflow.wire.parse import AcceptancePolicy
+
+    for name in ("max_domain_size", "max_hash_range", "max_keys"):
+        value = getattr(opts, name)
+        if value is None or value < 1:
+            raise SystemExit(f"{prog}: error: --{name} must be a positive integer, got {value}")
+    if not opts.max_epsilon > 0:
+        raise SystemExit(f"{prog}: error: --max_epsilon must be > 0, got {opts.max_epsilon}")
+    return AcceptancePolicy(expect=dict(expect), max_domain_size=opts.max_domain_size,
+                            max_hash_range=opts.max_hash_range, max_epsilon=opts.max_epsilon,
+                            max_keys=opts.max_keys)
+
+
+def expected_oracle(opts: PipelineOptions, prog: str) -> dict:
+    """The ``--expect_*`` parameters, checked by the oracle's own checks when all three
+    name one (so ``--expect_epsilon -1`` is a usage error, not a filter that refuses all)."""
+    from ldpflow.core import validation
+
+    expect = {k: v for k, v in {"oracle": opts.expect_oracle, "epsilon": opts.expect_epsilon,
+                                "domain_size": opts.expect_domain_size}.items() if v is not None}
+    try:
+        if "epsilon" in expect:
+            expect["epsilon"] = validation.check_epsilon(expect["epsilon"],
+                                                         name="--expect_epsilon")
+        if "domain_size" in expect:
+            validation.check_domain_size(expect["domain_size"], name="--expect_domain_size")
+        if len(expect) == 3:
+            registry.make(expect["oracle"], epsilon=expect["epsilon"],
+                          domain_size=expect["domain_size"])
+    except (TypeError, ValueError) as exc:
+        raise SystemExit(f"{prog}: error: {exc}") from None
+    return expect
+
+
 class EstimateOptions(PipelineOptions):
     """Flags of ``ldpflow estimate``."""
 
@@ -57,6 +115,10 @@ class EstimateOptions(PipelineOptions):
                             help="Comma-separated post-processing methods (base = raw unbiased).")
         parser.add_argument("--input_format", choices=("avro", "json", "parquet"), default=None,
                             help="Format of every input file (default: from each file's name).")
+        parser.add_argument("--max_dead_letter_fraction", type=float, default=0.1,
+                            help="Exit with status 1 when more than this fraction of the "
+                                 "records were refused, or when no report was estimated "
+                                 "(the outputs are written either way). Default 0.1.")
         parser.add_argument("--dedup", choices=("report_id", "none"), default="report_id",
                             help="report_id: count each report id once, the other copies as "
                                  "duplicates in the output; none: count every copy.")
@@ -66,6 +128,7 @@ class EstimateOptions(PipelineOptions):
                             help="Refuse reports made with any other epsilon.")
         parser.add_argument("--expect_domain_size", type=int, default=None,
                             help="Refuse reports of any other domain size.")
+        _add_policy_args(parser)
 
 
 class StreamOptions(PipelineOptions):
@@ -104,6 +167,7 @@ class StreamOptions(PipelineOptions):
         parser.add_argument("--expect_oracle", choices=sorted(registry.ORACLES), default=None)
         parser.add_argument("--expect_epsilon", type=float, default=None)
         parser.add_argument("--expect_domain_size", type=int, default=None)
+        _add_policy_args(parser)
 
 
 class HeavyHittersOptions(PipelineOptions):

@@ -31,7 +31,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.transforms import window
 
 from ldpflow.pipelines.estimate import parse_methods
-from ldpflow.pipelines.options import StreamOptions, require
+from ldpflow.pipelines.options import StreamOptions, acceptance_policy, expected_oracle, require
 from ldpflow.transforms.streaming import EstimateStream, WindowSpec, result_to_message
 from ldpflow.wire import formats
 from ldpflow.wire.envelope import DeadLetter
@@ -87,13 +87,12 @@ def _windows(opts: StreamOptions) -> WindowSpec:
 
 def build(pipeline: beam.Pipeline, opts: StreamOptions, methods: list[str], messages=None):
     """Wire source -> ``EstimateStream`` -> sinks. ``messages`` replaces the Pub/Sub source."""
-    expect = {k: v for k, v in {"oracle": opts.expect_oracle, "epsilon": opts.expect_epsilon,
-                                "domain_size": opts.expect_domain_size}.items() if v is not None}
+    policy = acceptance_policy(opts, expected_oracle(opts, "ldpflow stream"), "ldpflow stream")
     if messages is None:
         messages = pipeline | "ReadPubSub" >> beam.io.ReadFromPubSub(
             subscription=opts.subscription, with_attributes=True,
             timestamp_attribute=opts.timestamp_attribute)
-    out = messages | "EstimateStream" >> EstimateStream(methods, _windows(opts), expect,
+    out = messages | "EstimateStream" >> EstimateStream(methods, _windows(opts), policy,
                                                         opts.timestamp_attribute)
     estimates, dead = out["estimates"], out["dead_letters"]
     if opts.output_topic:

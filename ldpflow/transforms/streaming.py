@@ -44,6 +44,7 @@ from ldpflow.transforms.combine import FrequencyOracleCombineFn
 from ldpflow.transforms.io import as_policy
 from ldpflow.wire import formats
 from ldpflow.wire.envelope import DeadLetter
+from ldpflow.wire.parse import AcceptancePolicy
 from ldpflow.wire.results import estimate_result
 
 __all__ = [
@@ -144,7 +145,8 @@ class DecodeMessagesFn(beam.DoFn):
     cell (copies share their event time), so deduplication and windowing can work on cells.
     """
 
-    def __init__(self, cell_seconds: float, expect: Mapping[str, Any] | None = None,
+    def __init__(self, cell_seconds: float,
+                 expect: AcceptancePolicy | Mapping[str, Any] | None = None,
                  timestamp_attribute: str | None = None):
         super().__init__()
         self._cell_ms = int(round(cell_seconds * 1000))
@@ -266,7 +268,8 @@ class EstimateStream(beam.PTransform):
     """Messages -> ``{"estimates": result dicts per window/key/pane, "dead_letters": ...}``."""
 
     def __init__(self, methods: Sequence[str], windows: WindowSpec,
-                 expect: Mapping[str, Any] | None = None, timestamp_attribute: str | None = None):
+                 expect: AcceptancePolicy | Mapping[str, Any] | None = None,
+                 timestamp_attribute: str | None = None):
         super().__init__()
         self._methods = tuple(methods)
         self._windows = windows

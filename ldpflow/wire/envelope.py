@@ -168,6 +168,13 @@ class ReportBatch:
     def __len__(self) -> int:
         return len(self.reports)
 
+    def __reduce__(self) -> tuple:
+        # Between workers, integer columns travel in the narrowest dtype that holds their
+        # values (a bucket in [0, 4) as one byte, not eight); exact, restored on arrival.
+        columns = {name: _narrow(col) for name, col in self.reports.columns.items()}
+        envelope = tuple(getattr(self, name) for name in self._ENVELOPE)
+        return _rebuild_batch, (self.key, self.reports.oracle, columns, envelope)
+
     def __getitem__(self, index: slice | np.ndarray) -> ReportBatch:
         picked = {name: None if getattr(self, name) is None else getattr(self, name)[index]
                   for name in self._ENVELOPE}
@@ -190,6 +197,27 @@ class ReportBatch:
 
         return cls(key, Reports.concat([b.reports for b in batches]),
                    **{name: join(name) for name in cls._ENVELOPE})
+
+
+_NARROW = (np.uint8, np.uint16, np.int8, np.int16, np.int32, np.uint32)
+
+
+def _narrow(column: np.ndarray) -> tuple[np.ndarray, str]:
+    """``column`` in the narrowest integer dtype that holds its values, and its own dtype."""
+    if column.dtype.kind not in "iu" or column.itemsize == 1 or column.size == 0:
+        return column, column.dtype.str
+    low, high = int(column.min()), int(column.max())
+    for dtype in _NARROW:
+        info = np.iinfo(dtype)
+        if info.min <= low and high <= info.max and np.dtype(dtype).itemsize < column.itemsize:
+            return column.astype(dtype), column.dtype.str
+    return column, column.dtype.str
+
+
+def _rebuild_batch(key: ProtocolKey, oracle: str, columns: dict, envelope: tuple) -> ReportBatch:
+    restored = {name: col.astype(np.dtype(dtype), copy=False)
+                for name, (col, dtype) in columns.items()}
+    return ReportBatch(key, Reports(oracle, restored), *envelope)
 
 
 @dataclasses.dataclass

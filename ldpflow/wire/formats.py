@@ -26,6 +26,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any
 
@@ -166,7 +167,21 @@ def read_reports(
     readers = {"avro": _avro_reports, "json": _json_reports, "parquet": _parquet_reports}
     if fmt not in readers:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    return readers[fmt](stream, source, start, end, policy or AcceptancePolicy(), tuple(keep))
+    chunks = readers[fmt](stream, source, start, end, policy or AcceptancePolicy(), tuple(keep))
+    return _until_unreadable(chunks, source)
+
+
+def _until_unreadable(chunks: Iterator[Parsed], source: str) -> Iterator[Parsed]:
+    """The chunks of a file until its bytes cannot be read (a damaged gzip stream, a file
+    cut short, an I/O error): what was read is kept, and the damage is one dead letter."""
+    records = 0
+    try:
+        for parsed in chunks:
+            records += parsed.records
+            yield parsed
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        yield _damage(source, f"unreadable data after {records} records: "
+                              f"{type(exc).__name__}: {exc}", None)
 
 
 def _damage(source: str, reason: str, count: int | None) -> Parsed:
@@ -397,7 +412,13 @@ def _json_chunks(stream, start: int, end: int | None) -> Iterator[bytes]:
                 break
             position += len(block)
     while end is None or position < end:
-        block = stream.read(_JSON_CHUNK_BYTES)
+        try:
+            block = _read_up_to(stream, _JSON_CHUNK_BYTES)
+        except _ReadFailed as failure:  # keep the whole lines read before the damage
+            cut = failure.data.rfind(b"\n")
+            if cut >= 0:
+                yield carry + failure.data[: cut + 1]
+            raise failure.error from None
         if not block:
             if carry:
                 yield carry
@@ -415,6 +436,29 @@ def _json_chunks(stream, start: int, end: int | None) -> Iterator[bytes]:
             return
         yield complete
         position += len(complete)
+
+
+class _ReadFailed(Exception):
+    def __init__(self, data: bytes, error: BaseException):
+        super().__init__(str(error))
+        self.data, self.error = data, error
+
+
+def _read_up_to(stream, size: int) -> bytes:
+    """Up to ``size`` bytes, read 4 MiB at a time, so that what was read before an error
+    (a damaged gzip member) is not lost with it."""
+    parts: list[bytes] = []
+    got = 0
+    while got < size:
+        try:
+            part = stream.read(min(4 << 20, size - got))
+        except (OSError, EOFError, zlib.error) as exc:
+            raise _ReadFailed(b"".join(parts), exc) from None
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _json_chunk(chunk: bytes, number: int, source, policy, keep, cache):

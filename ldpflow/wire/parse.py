@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ldpflow.core import dedup
+from ldpflow.core import dedup, parallel
 from ldpflow.core.keys import PEM, ProtocolKey
 from ldpflow.core.oracles import Reports, registry
 from ldpflow.wire.envelope import (
@@ -510,7 +510,10 @@ def _id_hashes(array: pa.Array, rows: np.ndarray) -> np.ndarray:
                             offset=picked.offset * np.dtype(offsets_type).itemsize)
     data = picked.buffers()[2]
     data_array = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
-    return dedup.string_hashes(offsets, data_array)
+    parts = parallel.map_slices(  # large columns: hashed in threads, slice by slice
+        lambda part: dedup.string_hashes(offsets[part.start:part.stop + 1], data_array),
+        len(picked))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def parse_table(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import re
 import gzip
 import json
 import math
@@ -160,3 +161,83 @@ def test_no_wait_until_finish_returns_once_submitted(tmp_path):
     doc = estimate.run([f"--input={out}/*.avro", f"--output={tmp_path}/est",
                         "--no_wait_until_finish"])
     assert doc == {"submitted": True, "output": f"{tmp_path}/est"}
+
+
+@pytest.mark.parametrize("fmt", ["avro", "json", "parquet"])
+def test_repeated_report_ids_are_counted_once_and_reported(tmp_path, fmt):
+    out, _ = simulate_to(tmp_path, "olh", 4000, format=fmt)
+    suffix = {"avro": ".avro", "json": ".jsonl", "parquet": ".parquet"}[fmt]
+    first = sorted(out.glob(f"*{suffix}"))[0]
+    (out / f"again{suffix}").write_bytes(first.read_bytes())  # one shard delivered twice
+    copies = 2000  # the shard's reports
+    once = estimate.run([f"--input={out}/reports-*", f"--output={tmp_path}/once",
+                         "--methods=base"])
+    twice = estimate.run([f"--input={out}/*{suffix}", f"--output={tmp_path}/twice",
+                          "--methods=base"])
+    plain = estimate.run([f"--input={out}/*{suffix}", f"--output={tmp_path}/plain",
+                          "--methods=base", "--dedup=none"])
+    (a,), (b,), (c,) = once["results"], twice["results"], plain["results"]
+    assert b["n"] == a["n"] == 4000 and b["duplicates"] == copies
+    assert b["estimates"]["base"] == a["estimates"]["base"]  # the copies change nothing
+    assert twice["records"] == 6000 == twice["reports_estimated"] + twice["duplicates"] + \
+        twice["dead_letters"]["total"]
+    assert c["n"] == 6000 and c["duplicates"] == 0 and plain["deduplication"] == "none"
+
+
+def test_a_file_read_as_several_ranges_counts_every_record_once(tmp_path):
+    import apache_beam as beam
+    from apache_beam.testing.test_pipeline import TestPipeline
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from ldpflow.transforms.estimate import EstimateReports
+    from ldpflow.transforms.io import PlanRangesFn, ReadReports, SplitDeadLetters
+
+    out, _ = simulate_to(tmp_path, "grr", 30_000, format="json", shards=1)
+    (path,) = out.glob("*.jsonl")
+    size = path.stat().st_size
+    assert size > 1_000_000
+    whole = estimate.run([f"--input={path}", f"--output={tmp_path}/whole", "--methods=base"])
+    want = (30_000, 0, tuple(whole["results"][0]["estimates"]["base"]))
+    with TestPipeline(runner="FnApiRunner") as p:
+        read = (p | ReadReports(str(path), keep=("id_hashes",), range_bytes=200_000)
+                | SplitDeadLetters())
+        got = (read | EstimateReports(["base"], dedup=True)
+               | beam.Map(lambda r: (r["n"], r["duplicates"], tuple(r["estimates"]["base"]))))
+        assert_that(got, equal_to([want]))
+    ranges = list(PlanRangesFn(range_bytes=200_000).process(
+        type("F", (), {"metadata": type("M", (), {"path": str(path), "size_in_bytes": size})})))
+    assert len(ranges) == -(-size // 200_000) > 5  # the file was read as many ranges
+
+
+def test_exit_status_tells_whether_reports_were_estimated(tmp_path, capsys):
+    from ldpflow.pipelines import cli
+
+    out, _ = simulate_to(tmp_path, "grr", 600)
+    ok = cli.main(["estimate", f"--input={out}/reports-*", f"--output={tmp_path}/ok",
+                   "--methods=base"])
+    refused = cli.main(["estimate", f"--input={out}/reports-*", f"--output={tmp_path}/no",
+                        "--methods=base", "--expect_domain_size=32"])
+    err = capsys.readouterr().err
+    assert ok == 0 and refused == 1
+    assert "no valid report was estimated (600 records: 0 estimated" in err
+    assert (tmp_path / "no" / "estimates.json").exists()  # the outputs are written anyway
+
+
+def test_verdict_counts_the_dead_letter_fraction():
+    document = {"records": 100, "reports_estimated": 85, "duplicates": 0,
+                "dead_letters": {"total": 15}}
+    assert estimate.verdict(document, 0.2) is None
+    assert estimate.verdict(document, 0.1).startswith("15.0% of the records were refused")
+
+
+@pytest.mark.parametrize("flag,message", [
+    ("--expect_epsilon=-1", "--expect_epsilon must be in (0, inf)"),
+    ("--expect_domain_size=1", "--expect_domain_size must be >= 2"),
+    ("--max_domain_size=0", "--max_domain_size must be a positive integer"),
+    ("--max_epsilon=0", "--max_epsilon must be > 0"),
+    ("--max_dead_letter_fraction=2", "--max_dead_letter_fraction must be in [0, 1]"),
+])
+def test_acceptance_flags_fail_before_the_pipeline(tmp_path, flag, message):
+    out, _ = simulate_to(tmp_path, "grr", 100)
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        estimate.run([f"--input={out}/reports-*", f"--output={tmp_path}/o", flag])

@@ -97,3 +97,62 @@ def test_json_chunk_with_one_mistyped_line_refuses_that_line_alone():
     assert [d.reason for d in dead] == [
         "malformed record: field 'hash_range' must be an integer, got float"]
     assert sum(p.reports for p in parsed) == 1999
+
+
+def test_a_damaged_gzip_stream_keeps_the_lines_before_the_damage():
+    import gzip
+
+    oracle, reports, table = _table("grr", n=200_000)
+    raw = io.BytesIO()
+    formats.write_reports(raw, "json", table)
+    packed = bytearray(gzip.compress(raw.getvalue()))
+    packed[len(packed) // 2] ^= 0xFF
+    parsed = list(formats.read_reports(gzip.GzipFile(fileobj=io.BytesIO(bytes(packed))),
+                                       "json", source="r.jsonl.gz"))
+    dead = [d for p in parsed for d in p.dead_letters]
+    kept = sum(p.reports for p in parsed)
+    assert 0 < kept < 200_000  # what came before the damage is kept
+    assert dead[-1].reason.startswith("unreadable data after") and "BadGzipFile" in \
+        dead[-1].reason
+    assert sum(p.records for p in parsed) == kept + sum(d.count for d in dead)
+
+
+@pytest.mark.parametrize("hostile,reason", [
+    ({"domain_size": 2**40}, "policy: domain_size 1099511627776 exceeds the limit"),
+    ({"domain_size": 10**30}, "malformed record: field 'domain_size' is out of range"),
+    ({"epsilon": 1000.0}, "policy: epsilon 1000.0 exceeds the limit"),
+    ({"epsilon": 10**400 if False else float("inf")}, "invalid parameters: epsilon must be"),
+    ({"hash_range": 2**40}, "malformed record: field 'hash_range' is out of range"),
+    ({"epsilon": 20.0, "hash_range": None}, "policy: hash_range"),
+    ({"event_time": 2**70}, "malformed record: field 'event_time' is out of range"),
+    ({"bucket": 467.5}, "malformed record: field 'bucket' must be an integer, got float"),
+    ({"bucket": "1"}, "malformed record: field 'bucket' must be an integer, got str"),
+])
+def test_one_hostile_json_line_is_one_dead_letter_and_the_rest_is_exact(hostile, reason):
+    import json
+
+    oracle, reports, table = _table("olh", n=5000)
+    lines = formats.json_lines(table).splitlines(keepends=True)
+    record = json.loads(lines[2500])
+    record.update(hostile)
+    lines[2500] = (json.dumps(record) + "\n").encode()
+    parsed = _read(b"".join(lines), "json")
+    dead = [d for p in parsed for d in p.dead_letters]
+    assert len(dead) == 1 and dead[0].reason.startswith(reason), [d.reason for d in dead]
+    total = oracle.create_accumulator()
+    for p in parsed:
+        for b in p.batches.values():
+            total.merge(oracle.count_valid(b.reports))
+    keep = np.ones(5000, dtype=bool)
+    keep[2500] = False
+    assert total == oracle.aggregate(reports[keep])
+
+
+@pytest.mark.parametrize("depth", [500, 1000])
+def test_deeply_nested_json_is_one_dead_letter(depth):
+    oracle, reports, table = _table("grr", n=300)
+    lines = formats.json_lines(table).splitlines(keepends=True)
+    lines[7] = b'{"report_id": ' + b"[" * depth + b"]" * depth + b"}\n"
+    parsed = _read(b"".join(lines), "json")
+    dead = [d for p in parsed for d in p.dead_letters]
+    assert len(dead) == 1 and sum(p.reports for p in parsed) == 299
