@@ -58,5 +58,5 @@ def map_slices(function: Callable[[slice], T], rows: int) -> Sequence[T]:
     if workers <= 1:
         return [function(slice(0, rows))]
     bounds = [rows * i // workers for i in range(workers + 1)]
-    parts = [slice(lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+    parts = [slice(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False)]
     return list(_pool(workers).map(function, parts))

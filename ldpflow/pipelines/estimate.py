@@ -41,7 +41,14 @@ from ldpflow.pipelines.options import (
     require,
 )
 from ldpflow.transforms.estimate import DeadLetterSummaryFn, EstimateReports
-from ldpflow.transforms.io import ReadReports, SplitDeadLetters, WriteDeadLetters, WriteEstimates
+from ldpflow.transforms.io import (
+    CommitOutputs,
+    ReadReports,
+    SplitDeadLetters,
+    WriteDeadLetters,
+    WriteEstimates,
+    staging_folder,
+)
 from ldpflow.wire import formats
 
 __all__ = ["run", "parse_methods", "batch_runner", "check_inputs", "detached", "verdict"]
@@ -107,7 +114,8 @@ def batch_runner(options: PipelineOptions):
 
 
 def build(pipeline: beam.Pipeline, opts: EstimateOptions, methods: list[str]):
-    """Wire read -> estimate -> write into ``pipeline``; returns the two sinks' outputs."""
+    """Wire read -> estimate -> write into ``pipeline``; returns the commit step (which
+    moves the staged outputs into ``--output`` once both writers are done)."""
     policy = acceptance_policy(opts, expected_oracle(opts, _PROG), _PROG)
     dedup = opts.dedup != "none"
     keep = ("id_hashes",) if dedup else ()
@@ -117,10 +125,12 @@ def build(pipeline: beam.Pipeline, opts: EstimateOptions, methods: list[str]):
     results = read | "EstimateReports" >> EstimateReports(methods, dedup=dedup)
     summary = read["dead_letters"] | "SummariseDeadLetters" >> beam.CombineGlobally(
         DeadLetterSummaryFn())
-    return (
-        results | "WriteEstimates" >> WriteEstimates(opts.output, summary, dedup),
-        read["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(opts.output),
+    staging = staging_folder(opts.output)  # written there, then moved into place
+    written = (
+        results | "WriteEstimates" >> WriteEstimates(staging, summary, dedup),
+        read["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(staging),
     )
+    return written | "CommitOutputs" >> CommitOutputs(opts.output, staging)
 
 
 def verdict(document: dict, max_dead_letter_fraction: float) -> str | None:

@@ -52,7 +52,13 @@ from ldpflow.pipelines.estimate import batch_runner, check_inputs, detached
 from ldpflow.pipelines.options import HeavyHittersOptions, require
 from ldpflow.transforms.estimate import DeadLetterSummaryFn
 from ldpflow.transforms.heavy_hitters import IdentifyHeavyHitters, WriteHeavyHitters
-from ldpflow.transforms.io import ReadReports, SplitDeadLetters, WriteDeadLetters
+from ldpflow.transforms.io import (
+    CommitOutputs,
+    ReadReports,
+    SplitDeadLetters,
+    WriteDeadLetters,
+    staging_folder,
+)
 
 __all__ = ["run", "build", "configure"]
 
@@ -100,8 +106,8 @@ def build(pipeline: beam.Pipeline, opts: HeavyHittersOptions, pem: hh.PrefixExte
           expect: dict[str, Any], started: float | None = None):
     """Wire read -> identify (``g`` unrolled stages) -> write into ``pipeline``.
 
-    Returns the single terminal step, which depends on every sink (some runners, Dask among
-    them, only run the last-applied leaf).
+    Returns the commit step, which moves the staged outputs into ``--output`` once every
+    writer is done (it depends on every sink).
     """
     read = (pipeline
             | "ReadReports" >> ReadReports(opts.input, opts.input_format, expect)
@@ -110,11 +116,12 @@ def build(pipeline: beam.Pipeline, opts: HeavyHittersOptions, pem: hh.PrefixExte
         pem.num_groups, pem.threshold, dead_letters=read["dead_letters"])
     summary = read["dead_letters"] | "SummariseDeadLetters" >> beam.CombineGlobally(
         DeadLetterSummaryFn())
+    staging = staging_folder(opts.output)  # written there, then moved into place
     written = (
-        results | "WriteHeavyHitters" >> WriteHeavyHitters(opts.output, summary, started),
-        read["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(opts.output),
+        results | "WriteHeavyHitters" >> WriteHeavyHitters(staging, summary, started),
+        read["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(staging),
     )
-    return written | "Sinks" >> beam.Flatten() | "Done" >> beam.combiners.Count.Globally()
+    return written | "CommitOutputs" >> CommitOutputs(opts.output, staging)
 
 
 def run(argv: list[str] | None = None) -> dict:

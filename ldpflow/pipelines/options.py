@@ -52,7 +52,8 @@ def _add_policy_args(parser) -> None:
                              f"Default {defaults.max_domain_size}.")
     parser.add_argument("--max_hash_range", type=int, default=defaults.max_hash_range,
                         help="Refuse local-hashing reports of a larger hash range (given, or "
-                             f"OLH's optimum for their epsilon). Default {defaults.max_hash_range}.")
+                             "OLH's optimum for their epsilon). "
+                             f"Default {defaults.max_hash_range}.")
     parser.add_argument("--max_epsilon", type=float, default=defaults.max_epsilon,
                         help=f"Refuse reports of a larger epsilon. Default {defaults.max_epsilon}.")
     parser.add_argument("--max_keys", type=int, default=defaults.max_keys,

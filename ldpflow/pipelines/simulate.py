@@ -94,6 +94,26 @@ def _oracle(args: argparse.Namespace) -> FrequencyOracle:
     return registry.make(args.oracle, **params)
 
 
+_WIRE_INT_MAX = 2**31 - 1  # hash_range travels as an Avro int
+
+
+def _check_wire_limits(parser: argparse.ArgumentParser, protocol: Any) -> None:
+    """Refuse configurations whose reports the wire cannot carry; warn about those that a
+    server with the default acceptance policy would refuse."""
+    from ldpflow.wire.parse import AcceptancePolicy
+
+    hash_range = getattr(protocol, "hash_range", None)
+    if hash_range is not None and hash_range > _WIRE_INT_MAX:
+        parser.error(f"epsilon {protocol.epsilon} gives hash_range {hash_range}, more than a "
+                     f"report's hash_range field carries ({_WIRE_INT_MAX}); pass a smaller "
+                     "--hash_range (a power of two)")
+    limit = AcceptancePolicy().max_hash_range
+    if hash_range is not None and hash_range > limit:
+        _LOGGER.warning("hash_range %d exceeds the default --max_hash_range %d of ldpflow "
+                        "estimate: estimate these reports with --max_hash_range %d",
+                        hash_range, limit, hash_range)
+
+
 def _file_values(args: argparse.Namespace) -> np.ndarray:
     with open(args.values_file, encoding="utf-8") as f:
         raw = [line.strip() for line in f if line.strip()]
@@ -183,6 +203,7 @@ def run(argv: list[str] | None = None) -> dict:
         validation.check_positive_int(args.shards, name="--shards")
     except (TypeError, ValueError) as exc:
         parser.error(str(exc))
+    _check_wire_limits(parser, oracle)
     started = time.perf_counter()
     values = _file_values(args) if args.values_file else None
     if values is None:
@@ -281,6 +302,7 @@ def _pem_values(parser: argparse.ArgumentParser, args: argparse.Namespace, codec
 
 def _run_pem(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
     pem, codec = _pem_config(parser, args)
+    _check_wire_limits(parser, pem)
     started = time.perf_counter()
     rng = np.random.default_rng(args.seed)
     values = _pem_values(parser, args, codec, rng)

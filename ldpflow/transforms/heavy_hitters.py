@@ -44,8 +44,8 @@ from apache_beam.io.filesystems import FileSystems
 
 from ldpflow.core import codecs
 from ldpflow.core import heavy_hitters as hh
-from ldpflow.core.oracles import Reports
 from ldpflow.core.keys import ProtocolKey
+from ldpflow.core.oracles import Reports
 from ldpflow.wire.envelope import ReportBatch
 from ldpflow.wire.results import heavy_hitters_document
 

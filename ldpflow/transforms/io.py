@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -31,6 +32,8 @@ from ldpflow.wire.parse import AcceptancePolicy
 from ldpflow.wire.results import estimate_records, estimates_document
 
 __all__ = [
+    "CommitOutputs",
+    "staging_folder",
     "ReadReports",
     "PlanRangesFn",
     "ReadRangeFn",
@@ -244,3 +247,57 @@ class WriteDeadLetters(beam.PTransform):
             | "Group" >> beam.GroupByKey()
             | "WriteFiles" >> beam.ParDo(_WriteDeadLetterFileFn(self._folder))
         )
+
+
+def staging_folder(output: str) -> str:
+    """A fresh folder under ``output`` where one run writes before :class:`CommitOutputs`."""
+    return f"{output.rstrip('/')}/.staging-{uuid.uuid4().hex}"
+
+
+class _CommitFn(beam.DoFn):
+    def __init__(self, output: str, staging: str):
+        super().__init__()
+        self._output, self._staging = output.rstrip("/"), staging.rstrip("/")
+
+    def process(self, _, *written):
+        patterns = [f"{self._staging}/*.json", f"{self._staging}/*.avro",
+                    f"{self._staging}/dead_letters/*.jsonl"]
+        staged = sorted(m.path for result in FileSystems.match(patterns)
+                        for m in result.metadata_list)
+        targets = [self._output + path[len(self._staging):] for path in staged]
+        folders = sorted({target.rsplit("/", 1)[0] for target in targets})
+        for folder in folders:
+            try:
+                FileSystems.mkdirs(folder)
+            except OSError:  # it exists
+                pass
+        # Each file replaces its predecessor in one rename; then the previous run's dead
+        # letters that this run did not write go, so no stale file sits beside new results.
+        FileSystems.rename(staged, targets)
+        kept = set(targets)
+        old = [m.path for m in FileSystems.match([f"{self._output}/dead_letters/*"])[0]
+               .metadata_list if m.path not in kept]
+        if old:
+            FileSystems.delete(old)
+        FileSystems.delete([self._staging])
+        yield len(targets)
+
+
+class CommitOutputs(beam.PTransform):
+    """Moves a run's staged files into ``output`` once every writer has finished.
+
+    The writers write under ``staging`` (:func:`staging_folder`); applied to the tuple of
+    their output PCollections, this step waits for all of them (side inputs), then renames
+    each staged file over its final name and deletes the previous run's dead-letter files
+    that this run did not write. A failed run leaves the previous output as it was.
+    """
+
+    def __init__(self, output: str, staging: str):
+        super().__init__()
+        self._fn = _CommitFn(output, staging)
+
+    def expand(self, written):
+        waits = [beam.pvalue.AsList(pcoll) for pcoll in written]
+        return (written[0].pipeline
+                | "Start" >> beam.Create([None])
+                | "Commit" >> beam.ParDo(self._fn, *waits))

@@ -7,6 +7,7 @@
 * :mod:`~ldpflow.wire.formats`: Avro, JSON lines and Parquet, read by byte range and
   written column by column; Pub/Sub message bodies;
 * :mod:`~ldpflow.wire.avro`: Avro container framing (blocks, resync, vectorised encoding);
+* :mod:`~ldpflow.wire.buffers`: Arrow buffers as numpy arrays;
 * :mod:`~ldpflow.wire.results`: estimate and heavy-hitter documents and records.
 
 Needs pyarrow, polars and fastavro (``pip install ldpflow[beam]``), never apache_beam.

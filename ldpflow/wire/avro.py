@@ -30,6 +30,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ldpflow.wire.buffers import offsets_and_data
+
 __all__ = ["MAGIC", "Header", "Block", "Damage", "read_header", "iter_blocks",
            "ContainerWriter", "encode_container", "CODECS"]
 
@@ -309,16 +311,6 @@ class _Rows:
         return out.tobytes()
 
 
-def _arrow_offsets(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
-    kind = np.int64 if large else np.int32
-    offsets = np.frombuffer(array.buffers()[1], dtype=kind, count=len(array) + 1,
-                            offset=array.offset * np.dtype(kind).itemsize).astype(np.int64)
-    data = array.buffers()[2]
-    return offsets, (np.frombuffer(data, dtype=np.uint8) if data is not None
-                     else np.zeros(0, np.uint8))
-
-
 def _encode_value(rows: _Rows, avro_type: Any, array: pa.Array, mask: np.ndarray) -> None:
     """Append ``array``'s values (``mask``: rows that hold a value) as ``avro_type``."""
     if isinstance(avro_type, list):  # ["null", T]
@@ -351,7 +343,7 @@ def _encode_value(rows: _Rows, avro_type: Any, array: pa.Array, mask: np.ndarray
     elif avro_type in ("string", "bytes"):
         if pa.types.is_fixed_size_binary(array.type):
             array = array.cast(pa.binary())
-        offsets, data = _arrow_offsets(array)
+        offsets, data = offsets_and_data(array)
         lengths = np.where(mask, np.diff(offsets), 0)
         mat, vlen = _zigzag_varints(lengths)
         rows.matrix(mat, np.where(mask, vlen, 0))

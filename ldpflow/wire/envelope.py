@@ -68,7 +68,7 @@ def _base_kind(avro_type: Any) -> str:
             "bytes": "bytes", "boolean": "bool"}[avro_type]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _nested_fields(name: str) -> dict[str, str]:
     """The fields of the nested record ``name`` (``pem``) and their kinds."""
     for field in _fields():
@@ -78,7 +78,7 @@ def _nested_fields(name: str) -> dict[str, str]:
     return {}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def field_kind(path: tuple[str, ...]) -> str:
     """``string``, ``int``, ``float``, ``bytes`` or ``record`` for a field path."""
     if len(path) == 1:

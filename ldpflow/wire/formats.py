@@ -23,6 +23,7 @@ envelope as Arrow columns and encodes whole columns at once.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
@@ -39,6 +40,7 @@ from ldpflow.core.keys import PEM
 from ldpflow.core.oracles import Reports
 from ldpflow.schemas import schema_json
 from ldpflow.wire import avro
+from ldpflow.wire.buffers import offsets_and_data
 from ldpflow.wire.envelope import (
     PARAMETER_FIELDS,
     PAYLOAD_FIELDS,
@@ -85,7 +87,8 @@ MAX_LINE_BYTES = 1 << 20
 
 
 def detect_format(path: str) -> str:
-    """The format of a report file from its name (``.avro``, ``.jsonl``, ``.parquet``; ``.gz`` ok)."""
+    """The format of a report file from its name (``.avro``, ``.jsonl``, ``.parquet``;
+    ``.gz`` ok)."""
     name = path.lower()
     for compressed in _COMPRESSED:
         if name.endswith(compressed):
@@ -144,7 +147,7 @@ def plan_ranges(stream: IO[bytes], fmt: str, size: int, splittable: bool = True,
         ranges.append((begin, None))
         return ranges
     bounds = list(range(0, size, range_bytes))
-    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:])] + [(bounds[-1], None)]
+    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False)] + [(bounds[-1], None)]
 
 
 def _row_group_offset(row_group) -> int:
@@ -572,7 +575,7 @@ def _hex_bits(table: pa.Table, source: str) -> tuple[pa.Table, list[DeadLetter]]
     if column.null_count == len(column):
         return table.set_column(table.column_names.index("bits"), "bits",
                                 pa.nulls(len(column), pa.binary())), []
-    offsets, data = _offsets(column)
+    offsets, data = offsets_and_data(column)
     lengths = np.diff(offsets)
     valid = np.asarray(pc.is_valid(column).to_numpy(zero_copy_only=False), dtype=bool)
     nibbles = _HEX[data[offsets[0]:offsets[-1]]]
@@ -599,16 +602,6 @@ def _hex_bits(table: pa.Table, source: str) -> tuple[pa.Table, list[DeadLetter]]
     if column.offset and validity is not None:  # validity bitmaps of sliced arrays
         binary = pa.array(binary.to_pylist(), type=pa.binary())
     return table.set_column(table.column_names.index("bits"), "bits", binary), dead
-
-
-def _offsets(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
-    kind = np.int64 if large else np.int32
-    offsets = np.frombuffer(array.buffers()[1], dtype=kind, count=len(array) + 1,
-                            offset=array.offset * np.dtype(kind).itemsize).astype(np.int64)
-    data = array.buffers()[2]
-    return offsets, (np.frombuffer(data, dtype=np.uint8) if data is not None
-                     else np.zeros(0, np.uint8))
 
 
 # -- writing -----------------------------------------------------------------------------------
@@ -765,7 +758,7 @@ def _json_values(array: pa.Array, kind: str) -> pa.Array:
                             type=pa.string())
         return pc.binary_join_element_wise('"', array, '"', "")
     if kind == "bytes":
-        offsets, data = _offsets(array)
+        offsets, data = offsets_and_data(array)
         digits = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
         body = data[offsets[0]:offsets[-1]]
         hexed = np.empty(body.size * 2, dtype=np.uint8)
@@ -794,7 +787,7 @@ def json_lines(table: pa.Table) -> bytes:
         parts.append(pc.binary_join_element_wise(f'"{name}":', values, ""))
     body = pc.binary_join_element_wise(*parts, ",", null_handling="skip")
     lines = pc.binary_join_element_wise("{", body, "}\n", "")
-    offsets, data = _offsets(lines)
+    offsets, data = offsets_and_data(lines)
     return data[offsets[0]:offsets[-1]].tobytes()
 
 
@@ -857,8 +850,10 @@ def write_records(stream: IO[bytes], fmt: str, records: Iterable[dict], *,
 
         from ldpflow.schemas import load_schema
 
+        # A fixed sync marker (of the schema's name): the same records give the same bytes.
+        sync = hashlib.sha256(f"ldpflow-{schema}".encode()).digest()[:16]
         fastavro.writer(stream, load_schema(schema), records, codec=codec,
-                        sync_interval=1 << 20)
+                        sync_interval=1 << 20, sync_marker=sync)
     elif fmt == "json":
         for record in records:
             stream.write((json.dumps(json_safe(record), separators=(",", ":")) + "\n").encode(

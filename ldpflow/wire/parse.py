@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 from ldpflow.core import dedup, parallel
 from ldpflow.core.keys import PEM, ProtocolKey
 from ldpflow.core.oracles import Reports, registry
+from ldpflow.wire.buffers import offsets_and_data
 from ldpflow.wire.envelope import (
     PARAMETER_FIELDS,
     PAYLOAD_FIELDS,
@@ -109,7 +110,8 @@ class AcceptancePolicy:
     def raw_problem(self, name: str, epsilon: float, size: int) -> str | None:
         """Limits checked before a protocol object is built."""
         if not (isinstance(epsilon, (int, float)) and epsilon <= self.max_epsilon):
-            return f"policy: epsilon {epsilon!r} exceeds the limit {self.max_epsilon} (--max_epsilon)"
+            return (f"policy: epsilon {epsilon!r} exceeds the limit {self.max_epsilon} "
+                    "(--max_epsilon)")
         if name != PEM and size > self.max_domain_size:
             return (f"policy: domain_size {size} exceeds the limit {self.max_domain_size} "
                     "(--max_domain_size)")
@@ -162,7 +164,7 @@ class _Refusals:
             return []
         records = table.take(pa.array(rows)).to_pylist()
         out = []
-        for row, record in zip(rows.tolist(), records):
+        for row, record in zip(rows.tolist(), records, strict=True):
             record.update(constants)
             reason, key = self.reasons[self.index[row]]
             out.append(DeadLetter(source, reason, record, key))
@@ -258,8 +260,9 @@ def _check_constant(cols: _Table, path: tuple[str, ...], refusals: _Refusals) ->
     label, kind = ".".join(path), field_kind(path)
     value = cols.constants[label]
     if not _PY_KIND[kind](value):
-        refusals.refuse(np.ones(cols.n, dtype=bool), f"malformed record: field {label!r} must "
-                                                     f"be {_KIND_NAME[kind]}, got {type(value).__name__}")
+        refusals.refuse(np.ones(cols.n, dtype=bool),
+                        f"malformed record: field {label!r} must be {_KIND_NAME[kind]}, "
+                        f"got {type(value).__name__}")
 
 
 def _check_envelope(cols: _Table, refusals: _Refusals) -> None:
@@ -273,7 +276,8 @@ def _check_envelope(cols: _Table, refusals: _Refusals) -> None:
             continue
         array = cols.get(path)
         if array is None:
-            refusals.refuse(np.ones(cols.n, dtype=bool), f"malformed record: missing field {name!r}")
+            refusals.refuse(np.ones(cols.n, dtype=bool),
+                            f"malformed record: missing field {name!r}")
             continue
         present = cols.valid_mask(path)
         refusals.refuse(~present, f"malformed record: missing field {name!r}")
@@ -367,7 +371,7 @@ def _protocol_for(values: tuple, paths: list[tuple[str, ...]], policy: Acceptanc
     found = cache.get(values)
     if found is not None:
         return found
-    fields = {path[-1]: value for path, value in zip(paths, values)}
+    fields = {path[-1]: value for path, value in zip(paths, values, strict=True)}
     found = _build_protocol(fields, policy)
     cache[values] = found
     return found
@@ -403,7 +407,8 @@ def _build_protocol(fields: dict[str, Any], policy: AcceptancePolicy
     return (problem, key) if problem else (protocol, key)
 
 
-def _pem_protocol(fields: dict[str, Any], policy: AcceptancePolicy) -> tuple[Any, ProtocolKey] | str:
+def _pem_protocol(fields: dict[str, Any], policy: AcceptancePolicy
+                  ) -> tuple[Any, ProtocolKey] | str:
     from ldpflow.core import codecs
     from ldpflow.core.heavy_hitters import PrefixExtendingMethod
 
@@ -479,17 +484,12 @@ def _column_values(array: pa.Array, column: WireColumn, rows: np.ndarray) -> np.
     if column.width is not None:  # bitmaps: (rows, width) uint8
         picked = array if whole else array.take(pa.array(rows))
         if pa.types.is_fixed_size_binary(picked.type):
-            data = picked.buffers()[1]
+            data = np.frombuffer(picked.buffers()[1], dtype=np.uint8)
             start = picked.offset * column.width
-        else:
-            offsets_type = np.int64 if pa.types.is_large_binary(picked.type) else np.int32
-            offsets = np.frombuffer(picked.buffers()[1], dtype=offsets_type,
-                                    count=len(picked) + 1, offset=picked.offset * np.dtype(
-                                        offsets_type).itemsize)
-            data = picked.buffers()[2]
+        else:  # every row has the width (checked): the rows are contiguous
+            offsets, data = offsets_and_data(picked)
             start = int(offsets[0])
-        flat = np.frombuffer(data, dtype=np.uint8, count=len(picked) * column.width,
-                             offset=start)
+        flat = data[start:start + len(picked) * column.width]
         return flat.reshape(len(picked), column.width).copy()
     values = _int_numpy(array)
     if not whole:
@@ -502,14 +502,7 @@ def _column_values(array: pa.Array, column: WireColumn, rows: np.ndarray) -> np.
 
 def _id_hashes(array: pa.Array, rows: np.ndarray) -> np.ndarray:
     picked = array if rows.size == len(array) else array.take(pa.array(rows))
-    if pa.types.is_large_string(picked.type):
-        offsets_type = np.int64
-    else:
-        offsets_type = np.int32
-    offsets = np.frombuffer(picked.buffers()[1], dtype=offsets_type, count=len(picked) + 1,
-                            offset=picked.offset * np.dtype(offsets_type).itemsize)
-    data = picked.buffers()[2]
-    data_array = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    offsets, data_array = offsets_and_data(picked)
     parts = parallel.map_slices(  # large columns: hashed in threads, slice by slice
         lambda part: dedup.string_hashes(offsets[part.start:part.stop + 1], data_array),
         len(picked))
@@ -553,7 +546,8 @@ def parse_table(
     keep = set(keep)
     unknown = keep - set(KEEP_FIELDS)
     if unknown:
-        raise ValueError(f"keep must name fields among {', '.join(KEEP_FIELDS)}, got {sorted(unknown)}")
+        raise ValueError(f"keep must name fields among {', '.join(KEEP_FIELDS)}, "
+                         f"got {sorted(unknown)}")
     constants = dict(constants or {})
     cols = _Table(table, known_null, known_present, constants)
     refusals = _Refusals(cols.n)

@@ -15,7 +15,6 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.oracles import registry
 from ldpflow.core.oracles.base import Accumulator, Estimate
 

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from ldpflow.core.dedup import SeenIds, first_copies, report_id_hashes, string_hashes
 
-
 _M = (1 << 64) - 1
 
 
@@ -62,8 +61,9 @@ def test_first_copies_keeps_one_copy_whatever_the_order():
     for _ in range(5):
         order = rng.permutation(hashes.size)
         again, _ = first_copies(hashes[order], [payload[order]])
-        assert sorted(zip(hashes[order][again].tolist(), payload[order][again].tolist())) == \
-            sorted(zip(hashes[keep].tolist(), payload[keep].tolist()))
+        chosen = zip(hashes[order][again].tolist(), payload[order][again].tolist(), strict=True)
+        assert sorted(chosen) == sorted(zip(hashes[keep].tolist(), payload[keep].tolist(),
+                                            strict=True))
 
 
 def test_first_copies_compares_bitmap_rows():

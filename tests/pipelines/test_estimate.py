@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import glob
-import re
 import gzip
 import json
 import math
+import re
 
 import fastavro
 import numpy as np
@@ -241,3 +241,19 @@ def test_acceptance_flags_fail_before_the_pipeline(tmp_path, flag, message):
     out, _ = simulate_to(tmp_path, "grr", 100)
     with pytest.raises(SystemExit, match=re.escape(message)):
         estimate.run([f"--input={out}/reports-*", f"--output={tmp_path}/o", flag])
+
+
+def test_a_rerun_replaces_the_whole_output_and_is_byte_identical(tmp_path):
+    out, _ = simulate_to(tmp_path, "grr", 1000)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "junk.jsonl").write_text('{"oracle": "nope"}\n')
+    target = tmp_path / "est"
+    estimate.run([f"--input={bad}/*", f"--output={target}", "--methods=base"])
+    assert [p.name for p in (target / "dead_letters").iterdir()][0].startswith("junk.jsonl-")
+    estimate.run([f"--input={out}/reports-*", f"--output={target}", "--methods=base"])
+    first = (target / "estimates.avro").read_bytes()
+    assert list((target / "dead_letters").iterdir()) == []  # no stale dead letters
+    estimate.run([f"--input={out}/reports-*", f"--output={target}", "--methods=base"])
+    assert (target / "estimates.avro").read_bytes() == first
+    assert not [p for p in target.iterdir() if p.name.startswith(".staging-")]

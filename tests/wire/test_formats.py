@@ -58,7 +58,7 @@ def test_byte_ranges_read_every_record_exactly_once(fmt):
         formats.write_reports(buffer, fmt, table)
     data = buffer.getvalue()
     cuts = [0, 1, 17, len(data) // 3, len(data) // 2 + 5, len(data) - 3]
-    ranges = [(lo, hi) for lo, hi in zip(cuts, cuts[1:])] + [(cuts[-1], None)]
+    ranges = [(lo, hi) for lo, hi in zip(cuts, cuts[1:], strict=False)] + [(cuts[-1], None)]
     parsed = _read(data, fmt, ranges, keep=("id_hashes",))
     hashes = np.concatenate([b.id_hashes for p in parsed for b in p.batches.values()])
     assert hashes.size == 20_000 and np.unique(hashes).size == 20_000

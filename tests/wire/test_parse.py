@@ -45,14 +45,17 @@ def test_keys_are_never_mixed():
 
 CASES = [
     (lambda r: r.pop("user_id"), "malformed record: missing field 'user_id'"),
-    (lambda r: r.update(event_time="noon"), "malformed record: field 'event_time' must be an integer, got str"),
-    (lambda r: r.update(epsilon=True), "malformed record: field 'epsilon' must be a number, got bool"),
+    (lambda r: r.update(event_time="noon"),
+     "malformed record: field 'event_time' must be an integer, got str"),
+    (lambda r: r.update(epsilon=True),
+     "malformed record: field 'epsilon' must be a number, got bool"),
     (lambda r: r.update(oracle="rappor"), "unknown oracle 'rappor'"),
     (lambda r: r.update(epsilon=-1.0), "invalid parameters: epsilon must be in (0, inf)"),
     (lambda r: r.update(domain_size=1), "invalid parameters: domain_size must be >= 2"),
     (lambda r: r.update(hash_range=3), "invalid parameters: hash_range must be a power of two"),
     (lambda r: r.update(seed=None), "missing payload field 'seed' for oracle olh"),
-    (lambda r: r.update(bucket="3"), "malformed record: field 'bucket' must be an integer, got str"),
+    (lambda r: r.update(bucket="3"),
+     "malformed record: field 'bucket' must be an integer, got str"),
     (lambda r: r.update(bucket=4), "bucket outside [0, 4)"),
     (lambda r: r.update(value=7), "unexpected payload field 'value' for oracle olh"),
 ]
