@@ -100,6 +100,10 @@ def read_header(stream: IO[bytes]) -> Header:
             if not more:
                 raise AvroFormatError("truncated Avro header") from None
             buf += more
+        except (ValueError, UnicodeDecodeError) as exc:  # AvroFormatError is a ValueError
+            if isinstance(exc, AvroFormatError):
+                raise
+            raise AvroFormatError(f"damaged Avro header: {exc}") from None
 
 
 def _parse_header(buf: bytes) -> Header:

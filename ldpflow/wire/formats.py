@@ -84,6 +84,8 @@ _JSON_CHUNK_BYTES = 32 << 20
 _JSON_BLOCK_BYTES = 2 << 20  # pyarrow parses blocks in parallel; > the longest line
 _JSON_LINE_FALLBACK = 64  # a failing JSON chunk of at most this many lines: line by line
 MAX_LINE_BYTES = 1 << 20
+#: Deeper JSON is refused before it is decoded (a report nests one level).
+MAX_JSON_DEPTH = 64
 
 
 def detect_format(path: str) -> str:
@@ -196,8 +198,8 @@ def _damage(source: str, reason: str, count: int | None) -> Parsed:
 def _parquet_reports(stream, source, start, end, policy, keep):
     import pyarrow.parquet as pq
 
-    try:
-        parquet = pq.ParquetFile(stream)
+    try:  # pages written with checksums are verified
+        parquet = pq.ParquetFile(stream, page_checksum_verification=True)
     except (pa.ArrowException, OSError, ValueError) as exc:
         yield _damage(source, f"unreadable Parquet file: {type(exc).__name__}: {exc}", None)
         return
@@ -545,6 +547,12 @@ def _json_lines_one_by_one(chunk, number, source, policy, keep, cache, dead):
         text = line.strip()
         if not text:
             continue
+        if text.count(b"[") + text.count(b"{") > MAX_JSON_DEPTH and \
+                _json_depth(text) > MAX_JSON_DEPTH:
+            dead.append(DeadLetter(source, f"policy: JSON{_at(number, i)} nested deeper than "
+                                           f"{MAX_JSON_DEPTH} levels",
+                                   text[:200].decode("utf-8", "replace")))
+            continue
         try:
             record = json.loads(text)
         except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
@@ -565,6 +573,29 @@ def _json_lines_one_by_one(chunk, number, source, policy, keep, cache, dead):
     parsed.dead_letters[:0] = dead + refused
     parsed.records += len(dead) + len(refused)
     yield parsed
+
+
+def _json_depth(text: bytes) -> int:
+    """The deepest nesting of arrays and objects in one JSON text (brackets in strings do
+    not count)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
 
 
 def _hex_bits(table: pa.Table, source: str) -> tuple[pa.Table, list[DeadLetter]]:
@@ -708,8 +739,8 @@ class ReportWriter:
             import pyarrow.parquet as pq
 
             schema = arrow_schema()
-            if self._parquet is None:
-                self._parquet = pq.ParquetWriter(self._stream, schema)
+            if self._parquet is None:  # page checksums: flipped bits are found, not counted
+                self._parquet = pq.ParquetWriter(self._stream, schema, write_page_checksum=True)
             self._parquet.write_table(table if table.schema.equals(schema)
                                       else table.cast(schema), row_group_size=1 << 20)
 
@@ -720,7 +751,8 @@ class ReportWriter:
             if self._parquet is None:
                 import pyarrow.parquet as pq
 
-                self._parquet = pq.ParquetWriter(self._stream, arrow_schema())
+                self._parquet = pq.ParquetWriter(self._stream, arrow_schema(),
+                                                 write_page_checksum=True)
             self._parquet.close()
 
     def __enter__(self) -> ReportWriter:
@@ -835,6 +867,9 @@ def decode_message(data: Any, source: str = "", policy: AcceptancePolicy | None 
         try:  # one pretty-printed JSON object over several lines
             record = json.loads(text)
         except (ValueError, RecursionError):
+            letter = DeadLetter(source, "malformed message: neither Avro nor JSON", data[:200])
+            return [Parsed({}, [letter], 1)]
+        if not isinstance(record, dict):
             letter = DeadLetter(source, "malformed message: neither Avro nor JSON", data[:200])
             return [Parsed({}, [letter], 1)]
         return decode_message(json.dumps(record).encode("utf-8"), source, policy, keep)

@@ -162,13 +162,29 @@ class _Refusals:
         rows = np.flatnonzero(self.index >= 0)
         if rows.size == 0:
             return []
-        records = table.take(pa.array(rows)).to_pylist()
+        records = _python_records(table.take(pa.array(rows)))
         out = []
         for row, record in zip(rows.tolist(), records, strict=True):
             record.update(constants)
             reason, key = self.reasons[self.index[row]]
             out.append(DeadLetter(source, reason, record, key))
         return out
+
+
+def _python_records(table: pa.Table) -> list[dict]:
+    """Rows as dicts; strings that are not valid UTF-8 stay bytes (shown as hex)."""
+    try:
+        return table.to_pylist()
+    except UnicodeDecodeError:
+        def raw(t: pa.DataType) -> pa.DataType:
+            if pa.types.is_string(t) or pa.types.is_large_string(t):
+                return pa.large_binary()
+            if pa.types.is_struct(t):
+                return pa.struct([pa.field(f.name, raw(f.type)) for f in t])
+            return t
+
+        return table.cast(pa.schema([pa.field(f.name, raw(f.type)) for f in table.schema])
+                          ).to_pylist()
 
 
 _KIND_OK = {
@@ -297,7 +313,28 @@ def _check_kind(array: pa.Array, path: tuple[str, ...], kind: str, rows: np.ndar
         values = _int_numpy(array)[rows]
         refusals.refuse_rows(rows[values > _INT64_MAX],
                              f"malformed record: field {label!r} is out of range", key)
+    if kind == "string":
+        refusals.refuse_rows(_invalid_utf8(array, rows),
+                             f"malformed record: field {label!r} is not valid UTF-8", key)
     return True
+
+
+def _invalid_utf8(array: pa.Array, rows: np.ndarray) -> np.ndarray:
+    """The rows among ``rows`` whose string is not valid UTF-8 (decoders that do not check,
+    like pyarrow's JSON reader, pass such bytes through)."""
+    try:
+        array.validate(full=True)
+        return np.zeros(0, dtype=np.int64)
+    except pa.ArrowInvalid:  # the slow path, for damaged or hostile input only
+        raw = array.cast(pa.large_binary()).to_pylist()
+        bad = []
+        for row in rows.tolist():
+            try:
+                if raw[row] is not None:
+                    raw[row].decode("utf-8")
+            except UnicodeDecodeError:
+                bad.append(row)
+        return np.asarray(bad, dtype=np.int64)
 
 
 def _codes(array: pa.Array | None, rows: np.ndarray) -> tuple[np.ndarray | None, list[Any]]:

@@ -173,3 +173,31 @@ def test_window_spec_validation():
         WindowSpec(0)
     with pytest.raises(ValueError, match="allowed_lateness must be >= 0"):
         WindowSpec(60, allowed_lateness=-1)
+
+
+def test_hostile_messages_are_dead_letters_and_the_windows_keep_firing():
+    _, good = make_reports("h", [5] * 8, seed=11)
+    _, later = make_reports("k", [70] * 4, seed=12)
+    nested = b'{"report_id": ' + b"[" * 1000 + b"]" * 1000 + b"}"
+    hostile = [
+        PubsubMessage(nested, {}),
+        message([dict(good[0], report_id="e", epsilon=1000.0)], fmt="json"),
+        message([dict(good[0], report_id="d", domain_size=2**40)], fmt="json"),
+        message([dict(good[0], report_id="t", event_time=2**70)], fmt="json"),
+        PubsubMessage(b"Obj\x01" + b"\xff" * 40, {}),  # an Avro magic and garbage
+    ]
+    stream = (TestStream().advance_watermark_to(0)
+              .add_elements([TimestampedValue(message(good, fmt="json"), 1)]
+                            + [TimestampedValue(m, 2) for m in hostile])
+              .advance_watermark_to(65)  # the first window fires after the hostile messages
+              .add_elements([TimestampedValue(message(later, fmt="json"), 70)])
+              .advance_watermark_to_infinity())
+
+    def checks(out):
+        assert_that(out["estimates"] | beam.Map(pane_view),
+                    equal_to([(0, "ON_TIME", 8), (60, "ON_TIME", 4)]), label="estimates")
+        assert_that(out["dead_letters"] | beam.Map(lambda d: d.reason.split(":")[0]),
+                    equal_to(["policy", "policy", "policy",
+                              "malformed record", "unreadable Avro file"]), label="dead")
+
+    run_stream(stream, WindowSpec(60), checks=checks)

@@ -156,3 +156,4 @@ def test_deeply_nested_json_is_one_dead_letter(depth):
     parsed = _read(b"".join(lines), "json")
     dead = [d for p in parsed for d in p.dead_letters]
     assert len(dead) == 1 and sum(p.reports for p in parsed) == 299
+    assert dead[0].reason == "policy: JSON at line 8 nested deeper than 64 levels"
