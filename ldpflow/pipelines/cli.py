@@ -121,7 +121,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in _JOB_OPTIONS and {"-h", "--help"} & set(argv[1:]):
         _job_help(args.command)
         return 0
-    return COMMANDS[args.command](argv[1:])
+    try:
+        return COMMANDS[args.command](argv[1:])
+    except SystemExit as exc:  # a usage error: one line, status 2 (argparse's convention)
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":

@@ -450,8 +450,14 @@ class _ReadFailed(Exception):
 
 
 def _read_up_to(stream, size: int) -> bytes:
-    """Up to ``size`` bytes, read 4 MiB at a time, so that what was read before an error
-    (a damaged gzip member) is not lost with it."""
+    """Up to ``size`` bytes. A decompressing stream is read 4 MiB at a time, so that what
+    was read before an error (a damaged gzip member) is not lost with it; a plain file in
+    one call (no copies)."""
+    if isinstance(stream, (io.BufferedReader, io.BytesIO, io.FileIO)):
+        try:
+            return stream.read(size)
+        except (OSError, EOFError) as exc:
+            raise _ReadFailed(b"", exc) from None
     parts: list[bytes] = []
     got = 0
     while got < size:

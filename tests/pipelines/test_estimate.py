@@ -257,3 +257,12 @@ def test_a_rerun_replaces_the_whole_output_and_is_byte_identical(tmp_path):
     estimate.run([f"--input={out}/reports-*", f"--output={target}", "--methods=base"])
     assert (target / "estimates.avro").read_bytes() == first
     assert not [p for p in target.iterdir() if p.name.startswith(".staging-")]
+
+
+def test_usage_errors_exit_2_with_one_line(tmp_path, capsys):
+    from ldpflow.pipelines import cli
+
+    status = cli.main(["estimate", f"--input={tmp_path}/none-*.avro", f"--output={tmp_path}/o"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and err == [f"ldpflow estimate: error: --input "
+                                   f"'{tmp_path}/none-*.avro' matched no files"]
