@@ -22,7 +22,8 @@ setuptools.setup(
     include_package_data=True,
     install_requires=["numpy>=1.26", "scipy>=1.11"],
     extras_require={
-        "beam": ["apache-beam>=2.60", "fastavro>=1.9", "pyarrow>=14", "polars>=1.20"],
+        "beam": ["apache-beam>=2.60", "fastavro>=1.9", "pyarrow>=14", "polars>=1.20",
+                 "cramjam>=2.7"],
         "dask": ["apache-beam[dask]>=2.60"],
         "gcp": ["google-cloud-pubsub>=2.1,<3"],
         "plot": ["matplotlib>=3.7"],

@@ -33,10 +33,10 @@ import pyarrow.compute as pc
 from ldpflow.wire.buffers import offsets_and_data
 
 __all__ = ["MAGIC", "Header", "Block", "Damage", "read_header", "iter_blocks",
-           "ContainerWriter", "encode_container", "CODECS"]
+           "ContainerWriter", "encode_container", "snappy_to_null", "CODECS"]
 
 MAGIC = b"Obj\x01"
-CODECS = ("null", "deflate")
+CODECS = ("null", "deflate", "snappy")
 _SYNC_SIZE = 16
 _READ = 1 << 20
 
@@ -389,7 +389,7 @@ class ContainerWriter:
     that of one block). Columns absent from a table are written as null (their fields must
     be nullable); ``sync`` defaults to random bytes (fix it for byte-identical output)."""
 
-    def __init__(self, stream: IO[bytes], schema: dict, codec: str = "deflate",
+    def __init__(self, stream: IO[bytes], schema: dict, codec: str = "snappy",
                  block_rows: int = 1 << 16, sync: bytes | None = None, level: int = 6):
         if codec not in CODECS:
             raise ValueError(f"codec must be one of {', '.join(CODECS)}, got {codec!r}")
@@ -413,9 +413,7 @@ class ContainerWriter:
         for lo in range(0, table.num_rows, self._block_rows):
             part = table.slice(lo, self._block_rows)
             data = _encode_rows(part, self._schema)
-            if self._codec == "deflate":
-                compressor = zlib.compressobj(self._level, zlib.DEFLATED, -15)
-                data = compressor.compress(data) + compressor.flush()
+            data = _compress(data, self._codec, self._level)
             mat, lengths = _zigzag_varints(np.array([part.num_rows, len(data)]))
             self._stream.write(mat[0, : lengths[0]].tobytes() + mat[1, : lengths[1]].tobytes()
                                + data + self._sync)
@@ -424,7 +422,45 @@ class ContainerWriter:
         self._start()  # an empty file is still a valid container
 
 
-def encode_container(table: pa.Table, schema: dict, codec: str = "deflate",
+def _compress(data: bytes, codec: str, level: int = 6) -> bytes:
+    if codec == "deflate":
+        compressor = zlib.compressobj(level, zlib.DEFLATED, -15)
+        return compressor.compress(data) + compressor.flush()
+    if codec == "snappy":  # Avro's snappy: the raw snappy block, then CRC32 (big-endian)
+        import cramjam
+
+        return bytes(cramjam.snappy.compress_raw(data)) + zlib.crc32(data).to_bytes(4, "big")
+    return data
+
+
+def snappy_to_null(header: Header, blocks: list[Block]) -> tuple[bytes, list[Block | Damage]]:
+    """A ``snappy`` container's blocks checked against their CRC32 and decompressed: the
+    header of the same container with the null codec, and each block uncompressed (or a
+    :class:`Damage` where the data does not decompress or its checksum does not match)."""
+    import cramjam
+
+    out: list[Block | Damage] = []
+    for block in blocks:
+        count, pos = _read_varint(block.raw, 0)
+        size, pos = _read_varint(block.raw, pos)
+        payload = block.raw[pos:pos + size]
+        try:
+            data = bytes(cramjam.snappy.decompress_raw(payload[:-4]))
+            ok = zlib.crc32(data).to_bytes(4, "big") == payload[-4:]
+        except Exception:  # noqa: BLE001 - cramjam raises its own error types
+            ok = False
+        if not ok:
+            out.append(Damage(block.offset, len(block.raw), count,
+                              "snappy block fails its CRC32 checksum"))
+            continue
+        mat, lengths = _zigzag_varints(np.array([count, len(data)]))
+        raw = mat[0, : lengths[0]].tobytes() + mat[1, : lengths[1]].tobytes() + data + \
+            header.sync
+        out.append(Block(block.offset, count, raw))
+    return _header(header.schema, "null", header.sync), out
+
+
+def encode_container(table: pa.Table, schema: dict, codec: str = "snappy",
                      block_rows: int = 1 << 16, sync: bytes | None = None,
                      level: int = 6) -> bytes:
     """A table's rows as one Avro container of ``schema`` (:class:`ContainerWriter`)."""

@@ -349,6 +349,15 @@ def _polars_table(data: bytes, columns: list[str]) -> pa.Table:
 def _avro_decode(header, blocks, columns, known_present, source, policy, keep, cache):
     if not blocks:
         return
+    if header.codec == "snappy":  # checked here (CRC32), then decoded uncompressed
+        raw_header, checked = avro.snappy_to_null(header, blocks)
+        for damage in (b for b in checked if isinstance(b, avro.Damage)):
+            yield _damage(source, f"damaged Avro data at byte {damage.offset}: {damage.reason} "
+                                  f"({damage.count} records lost)", damage.count)
+        header = avro.Header(raw_header, header.schema, "null", header.sync)
+        blocks = [b for b in checked if isinstance(b, avro.Block)]
+        if not blocks:
+            return
     data = header.raw + b"".join(b.raw for b in blocks)
     try:
         table = _polars_table(data, columns)
@@ -727,7 +736,7 @@ class ReportWriter:
     """Writes one report file of ``fmt`` a table at a time (bounded memory for any size):
     Avro blocks (``codec`` null or deflate), JSON lines, Parquet row groups."""
 
-    def __init__(self, stream: IO[bytes], fmt: str, *, codec: str = "deflate", level: int = 6):
+    def __init__(self, stream: IO[bytes], fmt: str, *, codec: str = "snappy", level: int = 6):
         if fmt not in FORMATS:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
         self._stream, self._format = stream, fmt
@@ -768,7 +777,7 @@ class ReportWriter:
         self.close()
 
 
-def write_reports(stream: IO[bytes], fmt: str, table: pa.Table, *, codec: str = "deflate",
+def write_reports(stream: IO[bytes], fmt: str, table: pa.Table, *, codec: str = "snappy",
                   level: int = 6) -> None:
     """Write an envelope table as one file of ``fmt`` (:class:`ReportWriter`)."""
     with ReportWriter(stream, fmt, codec=codec, level=level) as writer:
@@ -883,7 +892,7 @@ def decode_message(data: Any, source: str = "", policy: AcceptancePolicy | None 
 
 
 def write_records(stream: IO[bytes], fmt: str, records: Iterable[dict], *,
-                  schema: str = "report", codec: str = "deflate") -> None:
+                  schema: str = "report", codec: str = "snappy") -> None:
     """Write records given as Python dicts (a few result records, or hand-made reports in
     tests and tools): Avro through fastavro, or JSON lines (bytes as hex)."""
     if fmt == "avro":

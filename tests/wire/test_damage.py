@@ -36,7 +36,7 @@ def _read(data: bytes, fmt: str):
     return parsed, counts, reports, dead
 
 
-@pytest.mark.parametrize("codec", ["null", "deflate"])
+@pytest.mark.parametrize("codec", ["null", "deflate", "snappy"])
 @pytest.mark.parametrize("seed", range(12))
 def test_random_avro_corruption_loses_only_damaged_blocks(codec, seed):
     rng = np.random.default_rng(seed)
@@ -121,3 +121,18 @@ def test_a_truncated_json_line_at_the_end_is_one_dead_letter():
     parsed, counts, n, dead = _read(data[:-30], "json")
     assert n == 99 and dead == 1
     assert json.loads(data.splitlines()[0])["oracle"] == "grr"
+
+
+def test_files_ldpflow_writes_carry_checksums_so_a_flipped_bit_is_found():
+    reports, table = _reports(2000, 3)
+    buffer = io.BytesIO()
+    formats.write_reports(buffer, "avro", table)  # snappy: CRC32 per block
+    data = bytearray(buffer.getvalue())
+    header = avro.read_header(io.BytesIO(bytes(data)))
+    assert header.codec == "snappy"
+    (block,) = list(avro.iter_blocks(io.BytesIO(bytes(data)), header))
+    data[block.offset + len(block.raw) - 20] ^= 0x01  # one bit of the block's last bytes
+    parsed, counts, n, dead = _read(bytes(data), "avro")
+    (letter,) = [d for p in parsed for d in p.dead_letters]
+    assert n == 0 and dead == 2000 and "CRC32" in letter.reason
+    assert list(fastavro.reader(io.BytesIO(buffer.getvalue())))[0]["oracle"] == "grr"
