@@ -33,12 +33,13 @@ import pyarrow.compute as pc
 from ldpflow.wire.buffers import offsets_and_data
 
 __all__ = ["MAGIC", "Header", "Block", "Damage", "read_header", "iter_blocks",
-           "ContainerWriter", "encode_container", "snappy_to_null", "CODECS"]
+           "ContainerWriter", "encode_container", "snappy_to_null", "plausible_count", "CODECS"]
 
 MAGIC = b"Obj\x01"
 CODECS = ("null", "deflate", "snappy")
 _SYNC_SIZE = 16
 _READ = 1 << 20
+_MAX_HEADER_BYTES = 16 << 20
 
 
 class AvroFormatError(ValueError):
@@ -96,7 +97,10 @@ def read_header(stream: IO[bytes]) -> Header:
         try:
             return _parse_header(buf)
         except EOFError:
-            more = stream.read(_READ)
+            if len(buf) >= _MAX_HEADER_BYTES:
+                raise AvroFormatError(f"Avro header longer than {_MAX_HEADER_BYTES} bytes"
+                                      ) from None
+            more = stream.read(len(buf))  # doubling: parses stay linear overall
             if not more:
                 raise AvroFormatError("truncated Avro header") from None
             buf += more
@@ -118,6 +122,8 @@ def _parse_header(buf: bytes) -> Header:
         if count < 0:
             _, pos = _read_varint(buf, pos)  # block size in bytes
             count = -count
+        if count > len(buf):  # each entry takes bytes: a damaged count
+            raise EOFError
         for _ in range(count):
             size, pos = _read_varint(buf, pos)
             key = buf[pos:pos + size].decode("utf-8", "replace")
@@ -144,62 +150,87 @@ class _Window:
     def __init__(self, stream: IO[bytes], position: int):
         self.stream = stream
         self.base = position  # file offset of buf[0]
-        self.buf = b""
+        self.buf = bytearray()
         self.eof = False
         try:
             stream.seek(position)
         except (OSError, io.UnsupportedOperation):
             self._skip_to(position)
 
-    def _skip_to(self, position: int) -> None:  # streams that cannot seek (gzip)
-        stream_pos = 0
-        while stream_pos < position:
-            chunk = self.stream.read(min(_READ, position - stream_pos))
+    def _skip_to(self, position: int) -> None:  # streams that cannot seek
+        try:
+            at = self.stream.tell()
+        except (OSError, io.UnsupportedOperation):
+            at = 0
+        while at < position:
+            chunk = self.stream.read(min(_READ, position - at))
             if not chunk:
                 break
-            stream_pos += len(chunk)
+            at += len(chunk)
 
     def need(self, size: int) -> bool:
         """At least ``size`` bytes buffered (False at the end of the stream)."""
         while len(self.buf) < size and not self.eof:
-            chunk = self.stream.read(max(_READ, size - len(self.buf)))
+            chunk = self.stream.read(max(_READ, min(size - len(self.buf), _MAX_BLOCK_BYTES)))
             if not chunk:
                 self.eof = True
             self.buf += chunk
         return len(self.buf) >= size
 
     def consume(self, size: int) -> None:
-        self.buf = self.buf[size:]
+        del self.buf[:size]
         self.base += size
 
-    def find(self, marker: bytes) -> int:
-        """The buffer index of ``marker`` (reading on), or -1 at the end of the stream."""
-        start = 0
+    def skip_to_marker(self, marker: bytes) -> bool:
+        """Drop bytes up to and including the next ``marker`` (reading on, keeping at most a
+        buffer's worth in memory); False when the stream ends first (all dropped)."""
         while True:
-            found = self.buf.find(marker, start)
+            found = self.buf.find(marker)
             if found >= 0:
-                return found
-            start = max(0, len(self.buf) - len(marker) + 1)
+                self.consume(found + len(marker))
+                return True
+            keep = len(marker) - 1  # a marker may straddle the next read
+            if len(self.buf) > keep:
+                self.consume(len(self.buf) - keep)
             if self.eof or not self.need(len(self.buf) + _READ):
-                found = self.buf.find(marker, start)
-                return found
+                if self.buf.find(marker) < 0:
+                    self.consume(len(self.buf))
+                    return False
+
+
+#: The largest block a reader accepts: a damaged size field claims anything.
+_MAX_BLOCK_BYTES = 1 << 28
+#: The most records a block may claim per byte of its data (a count beyond it is damage).
+_MAX_RECORDS_PER_BYTE = 256
+
+
+def plausible_count(count: int | None, size: int) -> int | None:
+    """A damaged block's record count when its header is believable, else None."""
+    if count is None or count < 0 or count > max(size, 1) * _MAX_RECORDS_PER_BYTE:
+        return None
+    return count
 
 
 def iter_blocks(stream: IO[bytes], header: Header, start: int = 0, end: int | None = None
                 ) -> Iterator[Block | Damage]:
     """The blocks that begin in ``[start, end)`` (all from ``start`` when ``end`` is None),
     and a :class:`Damage` for every run of unreadable bytes, after which the reading goes on
-    at the next sync marker."""
+    at the next sync marker.
+
+    A block belongs to the range of the intact sync marker (or header) before it, which is
+    where the next range's reader looks for its first block: so after damage whose own marker
+    is broken, this reader goes on past ``end`` to the next intact marker, and no block is
+    read by two ranges or by none.
+    """
     sync = header.sync
     if start <= header.end:
         window = _Window(stream, header.end)
     else:  # the first block after a sync marker that ends at or after start
         window = _Window(stream, start - _SYNC_SIZE)
-        found = window.find(sync)
-        if found < 0:
+        if not window.skip_to_marker(sync):
             return
-        window.consume(found + _SYNC_SIZE)
-    while end is None or window.base < end:
+    anchored = True  # the current position follows an intact sync marker (or the header)
+    while end is None or window.base < end or not anchored:
         if not window.need(1):
             return
         offset = window.base
@@ -210,6 +241,8 @@ def iter_blocks(stream: IO[bytes], header: Header, start: int = 0, end: int | No
             size, pos = _read_varint(window.buf, pos)
             if count < 0 or size < 0:
                 raise ValueError(f"negative block count {count} or size {size}")
+            if size > _MAX_BLOCK_BYTES:
+                raise ValueError(f"block claims {size} bytes, more than {_MAX_BLOCK_BYTES}")
             body = pos + size
             if not window.need(body + _SYNC_SIZE):
                 raise EOFError(f"truncated block: {size} bytes claimed")
@@ -218,20 +251,24 @@ def iter_blocks(stream: IO[bytes], header: Header, start: int = 0, end: int | No
         except (EOFError, ValueError) as exc:
             problem = str(exc)
         if problem is None:
-            yield Block(offset, count, window.buf[:body + _SYNC_SIZE])
+            raw = bytes(window.buf[:body + _SYNC_SIZE])
             window.consume(body + _SYNC_SIZE)
+            anchored = True
+            if count:  # an empty block (legal) holds nothing to decode
+                yield Block(offset, count, raw)
             continue
         if body and _block_at(window, body + _SYNC_SIZE, sync):
-            # Only the block's own marker is broken: the next block follows it.
+            # Only the block's own marker is broken: the next block follows it, and it is
+            # this range's (its reader cannot find it from the broken marker).
             window.consume(body + _SYNC_SIZE)
-            yield Damage(offset, body + _SYNC_SIZE, count, problem)
+            anchored = False
+            yield Damage(offset, body + _SYNC_SIZE, plausible_count(count, size), problem)
             continue
+        before = window.base
         window.consume(1)  # resync: the next sync marker ends the damaged block
-        found = window.find(sync)
-        skipped = 1 + (found + _SYNC_SIZE if found >= 0 else len(window.buf))
-        window.consume(skipped - 1)
-        yield Damage(offset, skipped, count if count is not None and count >= 0 else None,
-                     problem)
+        window.skip_to_marker(sync)
+        anchored = True
+        yield Damage(offset, window.base - before, plausible_count(count, size), problem)
 
 
 def _block_at(window: _Window, at: int, sync: bytes) -> bool:
@@ -244,7 +281,8 @@ def _block_at(window: _Window, at: int, sync: bytes) -> bool:
         size, pos = _read_varint(window.buf, pos)
     except (EOFError, ValueError):
         return False
-    if count < 0 or size < 0 or not window.need(pos + size + _SYNC_SIZE):
+    if count < 0 or not 0 <= size <= _MAX_BLOCK_BYTES or \
+            not window.need(pos + size + _SYNC_SIZE):
         return False
     return window.buf[pos + size:pos + size + _SYNC_SIZE] == sync
 

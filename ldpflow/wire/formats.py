@@ -27,6 +27,7 @@ import hashlib
 import io
 import json
 import logging
+import re
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any
@@ -203,8 +204,14 @@ def _parquet_reports(stream, source, start, end, policy, keep):
     except (pa.ArrowException, OSError, ValueError) as exc:
         yield _damage(source, f"unreadable Parquet file: {type(exc).__name__}: {exc}", None)
         return
-    metadata = parquet.metadata
-    schema = parquet.schema_arrow
+    try:
+        metadata = parquet.metadata
+        schema = parquet.schema_arrow
+        if len(set(schema.names)) != len(schema.names):
+            raise ValueError(f"the file's schema repeats a column name: {schema.names}")
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        yield _damage(source, f"unreadable Parquet file: {type(exc).__name__}: {exc}", None)
+        return
     fields, optional = _needed(keep)
     cache: dict = {}
     for index in range(metadata.num_row_groups):
@@ -212,9 +219,10 @@ def _parquet_reports(stream, source, start, end, policy, keep):
         offset = _row_group_offset(row_group)
         if offset < start or (end is not None and offset >= end):
             continue
-        columns, known_null, known_present, constants = _parquet_projection(
-            schema, row_group, fields, optional)
+        done = 0  # rows of this row group already handed on
         try:
+            columns, known_null, known_present, constants = _parquet_projection(
+                schema, row_group, fields, optional)
             if not columns:  # everything is known from the statistics
                 yield parse_table(pa.table({"_": pa.nulls(row_group.num_rows)}), source=source,
                                   policy=policy, keep=keep, known_null=known_null,
@@ -223,14 +231,17 @@ def _parquet_reports(stream, source, start, end, policy, keep):
                 continue
             for batch in parquet.iter_batches(batch_size=CHUNK_ROWS, row_groups=[index],
                                               columns=columns, use_threads=False):
-                yield parse_table(pa.Table.from_batches([batch]), source=source, policy=policy,
-                                  keep=keep, known_null=known_null,
-                                  known_present=known_present, constants=constants,
-                                  protocols=cache)
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            yield _damage(source, f"unreadable Parquet row group {index} "
-                                  f"({row_group.num_rows} records): {type(exc).__name__}: {exc}",
-                          row_group.num_rows)
+                parsed = parse_table(pa.Table.from_batches([batch]), source=source,
+                                     policy=policy, keep=keep, known_null=known_null,
+                                     known_present=known_present, constants=constants,
+                                     protocols=cache)
+                done += batch.num_rows
+                yield parsed
+        except (pa.ArrowException, OSError, ValueError, KeyError, UnicodeDecodeError) as exc:
+            lost = row_group.num_rows - done  # the rows not handed on: no row counted twice
+            yield _damage(source, f"unreadable Parquet row group {index} ({lost} of "
+                                  f"{row_group.num_rows} records): {type(exc).__name__}: {exc}",
+                          lost)
 
 
 _SHORT_CONSTANT = 32  # longer string statistics may be truncated prefixes
@@ -253,11 +264,14 @@ def _parquet_projection(schema: pa.Schema, row_group, fields: list[str], optiona
         stats = column.statistics
         count = stats.null_count if stats is not None and stats.has_null_count else None
         nulls.setdefault(top, []).append(count)
-        if (top in PARAMETER_FIELDS and "." not in column.path_in_schema and count == 0
-                and stats.has_min_max and stats.min == stats.max
-                and (isinstance(stats.min, int) or (isinstance(stats.min, str)
-                                                    and len(stats.min) < _SHORT_CONSTANT))):
-            single[top] = stats.min
+        try:
+            low, high = (stats.min, stats.max) if count == 0 and stats.has_min_max else (1, 0)
+        except UnicodeDecodeError:  # statistics that are not UTF-8: not a proof
+            low, high = 1, 0
+        if (top in PARAMETER_FIELDS and "." not in column.path_in_schema and low == high
+                and (isinstance(low, int) or (isinstance(low, str)
+                                              and len(low) < _SHORT_CONSTANT))):
+            single[top] = low
     columns, known_null, known_present, constants = [], [], [], {}
     for name in fields:
         if name not in schema.names:
@@ -361,6 +375,9 @@ def _avro_decode(header, blocks, columns, known_present, source, policy, keep, c
     data = header.raw + b"".join(b.raw for b in blocks)
     try:
         table = _polars_table(data, columns)
+        if table.num_rows != sum(b.count for b in blocks):  # polars stopped short
+            raise ValueError(f"decoded {table.num_rows} of {sum(b.count for b in blocks)} "
+                             "records")
     except BaseException as exc:  # noqa: BLE001 - polars raises (and panics) many types
         if isinstance(exc, (KeyboardInterrupt, SystemExit, MemoryError)):
             raise
@@ -382,9 +399,13 @@ def _avro_records(header, block, source, policy, keep, cache):
     data = header.raw + block.raw
     try:
         records = list(fastavro.reader(io.BytesIO(data)))
+        if len(records) != block.count:
+            raise ValueError(f"decoded {len(records)} of {block.count} records")
     except Exception as exc:  # noqa: BLE001 - fastavro raises many types on corrupt input
-        yield _damage(source, f"undecodable Avro block at byte {block.offset} ({block.count} "
-                              f"records lost): {type(exc).__name__}: {exc}", block.count)
+        lost = avro.plausible_count(block.count, len(block.raw))
+        yield _damage(source, f"undecodable Avro block at byte {block.offset} "
+                              f"({'an unknown number of' if lost is None else lost} records "
+                              f"lost): {type(exc).__name__}: {exc}", lost)
         return
     table, dead = records_to_table(records, source)
     parsed = parse_table(table, source=source, policy=policy, keep=keep, protocols=cache)
@@ -394,6 +415,7 @@ def _avro_records(header, block, source, policy, keep, cache):
 
 
 # -- JSON lines --------------------------------------------------------------------------------
+_HEX_TEXT = re.compile(r"(?:[0-9a-fA-F]{2})*")
 _HEX = np.full(256, 255, dtype=np.uint8)
 for _i, _c in enumerate(b"0123456789abcdef"):
     _HEX[_c] = _i
@@ -440,6 +462,8 @@ def _json_chunks(stream, start: int, end: int | None) -> Iterator[bytes]:
         cut = block.rfind(b"\n")
         if cut < 0:
             carry += block
+            if len(carry) > MAX_LINE_BYTES:  # keep its head (for the dead letter) only
+                carry = carry[: MAX_LINE_BYTES + 1]
             continue
         complete = b"".join((carry, memoryview(block)[: cut + 1]))  # one copy
         carry = block[cut + 1:]
@@ -577,6 +601,8 @@ def _json_lines_one_by_one(chunk, number, source, policy, keep, cache, dead):
             continue
         if isinstance(record, dict) and isinstance(record.get("bits"), str):
             try:
+                if not _HEX_TEXT.fullmatch(record["bits"]):
+                    raise ValueError("not hex")  # as strict as the columnar path
                 record["bits"] = bytes.fromhex(record["bits"])
             except ValueError:
                 dead.append(DeadLetter(source, "payload field 'bits' is not a hex string",
@@ -860,8 +886,14 @@ def decode_message(data: Any, source: str = "", policy: AcceptancePolicy | None 
     data = bytes(data)
     policy = policy or AcceptancePolicy()
     if data[:4] == avro.MAGIC:
-        return list(read_reports(io.BytesIO(data), "avro", source=source, policy=policy,
-                                 keep=keep))
+        parsed = list(read_reports(io.BytesIO(data), "avro", source=source, policy=policy,
+                                   keep=keep))
+        if sum(p.records for p in parsed) == 0:  # nothing decodable: the message is one record
+            letter = DeadLetter(source, "; ".join(d.reason for p in parsed
+                                                  for d in p.dead_letters)
+                                or "malformed message: an empty Avro container", data[:200])
+            return [Parsed({}, [letter], 1)]
+        return parsed
     text = data.strip()
     if text.startswith(b"["):
         try:

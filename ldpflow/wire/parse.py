@@ -81,6 +81,9 @@ class AcceptancePolicy:
         The most parameter sets one chunk of a file may hold (the largest are kept; the rows
         of the others are refused), so that a hostile file cannot make the server build and
         count a configuration per row.
+    max_dead_records : int
+        Refused records kept whole per reason and chunk; the others of that reason are
+        counted in one dead letter (record null), so refusing a whole file costs no memory.
     """
 
     expect: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -89,6 +92,7 @@ class AcceptancePolicy:
     max_epsilon: float = 20.0
     max_id_bytes: int = 256
     max_keys: int = 1000
+    max_dead_records: int = 1000
 
     def problem(self, protocol: Any, key: ProtocolKey) -> str | None:
         """Why reports of ``protocol`` are refused (None: accepted)."""
@@ -157,17 +161,34 @@ class _Refusals:
             self.index[new] = len(self.reasons)
             self.reasons.append((reason, key))
 
-    def letters(self, table: pa.Table, source: str, constants: Mapping[str, Any]
-                ) -> list[DeadLetter]:
-        rows = np.flatnonzero(self.index >= 0)
-        if rows.size == 0:
+    def letters(self, table: pa.Table, source: str, constants: Mapping[str, Any],
+                limit: int) -> list[DeadLetter]:
+        """A dead letter with its record for the first ``limit`` rows of each reason, and
+        one more per reason counting the rest (its record None): memory stays bounded
+        whatever share of a chunk is refused."""
+        refused = np.flatnonzero(self.index >= 0)
+        if refused.size == 0:
             return []
+        reason_of = self.index[refused]
+        order = np.argsort(reason_of, kind="stable")
+        bounds = np.searchsorted(reason_of[order], np.arange(len(self.reasons) + 1))
+        shown: list[np.ndarray] = []
+        rest: list[tuple[int, int]] = []
+        for i in range(len(self.reasons)):
+            rows = refused[order[bounds[i]:bounds[i + 1]]]
+            shown.append(rows[:limit])
+            if rows.size > limit:
+                rest.append((i, int(rows.size - limit)))
+        rows = np.sort(np.concatenate(shown))
         records = _python_records(table.take(pa.array(rows)))
         out = []
         for row, record in zip(rows.tolist(), records, strict=True):
             record.update(constants)
             reason, key = self.reasons[self.index[row]]
             out.append(DeadLetter(source, reason, record, key))
+        for i, count in rest:
+            reason, key = self.reasons[i]
+            out.append(DeadLetter(source, reason, None, key, count))
         return out
 
 
@@ -354,9 +375,10 @@ def _codes(array: pa.Array | None, rows: np.ndarray) -> tuple[np.ndarray | None,
             bounds = pc.min_max(picked)
             if bounds["min"].as_py() == bounds["max"].as_py():
                 return None, [bounds["min"].as_py()]
-    encoded = pc.dictionary_encode(array, null_encoding="encode")
-    indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    return indices, encoded.dictionary.to_pylist()
+    encoded = pc.dictionary_encode(picked, null_encoding="encode")  # live rows only
+    codes = np.zeros(n, dtype=np.int64)
+    codes[rows] = encoded.indices.to_numpy(zero_copy_only=False)
+    return codes, encoded.dictionary.to_pylist()
 
 
 def _groups(cols: _Table, paths: list[tuple[str, ...]], rows: np.ndarray
@@ -632,7 +654,8 @@ def parse_table(
                          refusals, keep, batches)
         else:
             _collect(cols, values, params, rows, policy, cache, refusals, keep, batches)
-    return Parsed(batches, refusals.letters(table, source, constants), cols.n)
+    return Parsed(batches, refusals.letters(table, source, constants, policy.max_dead_records),
+                  cols.n)
 
 
 def _within_budget(groups: list, budget: list[int], policy: AcceptancePolicy,
@@ -752,6 +775,11 @@ def _value_problem(value: Any, field: pa.Field, label: str) -> str | None:
     if not _PY_KIND[kind](value):
         return (f"malformed record: field {label!r} must be {_KIND_NAME[kind]}, "
                 f"got {type(value).__name__}")
+    if kind == "string":
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (JSON "\ud800")
+            return f"malformed record: field {label!r} is not valid UTF-8"
     if kind == "int":
         low, high = (-(2**63), 2**64) if label == "seed" else (
             _INT_RANGE["int"] if pa.types.is_int32(field.type) else _INT_RANGE["long"])

@@ -1,0 +1,115 @@
+"""Hostile and unusual input that once crashed the read, lost records or counted them
+twice: each case is one dead letter (or none), and every record is accounted for."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+
+import ldpflow
+from ldpflow.schemas import schema_json
+from ldpflow.wire import avro, formats
+
+ORACLE = ldpflow.oracle("grr", epsilon=1.0, domain_size=32)
+
+
+def _table(n=40, seed=4):
+    rng = np.random.default_rng(seed)
+    reports = ORACLE.perturb(rng.integers(0, 32, n), rng=rng)
+    return formats.reports_table(ORACLE, reports, formats.numbered_ids("r-", 0, n),
+                                 formats.numbered_ids("u-", 0, n), np.arange(n))
+
+
+def _summary(chunks):
+    chunks = list(chunks)
+    return (sum(p.records for p in chunks), sum(p.reports for p in chunks),
+            sum(d.count for p in chunks for d in p.dead_letters),
+            [d.reason for p in chunks for d in p.dead_letters])
+
+
+def _container(table, block_rows=5):
+    buffer = io.BytesIO()
+    writer = avro.ContainerWriter(buffer, schema_json("report"), codec="null",
+                                  block_rows=block_rows, sync=b"\x17" * 16)
+    writer.write(table)
+    writer.close()
+    return buffer.getvalue()
+
+
+def test_an_empty_avro_block_loses_nothing_after_it():
+    data = _container(_table(10))
+    header = avro.read_header(io.BytesIO(data))
+    empty = b"\x00\x00" + header.sync  # count 0, size 0: legal Avro
+    spliced = data[: header.end] + empty + data[header.end:]
+    assert _summary(formats.read_reports(io.BytesIO(spliced), "avro"))[:3] == (10, 10, 0)
+
+
+def test_ranges_of_a_file_with_a_broken_sync_marker_read_every_intact_block_once():
+    table = _table(40)
+    data = bytearray(_container(table))
+    header = avro.read_header(io.BytesIO(bytes(data)))
+    blocks = list(avro.iter_blocks(io.BytesIO(bytes(data)), header))
+    damaged = blocks[2]
+    data[damaged.offset + len(damaged.raw) - 3] ^= 0xFF
+    data = bytes(data)
+    whole = _summary(formats.read_reports(io.BytesIO(data), "avro"))
+    assert whole[:3] == (40, 35, 5)
+    for cut in range(header.end, len(data), 7):
+        first = _summary(formats.read_reports(io.BytesIO(data), "avro", start=0, end=cut))
+        second = _summary(formats.read_reports(io.BytesIO(data), "avro", start=cut))
+        assert (first[1] + second[1], first[2] + second[2]) == (35, 5), cut
+
+
+def test_a_block_claiming_a_terabyte_is_damage_not_an_allocation():
+    data = bytearray(_container(_table(10)))
+    header = avro.read_header(io.BytesIO(bytes(data)))
+    (first, second) = list(avro.iter_blocks(io.BytesIO(bytes(data)), header))
+    mat, lengths = avro._zigzag_varints(np.array([5, 10**12]))
+    size_at = first.offset + lengths[0]
+    _, old_end = avro._read_varint(first.raw, 1)
+    head = mat[0, : lengths[0]].tobytes() + mat[1, : lengths[1]].tobytes()
+    data = bytes(data[: first.offset]) + head + bytes(data[first.offset + old_end:])
+    assert size_at > 0
+    records, reports, dead, reasons = _summary(formats.read_reports(io.BytesIO(data), "avro"))
+    assert reports == 5 and "claims 1000000000000 bytes" in reasons[0]
+
+
+def test_strings_that_are_not_utf8_are_refused_whatever_their_neighbours():
+    lines = formats.json_lines(_table(10)).splitlines(keepends=True)
+    lines[3] = lines[3].replace(b'"oracle":"grr"', b'"oracle":"gr\\xffr"'.replace(
+        b"\\xff", b"\xff"))
+    lines[5] = lines[5].replace(b'"domain_size":32', b'"domain_size":64')  # a 2nd key
+    lines[7] = lines[7].replace(b'"report_id":"r-7"', b'"report_id":"a\\ud800"')
+    records, reports, dead, reasons = _summary(formats.read_reports(
+        io.BytesIO(b"".join(lines)), "json"))
+    assert (records, reports, dead) == (10, 8, 2)
+    assert all("utf-8" in reason.lower() for reason in reasons), reasons
+
+
+def test_hex_is_as_strict_on_the_slow_path_as_on_the_columnar_one():
+    oue = ldpflow.oracle("oue", epsilon=1.0, domain_size=16)
+    reports = oue.perturb(np.arange(4), rng=np.random.default_rng(1))
+    table = formats.reports_table(oue, reports, ["a", "b", "c", "d"], list("uvwx"), [0] * 4)
+    lines = formats.json_lines(table).splitlines(keepends=True)
+    record = json.loads(lines[0])
+    record["bits"] = record["bits"][:2] + " " + record["bits"][2:]
+    lines[0] = (json.dumps(record) + "\n").encode()
+    for extra in ([], [b"{bad json\n"]):  # with a neighbour that sends the chunk line by line
+        records, reports, dead, reasons = _summary(formats.read_reports(
+            io.BytesIO(b"".join(lines + extra)), "json"))
+        assert reports == 3 and "payload field 'bits' is not a hex string" in reasons
+
+
+def test_refusing_a_whole_chunk_keeps_a_bounded_number_of_records():
+    lines = formats.json_lines(_table(5000)).replace(b'"oracle":"grr"', b'"oracle":"nope"')
+    parsed = list(formats.read_reports(io.BytesIO(lines), "json"))
+    letters = [d for p in parsed for d in p.dead_letters]
+    assert sum(d.count for d in letters) == 5000 and len(letters) == 1001
+    assert letters[-1].record is None and letters[-1].count == 4000
+
+
+def test_an_undecodable_avro_message_is_one_record():
+    (parsed,) = formats.decode_message(b"Obj\x01" + b"\xff" * 40, "pubsub:1")
+    assert parsed.records == 1 and [d.count for d in parsed.dead_letters] == [1]
