@@ -109,11 +109,12 @@ def is_compressed(path: str) -> bool:
     return path.lower().endswith(_COMPRESSED)
 
 
-def _needed(keep: Iterable[str]) -> tuple[list[str], set[str]]:
+def _needed(keep: Iterable[str], policy: AcceptancePolicy) -> tuple[list[str], set[str]]:
     """The top-level fields a parse must read, and the required ones it may skip when the
-    file proves them present."""
+    file proves them present (heavy-hitter reports need their user ids, to check groups)."""
     keep = set(keep)
-    wanted = {"report_id": "id_hashes" in keep, "user_id": "user_ids" in keep,
+    wanted = {"report_id": "id_hashes" in keep,
+              "user_id": "user_ids" in keep or policy.checks_groups,
               "event_time": "event_times" in keep}
     fields = [*PARAMETER_FIELDS, *PAYLOAD_FIELDS]
     optional = set()
@@ -212,7 +213,7 @@ def _parquet_reports(stream, source, start, end, policy, keep):
     except (pa.ArrowException, OSError, ValueError) as exc:
         yield _damage(source, f"unreadable Parquet file: {type(exc).__name__}: {exc}", None)
         return
-    fields, optional = _needed(keep)
+    fields, optional = _needed(keep, policy)
     cache: dict = {}
     for index in range(metadata.num_row_groups):
         row_group = metadata.row_group(index)
@@ -328,7 +329,7 @@ def _avro_reports(stream, source, start, end, policy, keep):
         if start == 0:
             yield _damage(source, f"unreadable Avro file: {exc}", None)
         return
-    fields, optional = _needed(keep)
+    fields, optional = _needed(keep, policy)
     columns, known_present = _avro_projection(header.schema, fields, optional)
     cache: dict = {}
     pending: list[avro.Block] = []

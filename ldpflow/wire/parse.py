@@ -84,6 +84,9 @@ class AcceptancePolicy:
     max_dead_records : int
         Refused records kept whole per reason and chunk; the others of that reason are
         counted in one dead letter (record null), so refusing a whole file costs no memory.
+    check_groups : bool
+        Refuse a heavy-hitter report whose group is not the one its user id hashes to (a
+        client that picked its group could report in several, or skew one stage).
     """
 
     expect: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -93,6 +96,12 @@ class AcceptancePolicy:
     max_id_bytes: int = 256
     max_keys: int = 1000
     max_dead_records: int = 1000
+    check_groups: bool = True
+
+    @property
+    def checks_groups(self) -> bool:
+        """Heavy-hitter reports are expected, and their groups checked against user ids."""
+        return self.check_groups and self.expect.get("oracle") == PEM
 
     def problem(self, protocol: Any, key: ProtocolKey) -> str | None:
         """Why reports of ``protocol`` are refused (None: accepted)."""
@@ -658,6 +667,29 @@ def parse_table(
                   cols.n)
 
 
+def _group_mismatches(cols: _Table, pem: Any, reports: Reports, kept: np.ndarray,
+                      bad: np.ndarray, reasons: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Add the rows whose group is not their user id's (``assign_groups``) to ``bad``."""
+    from ldpflow.core.heavy_hitters import assign_groups
+
+    ids = cols.get(("user_id",))
+    if ids is None:
+        raise ValueError("checking heavy-hitter groups needs the user_id column")
+    good = np.ones(kept.size, dtype=bool)
+    good[bad] = False
+    rows = np.flatnonzero(good)
+    if rows.size == 0:
+        return bad, reasons
+    expected = assign_groups(ids.take(pa.array(kept[rows])).to_pylist(), pem.num_groups)
+    wrong = rows[expected != reports.columns["group"][rows]]
+    if wrong.size == 0:
+        return bad, reasons
+    order = np.argsort(np.concatenate([bad, wrong]), kind="stable")
+    merged = np.concatenate([bad, wrong])[order]
+    texts = [*reasons, *["group does not match the hash of user_id"] * wrong.size]
+    return merged, [texts[i] for i in order.tolist()]
+
+
 def _within_budget(groups: list, budget: list[int], policy: AcceptancePolicy,
                    refusals: _Refusals) -> list:
     """The largest groups while the chunk's budget of parameter sets lasts; the rows of the
@@ -692,6 +724,8 @@ def _collect(cols: _Table, values: tuple, paths: list, rows: np.ndarray,
     columns, kept = payload
     reports = Reports(protocol.name, columns)
     bad, reasons = protocol.invalid_rows(reports)
+    if key.name == PEM and policy.check_groups:
+        bad, reasons = _group_mismatches(cols, protocol, reports, kept, bad, reasons)
     if bad.size:
         texts = np.asarray(reasons)
         for reason in dict.fromkeys(reasons):

@@ -107,14 +107,23 @@ def heavy_hitters_document(
     The top-level ``top_k``, ``configuration``, ``n``, ``group_sizes``, ``stages`` and
     ``error`` are those of the configuration with the most valid reports (the only one
     in the common case); ``results`` lists every configuration found, and
-    ``records = reports + dead letters`` counts every input record.
+    ``records = reports + dead letters`` counts every input record. ``warnings`` says when
+    the input mixes configurations (several epsilons among them).
     """
     results = sorted(results, key=lambda r: (-r["n"], r["key"]))
     reports = sum(r["n"] for r in results)
     primary = results[0] if results and results[0]["n"] > 0 else None
-    if sum(1 for r in results if r["n"] > 0) > 1:
-        _LOGGER.warning("the input holds %d PEM configurations; the top level reports the "
-                        "largest, 'results' lists all", len(results))
+    warnings = []
+    present = [r for r in results if r["n"] > 0]
+    if len(present) > 1:
+        epsilons = sorted({(r.get("configuration") or {}).get("epsilon") for r in present},
+                          key=str)
+        warnings.append(
+            f"the input holds {len(present)} PEM configurations (epsilon "
+            f"{', '.join(map(str, epsilons))}); the top level reports the largest, 'results' "
+            "lists all" + ("; a user who reported under several epsilons has spent their sum"
+                           if len(epsilons) > 1 else ""))
+        _LOGGER.warning("%s", warnings[-1])
     document: dict[str, Any] = {
         "top_k": primary["top_k"] if primary else [],
         "configuration": primary["configuration"] if primary else None,
@@ -126,6 +135,7 @@ def heavy_hitters_document(
         "records": reports + int(dead_letters.get("total", 0)),
         "reports": reports,
         "dead_letters": dict(dead_letters),
+        "warnings": warnings,
     }
     if elapsed_seconds is not None:
         document["elapsed_seconds"] = round(elapsed_seconds, 3)

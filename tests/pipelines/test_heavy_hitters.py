@@ -175,6 +175,8 @@ def test_each_epsilon_is_its_own_result_unless_one_is_expected(tmp_path):
     assert [(r["configuration"]["epsilon"], r["n"]) for r in doc["results"]] == [(4.0, 3000),
                                                                               (2.0, 2000)]
     assert doc["configuration"]["epsilon"] == 4.0 and doc["n"] == 3000
+    (warning,) = doc["warnings"]  # several epsilons in one input are flagged
+    assert warning.startswith("the input holds 2 PEM configurations (epsilon 2.0, 4.0)")
     doc = heavy_hitters.run([f"--input={tmp_path}/[ab]/*.avro", f"--output={tmp_path}/hh2",
                              *FLAGS, "--epsilon", "2"])
     assert [(r["configuration"]["epsilon"], r["n"], r["dead_letters"])

@@ -113,3 +113,31 @@ def test_refusing_a_whole_chunk_keeps_a_bounded_number_of_records():
 def test_an_undecodable_avro_message_is_one_record():
     (parsed,) = formats.decode_message(b"Obj\x01" + b"\xff" * 40, "pubsub:1")
     assert parsed.records == 1 and [d.count for d in parsed.dead_letters] == [1]
+
+
+def test_a_heavy_hitter_report_outside_its_users_group_is_refused():
+    from ldpflow.core import heavy_hitters as hh
+    from ldpflow.wire.parse import AcceptancePolicy
+
+    pem = hh.PrefixExtendingMethod(top_k=3, value_bits=16, epsilon=2.0, query_limit=64)
+    n = 400
+    users = np.array([f"user-{i}" for i in range(n)], dtype=object)
+    rng = np.random.default_rng(8)
+    reports = pem.perturb(rng.integers(0, 2**16, n).astype(np.uint64), users, rng)
+    group = reports.columns["group"]
+    victim = int(np.flatnonzero(group == 0)[0])
+    other = int(np.flatnonzero(group == 1)[0])
+    for name in ("group", "prefix_bits"):  # a consistent report, in another user's group
+        reports.columns[name][victim] = reports.columns[name][other]
+    table = formats.reports_table(pem, reports, formats.numbered_ids("r", 0, n), list(users),
+                                  np.zeros(n, dtype=np.int64))
+    buffer = io.BytesIO()
+    formats.write_reports(buffer, "avro", table)
+    policy = AcceptancePolicy(expect={"oracle": "pem"})
+    records, valid, dead, reasons = _summary(formats.read_reports(
+        io.BytesIO(buffer.getvalue()), "avro", policy=policy))
+    assert (records, valid, dead) == (n, n - 1, 1)
+    assert reasons == ["group does not match the hash of user_id"]
+    unchecked = AcceptancePolicy(expect={"oracle": "pem"}, check_groups=False)
+    assert _summary(formats.read_reports(io.BytesIO(buffer.getvalue()), "avro",
+                                         policy=unchecked))[1] == n
