@@ -52,7 +52,14 @@ from ldpflow.wire.envelope import (
     nested_parameter_fields,
     payload_columns,
 )
-from ldpflow.wire.parse import AcceptancePolicy, Parsed, arrow_schema, parse_table, records_to_table
+from ldpflow.wire.parse import (
+    AcceptancePolicy,
+    Parsed,
+    accepts_kind,
+    arrow_schema,
+    parse_table,
+    records_to_table,
+)
 
 __all__ = [
     "FORMATS",
@@ -296,9 +303,7 @@ def _parquet_projection(schema: pa.Schema, row_group, fields: list[str], optiona
 
 
 def _arrow_kind_ok(arrow_type: pa.DataType, kind: str) -> bool:
-    from ldpflow.wire.parse import _KIND_OK
-
-    return _KIND_OK[kind](arrow_type)
+    return accepts_kind(arrow_type, kind)
 
 
 # -- Avro --------------------------------------------------------------------------------------
@@ -815,13 +820,13 @@ _NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
 _WRITE_ROWS = 1 << 16
 
 
-def _json_values(array: pa.Array, kind: str) -> pa.Array:
-    """JSON text of each value (null where the value is null)."""
+def _json_values(array: pa.Array, path: tuple[str, ...]) -> pa.Array:
+    """JSON text of each value of the field at ``path`` (null where the value is null)."""
+    kind = field_kind(path)
     if kind == "record":
         parts = []
         for i, child in enumerate(array.type):
-            values = _json_values(pc.struct_field(array, [i]), field_kind((PEM, child.name))
-                                  if child.name in _nested_kinds() else "int")
+            values = _json_values(pc.struct_field(array, [i]), (*path, child.name))
             parts.append(pc.binary_join_element_wise(f'"{child.name}":', values, ""))
         text = pc.binary_join_element_wise(*parts, ",", null_handling="skip")
         return pc.if_else(pc.is_valid(array),
@@ -832,20 +837,18 @@ def _json_values(array: pa.Array, kind: str) -> pa.Array:
                             type=pa.string())
         return pc.binary_join_element_wise('"', array, '"', "")
     if kind == "bytes":
+        if array.offset:  # a slice: rebase it, so that its validity bitmap lines up
+            array = pa.concat_arrays([array])
         offsets, data = offsets_and_data(array)
         digits = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
         body = data[offsets[0]:offsets[-1]]
         hexed = np.empty(body.size * 2, dtype=np.uint8)
         hexed[0::2], hexed[1::2] = digits[body >> 4], digits[body & 15]
         text = pa.Array.from_buffers(pa.string(), len(array), [
-            array.buffers()[0] if array.null_count and not array.offset else None,
+            array.buffers()[0] if array.null_count else None,
             pa.py_buffer(((offsets - offsets[0]) * 2).astype(np.int32)), pa.py_buffer(hexed)])
         return pc.binary_join_element_wise('"', text, '"', "")
     return pc.cast(array, pa.string())
-
-
-def _nested_kinds() -> set[str]:
-    return set(nested_parameter_fields(PEM)) | {"group", "prefix_bits"}
 
 
 def json_lines(table: pa.Table) -> bytes:
@@ -857,7 +860,7 @@ def json_lines(table: pa.Table) -> bytes:
         array = table.column(name).combine_chunks()
         if array.null_count == len(array):
             continue
-        values = _json_values(array, field_kind((name,)))
+        values = _json_values(array, (name,))
         parts.append(pc.binary_join_element_wise(f'"{name}":', values, ""))
     body = pc.binary_join_element_wise(*parts, ",", null_handling="skip")
     lines = pc.binary_join_element_wise("{", body, "}\n", "")

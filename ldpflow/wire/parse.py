@@ -52,7 +52,7 @@ from ldpflow.wire.envelope import (
 )
 
 __all__ = ["AcceptancePolicy", "Parsed", "KEEP_FIELDS", "parse_table", "records_to_table",
-           "arrow_schema"]
+           "arrow_schema", "accepts_kind"]
 
 #: What a parse can keep of the envelope besides the payload.
 KEEP_FIELDS = ("id_hashes", "user_ids", "event_times")
@@ -225,6 +225,11 @@ _KIND_OK = {
                         or pa.types.is_fixed_size_binary(t)),
     "record": pa.types.is_struct,
 }
+def accepts_kind(arrow_type: pa.DataType, kind: str) -> bool:
+    """Whether a column of ``arrow_type`` can hold a field of ``kind`` (no coercion)."""
+    return _KIND_OK[kind](arrow_type)
+
+
 _KIND_NAME = {"string": "a string", "int": "an integer", "float": "a number",
               "bytes": "bytes", "record": "a record"}
 

@@ -157,3 +157,17 @@ def test_deeply_nested_json_is_one_dead_letter(depth):
     dead = [d for p in parsed for d in p.dead_letters]
     assert len(dead) == 1 and sum(p.reports for p in parsed) == 299
     assert dead[0].reason == "policy: JSON at line 8 nested deeper than 64 levels"
+
+
+def test_json_lines_of_a_slice_leave_null_bits_out():
+    import pyarrow as pa
+
+    oracle, reports, table = _table("oue", n=10)
+    bits = table.column("bits").combine_chunks().to_pylist()
+    bits[3] = None
+    table = table.set_column(table.column_names.index("bits"), "bits",
+                             pa.array(bits, type=pa.binary()))
+    lines = formats.json_lines(table.slice(2, 5)).splitlines()
+    assert len(lines) == 5 and b'"bits"' not in lines[1]
+    assert all(b'"bits":"' in line and b'"bits":""' not in line
+               for i, line in enumerate(lines) if i != 1)
