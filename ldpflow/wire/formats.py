@@ -181,8 +181,9 @@ def read_reports(
     readers = {"avro": _avro_reports, "json": _json_reports, "parquet": _parquet_reports}
     if fmt not in readers:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    chunks = readers[fmt](stream, source, start, end, policy or AcceptancePolicy(), tuple(keep))
-    return _until_unreadable(chunks, source)
+    policy = policy or AcceptancePolicy()
+    chunks = readers[fmt](stream, source, start, end, policy, tuple(keep))
+    return _bounded(_until_unreadable(chunks, source), policy.max_dead_records, source)
 
 
 def _until_unreadable(chunks: Iterator[Parsed], source: str) -> Iterator[Parsed]:
@@ -418,6 +419,26 @@ def _avro_records(header, block, source, policy, keep, cache):
     parsed.dead_letters[:0] = dead
     parsed.records += len(dead)
     yield parsed
+
+
+def _bounded(chunks: Iterator[Parsed], limit: int, source: str) -> Iterator[Parsed]:
+    """The chunks of one range with at most ``limit`` dead letters that hold their record
+    (the slow paths refuse line by line, with reasons that differ per line); the others
+    are counted in one more dead letter at the end, so every record stays accounted for."""
+    shown = extra = 0
+    for parsed in chunks:
+        kept = []
+        for letter in parsed.dead_letters:
+            if letter.record is None or shown < limit:
+                kept.append(letter)
+                shown += letter.record is not None
+            else:
+                extra += letter.count
+        parsed.dead_letters = kept
+        yield parsed
+    if extra:
+        yield Parsed({}, [DeadLetter(source, f"{extra} more records refused (the first "
+                                             f"{limit} are listed)", None, None, extra)], 0)
 
 
 # -- JSON lines --------------------------------------------------------------------------------

@@ -141,3 +141,13 @@ def test_a_heavy_hitter_report_outside_its_users_group_is_refused():
     unchecked = AcceptancePolicy(expect={"oracle": "pem"}, check_groups=False)
     assert _summary(formats.read_reports(io.BytesIO(buffer.getvalue()), "avro",
                                          policy=unchecked))[1] == n
+
+
+def test_a_chunk_of_undecodable_lines_keeps_a_bounded_number_of_dead_letters():
+    data = b"{not json\n" * 5000
+    parsed = list(formats.read_reports(io.BytesIO(data), "json"))
+    letters = [d for p in parsed for d in p.dead_letters]
+    assert sum(d.count for d in letters) == 5000 == sum(p.records for p in parsed)
+    assert len(letters) == 1001
+    assert letters[-1].record is None and "4000 more records refused" in \
+        letters[-1].reason
