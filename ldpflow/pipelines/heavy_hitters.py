@@ -50,6 +50,7 @@ from ldpflow.core import codecs
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.pipelines.estimate import batch_runner, check_inputs, detached
 from ldpflow.pipelines.options import HeavyHittersOptions, require
+from ldpflow.transforms.dedup import DeduplicateReports, is_tally
 from ldpflow.transforms.estimate import DeadLetterSummaryFn
 from ldpflow.transforms.heavy_hitters import IdentifyHeavyHitters, WriteHeavyHitters
 from ldpflow.transforms.io import (
@@ -110,15 +111,24 @@ def build(pipeline: beam.Pipeline, opts: HeavyHittersOptions, pem: hh.PrefixExte
     writer is done (it depends on every sink).
     """
     read = (pipeline
-            | "ReadReports" >> ReadReports(opts.input, opts.input_format, expect)
+            | "ReadReports" >> ReadReports(opts.input, opts.input_format, expect,
+                                           keep=("id_hashes",))
             | "Split" >> SplitDeadLetters())
-    results = read["reports"] | "IdentifyHeavyHitters" >> IdentifyHeavyHitters(
+    # One copy of each report id; the copies dropped are counted in the document.
+    unique = read["reports"] | "Deduplicate" >> DeduplicateReports()
+    duplicates = (unique
+                  | "Repeats" >> beam.Filter(is_tally)
+                  | "RepeatCount" >> beam.Map(lambda element: element[1].duplicates)
+                  | "SumRepeats" >> beam.CombineGlobally(sum))
+    batches = unique | "Batches" >> beam.Filter(lambda element: not is_tally(element))
+    results = batches | "IdentifyHeavyHitters" >> IdentifyHeavyHitters(
         pem.num_groups, pem.threshold, dead_letters=read["dead_letters"])
     summary = read["dead_letters"] | "SummariseDeadLetters" >> beam.CombineGlobally(
         DeadLetterSummaryFn())
     staging = staging_folder(opts.output)  # written there, then moved into place
     written = (
-        results | "WriteHeavyHitters" >> WriteHeavyHitters(staging, summary, started),
+        results | "WriteHeavyHitters" >> WriteHeavyHitters(staging, summary, started,
+                                                           duplicates),
         read["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(staging),
     )
     return written | "CommitOutputs" >> CommitOutputs(opts.output, staging)

@@ -3,9 +3,9 @@
 ``DeduplicateReports`` takes ``(key, ReportBatch)`` elements that kept their report-id
 hashes (``keep=("id_hashes",)``), cuts every batch into ``buckets`` parts by the top bits
 of the hash (every copy of a report lands in the same bucket), gathers each key's bucket in
-one place, keeps one copy per id (:func:`ldpflow.core.dedup.first_copies`: the choice does
-not depend on arrival order, so reruns give identical estimates) and counts it. Output:
-``(key, Tally)`` per key and bucket: the exact counts and the copies dropped.
+one place and keeps one copy per id (:func:`ldpflow.core.dedup.first_copies`: the choice
+does not depend on arrival order, so reruns give identical estimates). Output: the
+batches of the kept reports, and a :class:`Tally` of the copies dropped per key and bucket.
 
 Counters (namespace ``ldpflow``): ``duplicates``, ``conflicting_duplicates``.
 """
@@ -23,7 +23,8 @@ from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.oracles import Accumulator, registry
 from ldpflow.wire.envelope import ReportBatch
 
-__all__ = ["Tally", "TallyCombineFn", "DeduplicateReports", "CountBucketFn", "DEFAULT_BUCKETS"]
+__all__ = ["Tally", "TallyCombineFn", "DeduplicateReports", "DropRepeatsFn", "DEFAULT_BUCKETS",
+           "is_tally"]
 
 #: Buckets per key: how many workers can share one key's deduplication.
 DEFAULT_BUCKETS = 16
@@ -75,6 +76,11 @@ class TallyCombineFn(beam.CombineFn):
         return tally
 
 
+def is_tally(element) -> bool:
+    """Whether a ``(key, value)`` element of :class:`DeduplicateReports` is a tally."""
+    return isinstance(element[1], Tally)
+
+
 def _split_buckets(element, bits: int):
     key, batch = element
     if batch.id_hashes is None:
@@ -93,8 +99,9 @@ def _split_buckets(element, bits: int):
         yield (text, b), batch[order[bounds[i]:bounds[i + 1]]]
 
 
-class CountBucketFn(beam.DoFn):
-    """One key's bucket of batches -> ``(key, Tally)``: one copy per report id counted."""
+class DropRepeatsFn(beam.DoFn):
+    """One key's bucket of batches -> ``(key, ReportBatch)`` holding one copy per report id,
+    and ``(key, Tally)`` counting the copies dropped (when there were any)."""
 
     def __init__(self):
         super().__init__()
@@ -107,18 +114,20 @@ class CountBucketFn(beam.DoFn):
         batch = batches[0] if len(batches) == 1 else ReportBatch.concat(batches)
         keep, conflicting = first_copies(batch.id_hashes, batch.reports.columns.values())
         duplicates = int(keep.size - np.count_nonzero(keep))
+        key = tuple(batch.key)
         if duplicates:
             self._duplicates.inc(duplicates)
+            if conflicting:
+                self._conflicting.inc(conflicting)
+            yield key, Tally(None, duplicates, conflicting)
             batch = batch[keep]
-        if conflicting:
-            self._conflicting.inc(conflicting)
-        oracle = registry.from_key(batch.key)
-        yield tuple(batch.key), Tally(oracle.count_valid(batch.reports), duplicates, conflicting)
+        yield key, batch
 
 
 class DeduplicateReports(beam.PTransform):
-    """``(key, ReportBatch)`` with id hashes -> ``(key, Tally)`` per key and bucket (merge
-    them with :class:`TallyCombineFn`), one copy per report id counted."""
+    """``(key, ReportBatch)`` with id hashes -> ``(key, ReportBatch)`` with one copy per
+    report id, and ``(key, Tally)`` elements counting the copies dropped;
+    :class:`TallyCombineFn` takes both."""
 
     def __init__(self, buckets: int = DEFAULT_BUCKETS):
         super().__init__()
@@ -134,5 +143,5 @@ class DeduplicateReports(beam.PTransform):
             reports
             | "Buckets" >> beam.FlatMap(_split_buckets, self._bits)
             | "GatherBuckets" >> beam.GroupByKey()
-            | "CountBuckets" >> beam.ParDo(CountBucketFn())
+            | "DropRepeats" >> beam.ParDo(DropRepeatsFn())
         )

@@ -74,10 +74,11 @@ class EstimateReports(beam.PTransform):
         self._buckets = buckets
 
     def expand(self, inputs):
+        reports = inputs["reports"]
         if self._dedup:
-            counted = inputs["reports"] | "Deduplicate" >> DeduplicateReports(self._buckets)
-        else:  # counted where they are read (combiner lifting), before any shuffle
-            counted = inputs["reports"] | "Count" >> beam.CombinePerKey(TallyCombineFn())
+            reports = reports | "Deduplicate" >> DeduplicateReports(self._buckets)
+        # Counted where they arrive (combiner lifting): without dedup, where they are read.
+        counted = reports | "Count" >> beam.CombinePerKey(TallyCombineFn())
         dead = (
             inputs["dead_letters"]
             | "Keyed" >> beam.Filter(lambda letter: letter.key is not None)

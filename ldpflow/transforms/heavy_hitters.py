@@ -461,9 +461,9 @@ class _WriteHeavyHittersFn(beam.DoFn):
         self._output = output.rstrip("/")
         self._started = started
 
-    def process(self, results, dead_letters):
+    def process(self, results, dead_letters, duplicates=0):
         elapsed = None if self._started is None else time.time() - self._started
-        document = heavy_hitters_document(results, dead_letters, elapsed)
+        document = heavy_hitters_document(results, dead_letters, elapsed, duplicates)
         with FileSystems.create(f"{self._output}/heavy_hitters.json") as f:
             f.write(json.dumps(document, indent=1).encode("utf-8"))
         yield document
@@ -472,21 +472,27 @@ class _WriteHeavyHittersFn(beam.DoFn):
 class WriteHeavyHitters(beam.PTransform):
     """Result dicts -> ``OUTPUT/heavy_hitters.json`` (:func:`heavy_hitters_document`).
 
-    ``dead_letter_summary`` is a singleton PCollection (``{"total", "by_reason"}``);
+    ``dead_letter_summary`` is a singleton PCollection (``{"total", "by_reason"}``), and
+    ``duplicates`` (optional) one of the number of repeated reports dropped;
     ``started`` (Unix time, e.g. when the job was launched) gives ``elapsed_seconds``.
     Outputs the document.
     """
 
-    def __init__(self, output: str, dead_letter_summary, started: float | None = None):
+    def __init__(self, output: str, dead_letter_summary, started: float | None = None,
+                 duplicates=None):
         super().__init__()
         self._output = output
         self._summary = dead_letter_summary
         self._started = started
+        self._duplicates = duplicates
 
     def expand(self, results):
+        sides = [beam.pvalue.AsSingleton(self._summary)]
+        if self._duplicates is not None:
+            sides.append(beam.pvalue.AsSingleton(self._duplicates))
         return (
             results
             | "Collect" >> beam.combiners.ToList()
             | "WriteFile" >> beam.ParDo(_WriteHeavyHittersFn(self._output, self._started),
-                                        beam.pvalue.AsSingleton(self._summary))
+                                        *sides)
         )

@@ -101,13 +101,15 @@ def heavy_hitters_document(
     results: list[Mapping[str, Any]],
     dead_letters: Mapping[str, Any],
     elapsed_seconds: float | None = None,
+    duplicates: int = 0,
 ) -> dict[str, Any]:
     """The ``heavy_hitters.json`` document of all keys' results.
 
     The top-level ``top_k``, ``configuration``, ``n``, ``group_sizes``, ``stages`` and
     ``error`` are those of the configuration with the most valid reports (the only one
     in the common case); ``results`` lists every configuration found, and
-    ``records = reports + dead letters`` counts every input record. ``warnings`` says when
+    ``records = reports + duplicates + dead letters`` counts every input record
+    (``duplicates``: copies of a report id, counted once). ``warnings`` says when
     the input mixes configurations (several epsilons among them).
     """
     results = sorted(results, key=lambda r: (-r["n"], r["key"]))
@@ -132,8 +134,9 @@ def heavy_hitters_document(
         "stages": primary["stages"] if primary else [],
         "error": primary["error"] if primary else "no valid reports",
         "results": list(results),
-        "records": reports + int(dead_letters.get("total", 0)),
+        "records": reports + int(duplicates) + int(dead_letters.get("total", 0)),
         "reports": reports,
+        "duplicates": int(duplicates),
         "dead_letters": dict(dead_letters),
         "warnings": warnings,
     }

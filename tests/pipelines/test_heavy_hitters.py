@@ -241,3 +241,16 @@ def test_reports_to_records_keeps_the_group_of_each_user_id(tmp_path):
     one = reports_to_records(pem, pem.perturb([1], ["user-0"], np.random.default_rng(0)),
                              ["r"], ["user-0"], [0])[0]
     assert one["pem"]["group"] == int(pem.group_of(["user-0"])[0])
+
+
+def test_repeated_reports_are_identified_once_and_counted(tmp_path):
+    simulate_pem(tmp_path / "reports", users=3000)
+    first = sorted((tmp_path / "reports").glob("*.avro"))[0]
+    once = heavy_hitters.run([f"--input={tmp_path}/reports/*.avro",
+                              f"--output={tmp_path}/once", *FLAGS])
+    (tmp_path / "reports" / "again.avro").write_bytes(first.read_bytes())
+    twice = heavy_hitters.run([f"--input={tmp_path}/reports/*.avro",
+                               f"--output={tmp_path}/twice", *FLAGS])
+    assert twice["duplicates"] == 1000 and once["duplicates"] == 0
+    assert twice["top_k"] == once["top_k"] and twice["n"] == once["n"] == 3000
+    assert twice["records"] == 4000 == twice["reports"] + twice["duplicates"]
