@@ -28,23 +28,14 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from ldpflow.core import hashing
+
 __all__ = ["string_hashes", "report_id_hashes", "first_copies", "SeenIds"]
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_GOLDEN = hashing.GOLDEN_GAMMA
 _M3 = np.uint64(0xFF51AFD7ED558CCD)
-_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
-
-
-def _mix(z: np.ndarray) -> np.ndarray:
-    """SplitMix64's finaliser, element-wise (a new array)."""
-    z = z ^ (z >> _S30)
-    z *= _M1
-    z ^= z >> _S27
-    z *= _M2
-    z ^= z >> _S31
-    return z
+_mix = hashing.splitmix64_mix  # SplitMix64's finaliser, the hash family's own
 
 
 def string_hashes(offsets: npt.ArrayLike, data: npt.ArrayLike) -> npt.NDArray[np.uint64]:
@@ -90,10 +81,11 @@ def string_hashes(offsets: npt.ArrayLike, data: npt.ArrayLike) -> npt.NDArray[np
         # Zero the bytes past the string's end (an active row has 1 to 8 bytes left here).
         left = np.minimum(remaining[:active] - 8 * j, 8).astype(np.uint64)
         word &= _ALL >> (np.uint64(64) - np.uint64(8) * left)
-        word += _GOLDEN
+        with np.errstate(over="ignore"):
+            word += _GOLDEN
         hs[:active] ^= _mix(word)
-        hs[:active] = _mix(hs[:active])
-        hs[:active] *= _M3
+        with np.errstate(over="ignore"):
+            hs[:active] = _mix(hs[:active]) * _M3
     if order is None:
         return _mix(hs)
     out = np.empty(n, dtype=np.uint64)

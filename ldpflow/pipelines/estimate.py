@@ -113,10 +113,11 @@ def batch_runner(options: PipelineOptions):
     return runner
 
 
-def build(pipeline: beam.Pipeline, opts: EstimateOptions, methods: list[str]):
+def build(pipeline: beam.Pipeline, opts: EstimateOptions, methods: list[str], policy=None):
     """Wire read -> estimate -> write into ``pipeline``; returns the commit step (which
     moves the staged outputs into ``--output`` once both writers are done)."""
-    policy = acceptance_policy(opts, expected_oracle(opts, _PROG), _PROG)
+    if policy is None:  # run() checks the flags first, before any pipeline exists
+        policy = acceptance_policy(opts, expected_oracle(opts, _PROG), _PROG)
     dedup = opts.dedup != "none"
     keep = ("id_hashes",) if dedup else ()
     read = (pipeline
@@ -164,10 +165,10 @@ def run(argv: list[str] | None = None) -> dict:
         raise SystemExit("ldpflow estimate: error: --max_dead_letter_fraction must be in "
                          f"[0, 1], got {opts.max_dead_letter_fraction}")
     check_inputs(opts.input, opts.input_format, "ldpflow estimate")
-    acceptance_policy(opts, expected_oracle(opts, _PROG), _PROG)  # flags fail here, not later
+    policy = acceptance_policy(opts, expected_oracle(opts, _PROG), _PROG)  # flags fail here
     started = time.perf_counter()
     pipeline = beam.Pipeline(runner=batch_runner(options), options=options)
-    build(pipeline, opts, methods)
+    build(pipeline, opts, methods, policy)
     result = pipeline.run()
     if detached(options):
         _LOGGER.info("submitted; not waiting for the job (--no_wait_until_finish): %s", result)

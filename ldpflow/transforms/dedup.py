@@ -20,7 +20,8 @@ from apache_beam.metrics import Metrics
 
 from ldpflow.core.dedup import first_copies
 from ldpflow.core.keys import ProtocolKey
-from ldpflow.core.oracles import Accumulator, registry
+from ldpflow.core.oracles import Accumulator
+from ldpflow.transforms.combine import FrequencyOracleCombineFn
 from ldpflow.wire.envelope import ReportBatch
 
 __all__ = ["Tally", "TallyCombineFn", "DeduplicateReports", "DropRepeatsFn", "DEFAULT_BUCKETS",
@@ -51,18 +52,18 @@ class Tally:
 
 class TallyCombineFn(beam.CombineFn):
     """Merges :class:`Tally` values exactly (integer sums); a :class:`ReportBatch` input
-    (checked by the parse) is counted into the tally of its key."""
+    is counted into the tally of its key (by :class:`FrequencyOracleCombineFn`)."""
+
+    def __init__(self):
+        super().__init__()
+        self._counts = FrequencyOracleCombineFn()
 
     def create_accumulator(self) -> Tally:
         return Tally(None)
 
     def add_input(self, tally: Tally, other: Tally | ReportBatch) -> Tally:
         if isinstance(other, ReportBatch):
-            counted = registry.from_key(other.key).count_valid(other.reports)
-            if tally.accumulator is None:
-                tally.accumulator = counted
-            else:
-                tally.accumulator.merge(counted)
+            tally.accumulator = self._counts.add_input(tally.accumulator, other)
             return tally
         return tally.merge(other)
 
@@ -131,10 +132,8 @@ class DeduplicateReports(beam.PTransform):
 
     def __init__(self, buckets: int = DEFAULT_BUCKETS):
         super().__init__()
-        if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 1 or \
-                buckets & (buckets - 1):
-            raise ValueError(f"buckets must be a power of two in [1, 2**16], got {buckets!r}")
-        if buckets > 1 << 16:
+        if isinstance(buckets, bool) or not isinstance(buckets, int) or \
+                not 1 <= buckets <= 1 << 16 or buckets & (buckets - 1):
             raise ValueError(f"buckets must be a power of two in [1, 2**16], got {buckets!r}")
         self._bits = buckets.bit_length() - 1
 

@@ -23,6 +23,7 @@ envelope as Arrow columns and encodes whole columns at once.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -287,7 +288,7 @@ def _parquet_projection(schema: pa.Schema, row_group, fields: list[str], optiona
             continue
         counts = nulls.get(name, [None])
         field = schema.field(name)
-        kind_ok = _arrow_kind_ok(field.type, field_kind((name,)))
+        kind_ok = accepts_kind(field.type, field_kind((name,)))
         if name in optional:
             if kind_ok and (not field.nullable or counts == [0]):
                 known_present.append(name)
@@ -301,10 +302,6 @@ def _parquet_projection(schema: pa.Schema, row_group, fields: list[str], optiona
             continue
         columns.append(name)
     return columns, known_null, known_present, constants
-
-
-def _arrow_kind_ok(arrow_type: pa.DataType, kind: str) -> bool:
-    return accepts_kind(arrow_type, kind)
 
 
 # -- Avro --------------------------------------------------------------------------------------
@@ -572,13 +569,9 @@ def _json_read(chunk: bytes) -> pa.Table:
     )
 
 
-_SCHEMA_CACHE: dict[str, pa.Schema] = {}
-
-
+@functools.cache
 def _json_schema() -> pa.Schema:
-    if "json" not in _SCHEMA_CACHE:
-        _SCHEMA_CACHE["json"] = arrow_schema(json_form=True, nullable=True)
-    return _SCHEMA_CACHE["json"]
+    return arrow_schema(json_form=True, nullable=True)
 
 
 def _json_parse(chunk, number, source, policy, keep, cache, dead) -> Iterator[Parsed]:
