@@ -46,9 +46,13 @@ def main(argv=None):
     truth = np.bincount(values, minlength=d) / n
     for name in args.oracles.split(","):
         oracle = registry.make(name, epsilon=eps, domain_size=d)
-        perturb_s, reports = best_time(lambda: oracle.perturb(values, rng=rng), args.repeat)
-        secure_s, _ = best_time(lambda: oracle.perturb(values, rng=SecureSource()), 1)
-        aggregate_s, est = best_time(lambda: oracle.estimate(oracle.aggregate(reports)), args.repeat)
+        perturb_s, reports = best_time(
+            lambda oracle=oracle: oracle.perturb(values, rng=rng), args.repeat)
+        secure_s, _ = best_time(
+            lambda oracle=oracle: oracle.perturb(values, rng=SecureSource()), 1)
+        aggregate_s, est = best_time(
+            lambda oracle=oracle, reports=reports: oracle.estimate(oracle.aggregate(reports)),
+            args.repeat)
         mse = float(np.mean((est.frequencies - truth) ** 2))
         theory = np.mean(oracle.variance(n, truth))
         if name == "onebit":  # columns see i.i.d. subsamples: add their sampling variance

@@ -31,9 +31,10 @@ def hash_vectors() -> list[dict]:
     out = []
     for i, (value_bits, g) in enumerate(HASH_CASES):
         words = SplitMix64Source(1000 + i).words(8)
-        seeds, values = words[:4], words[4:] & np.uint64((1 << value_bits) - 1 if value_bits < 64 else 2**64 - 1)
+        seeds, values = words[:4], words[4:] & np.uint64(
+            (1 << value_bits) - 1 if value_bits < 64 else 2**64 - 1)
         buckets = hashing.hash_values(seeds, values, value_bits, g)
-        for s, v, b in zip(seeds.tolist(), values.tolist(), buckets.tolist()):
+        for s, v, b in zip(seeds.tolist(), values.tolist(), buckets.tolist(), strict=True):
             out.append({"seed": str(s), "value_bits": value_bits, "hash_range": g,
                         "value": str(v), "bucket": b})
     return out

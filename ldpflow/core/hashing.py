@@ -1,6 +1,6 @@
 """The portable affine hash family of local hashing, and its exact fast aggregation.
 
-Normative definition (``ORACLES.md``): values are ``L``-bit unsigned integers, ``g = 2**b``
+Normative definition (``docs/spec/oracles.md``): ``L``-bit unsigned values, ``g = 2**b``
 buckets, all arithmetic on unsigned 64-bit integers modulo 2**64. From the splitmix64 stream
 started at the seed ``s`` draw ``r_0 .. r_{b-1}`` (each output ``& (2**L - 1)``) and then ``a``
 (output ``& (g - 1)``); ``H_s(v) = a XOR sum_j parity(r_j & v) * 2**j``. ``H_s`` is affine over
@@ -59,7 +59,9 @@ def splitmix64_stream(seeds: npt.ArrayLike, count: int) -> np.ndarray:
     return out
 
 
-def hash_rows(seeds: npt.ArrayLike, value_bits: int, hash_bits: int) -> tuple[np.ndarray, np.ndarray]:
+def hash_rows(
+    seeds: npt.ArrayLike, value_bits: int, hash_bits: int
+) -> tuple[np.ndarray, np.ndarray]:
     """The matrix rows ``r_j`` (shape ``(n, b)``) and offsets ``a`` (shape ``(n,)``) of ``H_s``."""
     stream = splitmix64_stream(seeds, hash_bits + 1)
     rows = stream[:, :hash_bits] & _mask(value_bits)

@@ -195,8 +195,8 @@ class SecureSource(RandomSource):
 class SplitMix64Source(RandomSource):
     """The splitmix64 stream from a 64-bit state: portable and reproducible, NOT secure.
 
-    Its words are the outputs of the hash family's splitmix64 (``ORACLES.md``), so a client
-    in any language can replay a perturbation exactly; the published test vectors use it.
+    Its words are the outputs of the hash family's splitmix64 (``docs/spec/oracles.md``), so a
+    client in any language can replay a perturbation exactly; the published test vectors use it.
     """
 
     secure = False

@@ -30,7 +30,9 @@ class RankDistribution:
     def __post_init__(self) -> None:
         if self.kind == "zipf":
             if self.parameter is None or not self.parameter > 0 or math.isinf(self.parameter):
-                raise ValueError(f"zipf exponent must be a finite number > 0, got {self.parameter!r}")
+                raise ValueError(
+                    f"zipf exponent must be a finite number > 0, got {self.parameter!r}"
+                )
         elif self.kind == "geometric":
             if self.parameter is None or not 0 < self.parameter < 1:
                 raise ValueError(f"geometric ratio must be in (0, 1), got {self.parameter!r}")
@@ -38,7 +40,9 @@ class RankDistribution:
             if self.parameter is not None:
                 raise ValueError(f"uniform takes no parameter, got {self.parameter!r}")
         else:
-            raise ValueError(f"distribution must be zipf:S, uniform or geometric:P, got {self.kind!r}")
+            raise ValueError(
+                f"distribution must be zipf:S, uniform or geometric:P, got {self.kind!r}"
+            )
 
     @property
     def spec(self) -> str:

@@ -23,7 +23,7 @@ def splitmix64(state: int, count: int) -> list[int]:
 
 
 def hash_value(seed: int, value: int, value_bits: int, hash_range: int) -> int:
-    """H_s(v) exactly as ORACLES.md defines it."""
+    """H_s(v) exactly as docs/spec/oracles.md defines it."""
     b = hash_range.bit_length() - 1
     stream = splitmix64(seed, b + 1)
     mask = (1 << value_bits) - 1
@@ -33,6 +33,18 @@ def hash_value(seed: int, value: int, value_bits: int, hash_range: int) -> int:
     for j, r in enumerate(rows):
         h ^= (bin(r & value).count("1") & 1) << j
     return h
+
+
+def mix64(z: int) -> int:
+    """SplitMix64's finaliser."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def sketch_bucket(j: int, value: int, value_bits: int, width: int) -> int:
+    """h_j(v) of Apple's sketches: the hash family with seed mix(GOLDEN * (j + 1))."""
+    return hash_value(mix64((0x9E3779B97F4A7C15 * (j + 1)) & MASK64), value, value_bits, width)
 
 
 def hadamard(i: int, j: int) -> int:
@@ -87,5 +99,28 @@ def output_distribution(oracle, value: int, seeds: list[int] | None = None) -> d
             one = e / (e + 1) if hadamard(value, column) == 1 else 1 / (e + 1)
             dist[(column, 1)] = one / K
             dist[(column, 0)] = (1 - one) / K
+        return dist
+    if name == "cms":  # j uniform; bit h_j(v) 1, the others 0, each flipped w.p. 1/(e^(eps/2)+1)
+        m, k, L = oracle.hash_range, oracle.num_hashes, max(1, (d - 1).bit_length())
+        flip = 1 / (math.exp(oracle.epsilon / 2) + 1)
+        dist = {}
+        for j in range(k):
+            h = sketch_bucket(j, value, L, m)
+            for bits in product((0, 1), repeat=m):
+                prob = 1 / k
+                for index, bit in enumerate(bits):
+                    one = 1 - flip if index == h else flip
+                    prob *= one if bit else 1 - one
+                dist[(j, bits)] = prob
+        return dist
+    if name == "hcms":  # j, l uniform; the sign H_m[h_j(v), l] kept w.p. e/(e+1)
+        m, k, L = oracle.hash_range, oracle.num_hashes, max(1, (d - 1).bit_length())
+        dist = {}
+        for j in range(k):
+            h = sketch_bucket(j, value, L, m)
+            for col in range(m):
+                for bit in (0, 1):
+                    kept = (bit == 1) == (hadamard(h, col) == 1)
+                    dist[(j, col, bit)] = (e if kept else 1.0) / (e + 1) / (k * m)
         return dist
     raise KeyError(name)

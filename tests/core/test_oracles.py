@@ -39,7 +39,7 @@ def order_of(d):
 
 
 def test_registry_has_the_spec_keys():
-    assert set(NAMES) == {"grr", "oue", "sue", "olh", "blh", "hr", "ss", "onebit"}
+    assert set(NAMES) == {"grr", "oue", "sue", "olh", "blh", "hr", "ss", "onebit", "cms", "hcms"}
     assert ldpflow.oracle is registry.make
 
 
@@ -66,7 +66,8 @@ def test_bad_domain_size_is_named(name, domain_size, error):
 
 
 def test_unknown_oracle_lists_known_names():
-    with pytest.raises(ValueError, match="oracle must be one of grr oue sue olh blh hr ss onebit, got 'rappor'"):
+    with pytest.raises(ValueError, match="oracle must be one of grr oue sue olh blh hr ss "
+                                         "onebit cms hcms, got 'rappor'"):
         registry.make("rappor", epsilon=1.0, domain_size=8)
 
 
@@ -125,6 +126,8 @@ def test_report_bits_follow_the_spec(name):
         "olh": 64 + int(math.log2(oracle.hash_range)) if name == "olh" else None,
         "blh": 65,
         "ss": max(1, math.floor(d / (e + 1) + 0.5)) * 7,
+        "cms": 1024 + 8,  # m bits and j among k = 256
+        "hcms": 1 + 8 + 10,  # one bit, j among 256, l among m = 1024
     }[name]
     assert oracle.report_bits == expected
 
@@ -218,7 +221,8 @@ def test_malformed_columns_are_refused(name):
 
 def test_byte_columns_must_hold_bytes():
     oracle = registry.make("oue", epsilon=1.0, domain_size=8)
-    with pytest.raises(InvalidReportError, match=r"must hold bytes \(0..255\), got values in \[0, 256\]"):
+    with pytest.raises(InvalidReportError,
+                       match=r"must hold bytes \(0..255\), got values in \[0, 256\]"):
         oracle.aggregate({"bits": np.array([[0], [256]])})
 
 
@@ -258,7 +262,7 @@ def test_merge_in_any_split_and_order_equals_pooling(name, data):
     reports = oracle.perturb(rng.integers(0, 13, n), rng=rng)
     cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=5)))
     bounds = [0, *cuts, n]
-    parts = [reports[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    parts = [reports[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
     order = data.draw(st.permutations(range(len(parts))))
     merged = oracle.create_accumulator()
     for i in order:
@@ -323,7 +327,8 @@ def test_hash_family_matches_the_python_reference():
         seeds = rng.integers(0, 2**64 - 1, 40, dtype=np.uint64, endpoint=True)
         values = rng.integers(0, 2**value_bits - 1, 40, dtype=np.uint64, endpoint=True)
         got = hashing.hash_values(seeds, values, value_bits, g)
-        want = [reference.hash_value(int(s), int(v), value_bits, g) for s, v in zip(seeds, values)]
+        want = [reference.hash_value(int(s), int(v), value_bits, g)
+                for s, v in zip(seeds, values, strict=True)]
         assert got.tolist() == want
 
 
@@ -351,7 +356,15 @@ def test_onebit_estimate_equals_the_explicit_matrix_formula():
 
 # -- exact privacy ------------------------------------------------------------------------
 
-SMALL = {"grr": 5, "oue": 4, "sue": 4, "olh": 6, "blh": 6, "hr": 6, "ss": 6, "onebit": 6}
+SMALL = {"grr": 5, "oue": 4, "sue": 4, "olh": 6, "blh": 6, "hr": 6, "ss": 6, "onebit": 6,
+         "cms": 6, "hcms": 6}
+#: Sketches small enough to enumerate: m = 4 buckets, k = 3 hash functions.
+SMALL_SKETCH = {"hash_range": 4, "num_hashes": 3}
+
+
+def small(name, epsilon):
+    extra = SMALL_SKETCH if name in ("cms", "hcms") else {}
+    return registry.make(name, epsilon=epsilon, domain_size=SMALL[name], **extra)
 
 
 def worst_ratio(oracle, seeds=None):
@@ -365,7 +378,7 @@ def worst_ratio(oracle, seeds=None):
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("epsilon", [0.3, math.log(2), 1.7])
 def test_worst_case_likelihood_ratio_is_exactly_e_to_the_epsilon(name, epsilon):
-    oracle = registry.make(name, epsilon=epsilon, domain_size=SMALL[name])
+    oracle = small(name, epsilon)
     seeds = reference.splitmix64(99, 32)
     ratio = worst_ratio(oracle, seeds)
     assert math.isclose(ratio, math.exp(epsilon), rel_tol=1e-12)  # attained
@@ -388,7 +401,7 @@ def test_sampled_reports_follow_the_exact_distribution(name):
         else:
             keys = [tuple(r) for r in rows]
     elif name == "onebit":
-        keys = list(zip(reports.column.tolist(), reports.bit.tolist()))
+        keys = list(zip(reports.column.tolist(), reports.bit.tolist(), strict=True))
     else:
         keys = reports.value.tolist()
     outcomes = list(dist)
@@ -396,7 +409,8 @@ def test_sampled_reports_follow_the_exact_distribution(name):
     observed = np.bincount([index[k] for k in keys], minlength=len(outcomes))
     expected = np.array([dist[k] for k in outcomes]) * n
     if name == "onebit":  # columns are assigned, not drawn: compare bits within columns
-        expected = expected / expected.reshape(-1, 2).sum(axis=1).repeat(2) * observed.reshape(-1, 2).sum(axis=1).repeat(2)
+        expected = (expected / expected.reshape(-1, 2).sum(axis=1).repeat(2)
+                    * observed.reshape(-1, 2).sum(axis=1).repeat(2))
     assert stats.chisquare(observed, expected).pvalue > 1e-4
 
 
@@ -439,8 +453,17 @@ def test_estimates_are_unbiased_within_k_sigma(name):
     est = oracle.estimate(oracle.aggregate(oracle.perturb(values, rng=rng)))
     sd = np.sqrt(oracle.variance(n, truth))
     z = bonferroni_z(1e-3, d)
-    assert np.all(np.abs(est.frequencies - truth) <= z * sd), np.max(np.abs(est.frequencies - truth) / sd)
-    assert math.isclose(est.sigma, math.sqrt(oracle.variance(n)), rel_tol=1e-9)
+    assert np.all(np.abs(est.frequencies - truth) <= z * sd), (
+        np.max(np.abs(est.frequencies - truth) / sd))
+    if name == "onebit":  # sigma adds the column sampling term h (1 - S2^), h = 1/n here
+        s2 = oracle.estimate_sum_of_squares(est.frequencies, oracle.variance(n), 1 / n)
+        assert math.isclose(est.sigma**2, oracle.variance(n) + (1 - s2) / n, rel_tol=1e-9)
+    elif name in ("cms", "hcms"):  # sigma adds the hash collisions' term, S2 estimated
+        s2 = float(np.sum(np.clip(est.frequencies, 0, 1) ** 2))
+        assert math.isclose(est.sigma**2, oracle.variance(n) + oracle.collision_variance(s2),
+                            rel_tol=1e-9)
+    else:
+        assert math.isclose(est.sigma, math.sqrt(oracle.variance(n)), rel_tol=1e-9)
 
 
 @pytest.mark.statistical

@@ -29,7 +29,9 @@ def test_hash_family_vectors():
 
 def test_client_report_vectors():
     cases = json.loads((VECTORS / "client_reports.json").read_text())
-    assert {c["oracle"] for c in cases} == set(registry.ORACLES)
+    sketches = json.loads((VECTORS / "sketch_reports.json").read_text())  # cms, hcms
+    assert {c["oracle"] for c in cases} | {c["oracle"] for c in sketches} == set(registry.ORACLES)
+    cases += sketches
     for case in cases:
         oracle = registry.make(case["oracle"], **case["parameters"])
         kwargs = {"column": case["column"]} if "column" in case else {}

@@ -1,4 +1,4 @@
-"""Frequency oracles (``ORACLES.md``): one small class per protocol, batch first."""
+"""Frequency oracles (``docs/spec/oracles.md``): one small class per protocol, batch first."""
 
 from ldpflow.core.oracles.base import Accumulator, Estimate, FrequencyOracle, Reports
 from ldpflow.core.oracles.grr import DirectEncoding
@@ -9,6 +9,7 @@ from ldpflow.core.oracles.local_hashing import (
     optimal_hash_range,
 )
 from ldpflow.core.oracles.registry import ORACLES, make
+from ldpflow.core.oracles.sketch import CountMeanSketch, HadamardCountMeanSketch
 from ldpflow.core.oracles.subset import SubsetSelection
 from ldpflow.core.oracles.unary import OptimizedUnaryEncoding, SymmetricUnaryEncoding
 
@@ -25,6 +26,8 @@ __all__ = [
     "HadamardResponse",
     "OneBitHadamard",
     "SubsetSelection",
+    "CountMeanSketch",
+    "HadamardCountMeanSketch",
     "ORACLES",
     "make",
     "optimal_hash_range",

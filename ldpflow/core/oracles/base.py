@@ -1,4 +1,4 @@
-"""The contract every frequency oracle follows (``../shared/spec/ORACLES.md``).
+"""The contract every frequency oracle follows (``docs/spec/oracles.md``).
 
 An oracle is a frozen, keyword-only dataclass holding its parameters; derived constants are
 properties. It is batch first:
@@ -110,7 +110,7 @@ class Reports:
         out: list[dict[str, Any]] = [{} for _ in range(len(self))]
         for name, col in self.columns.items():
             values = [bytes(row) for row in col] if col.ndim == 2 else col.tolist()
-            for record, value in zip(out, values):
+            for record, value in zip(out, values, strict=True):
                 record[name] = value
         return out
 
@@ -194,8 +194,9 @@ class Estimate:
     n : int
         The number of reports.
     sigma : float
-        The standard deviation of one estimate at true frequency 0 (the dominant term);
-        ``nan`` when ``n == 0``.
+        The standard deviation of one estimate at true frequency 0, ``sqrt(var_const)``
+        (one-bit: with the column-sampling term estimated from the data, see
+        ``OneBitHadamard``); ``nan`` when ``n == 0``.
     p, q : float or None
         ``p*`` and ``q*`` of a pure protocol; ``None`` for the one-bit scheme.
     var_const, var_slope : float
@@ -360,7 +361,8 @@ class FrequencyOracle(abc.ABC):
         rows, reasons = self.invalid_rows(reports)
         if rows.size:
             raise InvalidReportError(
-                f"{rows.size} invalid {self.name} report(s); first at row {int(rows[0])}: {reasons[0]}"
+                f"{rows.size} invalid {self.name} report(s); "
+                f"first at row {int(rows[0])}: {reasons[0]}"
             )
         return reports
 

@@ -1,4 +1,10 @@
-"""Hadamard response (HR) and the one-bit private-coin Hadamard scheme (seed 003)."""
+"""Hadamard response (HR) and the one-bit private-coin Hadamard scheme.
+
+Contract: ``docs/spec/oracles.md``. References: Acharya, Sun, Zhang, "Hadamard Response:
+Estimating Distributions Privately, Efficiently, and with Little Communication", AISTATS 2019;
+Acharya and Sun, "Communication Complexity in Locally Private Distribution Estimation and Heavy
+Hitters", ICML 2019 (HR in Section 4, eq. 18-20; the one-bit scheme in Section 2).
+"""
 
 from __future__ import annotations
 
@@ -32,7 +38,7 @@ def _parity(x: np.ndarray) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class HadamardResponse(IndexReports, FrequencyOracle):
-    """Hadamard response (Acharya, Sun, Zhang; seed 003 eq. 18-20).
+    """Hadamard response (Acharya, Sun, Zhang; Acharya and Sun, ICML 2019, eq. 18-20).
 
     Value ``v`` uses row ``v + 1`` of the Sylvester Hadamard matrix ``H_K``; its support set
     ``C_v = {y : H_K[v+1, y] = +1}`` has ``K/2`` elements. The client outputs a uniform member
@@ -88,7 +94,7 @@ class HadamardResponse(IndexReports, FrequencyOracle):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class OneBitHadamard(FrequencyOracle):
-    """The one-bit private-coin Hadamard scheme (Acharya and Sun, seed 003, Section 2).
+    """The one-bit private-coin Hadamard scheme (Acharya and Sun, ICML 2019, Section 2).
 
     Users are split into ``K`` columns (user ``j`` -> column ``j mod K``; the column travels
     in the report). A user in column ``i`` sends one bit, 1 with probability ``e/(e+1)`` if
@@ -101,9 +107,19 @@ class OneBitHadamard(FrequencyOracle):
     reports ``n_i`` and of ones ``S_i`` (``2K`` counters). Estimation: ``p_B = (e+1)/(e-1) *
     (S/n_i - 1/(e+1))`` and ``p_K = H_K (2 p_B - 1) / K``, one transform; the first ``d``
     coordinates are unbiased. The paper's final projection onto the simplex is the
-    ``norm-sub`` post-processing. Variance: ``4e / ((e-1)^2 K^2) * sum_i 1/n_i`` for every
-    value, exactly (``4e / (n (e-1)^2)`` with equal columns), below the paper's bound
-    ``2(e+1)^2 / (n (e-1)^2)``. Not a pure protocol: ``p*`` and ``q*`` are ``None``.
+    ``norm-sub`` post-processing. Variance of the randomisation: ``4e / ((e-1)^2 K^2) *
+    sum_i 1/n_i`` for every value, exactly (``4e / (n (e-1)^2)`` with equal columns), below
+    the paper's bound ``2(e+1)^2 / (n (e-1)^2)``; this is :meth:`variance`, the whole error
+    when every column holds the same multiset of values. Real users are not spread that way:
+    each column sees a sample, which adds ``h (1 - f_v - sum_{x != v} f_x^2)`` with
+    ``h = sum_i 1/n_i / K^2`` (:meth:`column_sampling_variance`), about ``1/n`` where the
+    randomisation term is ``4e/((e-1)^2 n)``: at ``epsilon = 4`` the sampling term is 13
+    times larger. :meth:`estimate` therefore reports ``sigma^2 = var_const = 4e/(e-1)^2 h +
+    h (1 - S2^)``, the variance at ``f_v = 0`` with ``S2 = sum_x f_x^2`` estimated without
+    bias from the data (:meth:`estimate_sum_of_squares`). The remaining dependence on
+    ``f_v``, ``-h f_v (1 - f_v)``, lowers the variance of a frequent value by at most ``h/4``
+    and is left out (``var_slope = 0``): ``sigma`` is slightly conservative for such values.
+    Not a pure protocol: ``p*`` and ``q*`` are ``None``.
     """
 
     name = "onebit"
@@ -127,9 +143,18 @@ class OneBitHadamard(FrequencyOracle):
 
         Each column sees only its own users, so against the population's empirical
         frequencies the estimate of ``v`` also carries ``(1 - pi_v - sum_{x != v} pi_x^2) / n``
-        (with ``n / K`` users per column): ``sum_j [x_j != v] H_K[v ^ x_j, column_j] / n`` has
-        mean 0 and that variance. :meth:`variance` is exact when every column holds the same
-        multiset of values.
+        (with ``n / K`` users per column). Derivation: given the columns' contents, the
+        estimate's mean is ``(1/K) sum_i (1/n_i) sum_{j in i} H_K[v ^ x_j, i]`` (Sylvester:
+        ``H[v, i] H[x, i] = H[v ^ x, i]``); the users holding ``v`` give ``f_v``, the others
+        the error ``T = sum_j [x_j != v] H_K[v ^ x_j, c_j] / n``. A user's term has
+        ``E[T_j^2] = 1 - pi_v`` and mean ``mu_c = sum_{x != v} pi_x H_K[v ^ x, c]``, whose
+        squares sum over the ``K`` columns to ``K sum_{x != v} pi_x^2`` (orthogonal rows),
+        so ``Var[T] = (1 - pi_v - sum_{x != v} pi_x^2) / n`` and ``E[T] = 0``. Assigning a
+        fixed population to balanced columns by a random permutation gives the same with
+        ``n - 1`` and the empirical frequencies (Hoeffding's combinatorial variance). With
+        unequal columns ``1/n`` becomes ``h = sum_i 1/n_i / K^2``. :meth:`variance` is exact
+        when every column holds the same multiset of values; :meth:`estimate` includes this
+        term, estimated from the data (see the class notes).
         """
         pi = np.asarray(distribution, dtype=float)
         return (1 - pi - (np.sum(pi**2) - pi**2)) / n
@@ -141,7 +166,8 @@ class OneBitHadamard(FrequencyOracle):
         *,
         columns: npt.ArrayLike | None = None,
     ) -> Reports:
-        """Perturb a batch; ``columns`` defaults to ``arange(n) % K`` (user ``j`` -> ``j mod K``)."""
+        """Perturb a batch; ``columns`` defaults to ``arange(n) % K``
+        (user ``j`` -> ``j mod K``)."""
         vals = validation.check_values(values, self.domain_size)
         if columns is None:
             cols = np.arange(vals.size, dtype=np.int64) % self.order
@@ -200,6 +226,24 @@ class OneBitHadamard(FrequencyOracle):
             )
         p_b = (e + 1) / (e - 1) * (ones / per_column - 1 / (e + 1))
         p_k = hashing.fwht(2 * p_b - 1) / K
-        const = 4 * e / ((e - 1) ** 2 * K**2) * float(np.sum(1.0 / per_column))
-        return Estimate(p_k[: self.domain_size], accumulator.n, math.sqrt(const), None, None,
-                        const, 0.0, self.name, self.parameters, None)
+        freqs = p_k[: self.domain_size]
+        h = float(np.sum(1.0 / per_column)) / K**2  # 1/n with equal columns
+        noise = 4 * e / (e - 1) ** 2 * h
+        const = noise + h * (1.0 - self.estimate_sum_of_squares(freqs, noise, h))
+        return Estimate(freqs, accumulator.n, math.sqrt(const), None, None, const, 0.0,
+                        self.name, self.parameters, None)
+
+    def estimate_sum_of_squares(self, frequencies: npt.ArrayLike, noise: float,
+                                h: float) -> float:
+        """An unbiased estimate of ``S2 = sum_v f_v^2`` from the raw estimates, in [0, 1].
+
+        With ``V_v = noise + h (1 - f_v - S2 + f_v^2)`` the variance of ``f~_v`` (``noise``
+        the randomisation term, ``h = sum_i 1/n_i / K^2``) and ``sum_v f_v = 1``,
+        ``E[sum_v f~_v^2] = S2 + sum_v V_v = S2 (1 - (d-1) h) + d noise + (d-1) h``; solving
+        for ``S2`` gives the estimate, clipped to [0, 1]. ``(d-1) h < 1`` because every
+        column holds a report and ``d < K``.
+        """
+        f = np.asarray(frequencies, dtype=float)
+        d = f.size
+        raw = (float(f @ f) - d * noise - (d - 1) * h) / (1.0 - (d - 1) * h)
+        return min(1.0, max(0.0, raw))

@@ -14,7 +14,13 @@ from ldpflow.core.oracles.base import FrequencyOracle, Reports
 #: The widest values whose full domain is aggregated (a 2**L counter vector).
 MAX_FULL_DOMAIN_BITS = 28
 
-__all__ = ["MAX_FULL_DOMAIN_BITS", "LocalHashing", "OptimizedLocalHashing", "BinaryLocalHashing", "optimal_hash_range"]
+__all__ = [
+    "MAX_FULL_DOMAIN_BITS",
+    "LocalHashing",
+    "OptimizedLocalHashing",
+    "BinaryLocalHashing",
+    "optimal_hash_range",
+]
 #: Reports counted at a time: small enough that the hashes of a chunk stay in cache.
 _COUNT_CHUNK = 1 << 15
 

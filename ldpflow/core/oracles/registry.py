@@ -9,6 +9,7 @@ from ldpflow.core.oracles.base import FrequencyOracle
 from ldpflow.core.oracles.grr import DirectEncoding
 from ldpflow.core.oracles.hadamard import HadamardResponse, OneBitHadamard
 from ldpflow.core.oracles.local_hashing import BinaryLocalHashing, OptimizedLocalHashing
+from ldpflow.core.oracles.sketch import CountMeanSketch, HadamardCountMeanSketch
 from ldpflow.core.oracles.subset import SubsetSelection
 from ldpflow.core.oracles.unary import OptimizedUnaryEncoding, SymmetricUnaryEncoding
 
@@ -23,11 +24,14 @@ ORACLES: dict[str, type[FrequencyOracle]] = {
     "hr": HadamardResponse,
     "ss": SubsetSelection,
     "onebit": OneBitHadamard,
+    "cms": CountMeanSketch,
+    "hcms": HadamardCountMeanSketch,
 }
 
 
 def make(name: str, **parameters: Any) -> FrequencyOracle:
-    """Build the oracle registered under ``name`` (``grr oue sue olh blh hr ss onebit``).
+    """Build the oracle registered under ``name`` (``grr oue sue olh blh hr ss onebit cms
+    hcms``).
 
     Raises
     ------

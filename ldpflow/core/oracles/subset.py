@@ -57,7 +57,9 @@ class SubsetSelection(BitmapReports, FrequencyOracle):
     a subset without it; the ratio is exactly ``e**epsilon``. Report size (spec):
     ``omega * ceil(log2 d)`` bits as a list of values; the wire form here is the membership
     bitmap, ``ceil(d/8)`` bytes as in unary encoding, with exactly ``omega`` bits set (smaller
-    than the list whenever ``omega ceil(log2 d) > d``). Aggregation: column sums.
+    than the list whenever ``omega ceil(log2 d) > d``). Aggregation: column sums. As in
+    unary encoding, perturbation and aggregation work in chunks of rows with bounded
+    temporaries, and a batch whose packed reports exceed the batch limit is refused.
     ``q* = p*(omega-1)/(d-1) + (1-p*) omega/(d-1)``.
     """
 
@@ -96,12 +98,21 @@ class SubsetSelection(BitmapReports, FrequencyOracle):
         the uniform one.
         """
         n, d, w = values.size, self.domain_size, self.subset_size
+        bitvectors.check_batch_bytes(n, d, what=f"{self.name} reports")
         rate = _fill_rate(d, w)
-        bits = source.bernoulli_bits(rate, n, d)
-        holds_v = source.bernoulli(self.p, n)
-        bitvectors.assign_bits(bits, np.arange(n), values, holds_v)
-        self._fix_sizes(bits, values, source)
-        return Reports(self.name, {"bits": bits})
+        # Chunks of rows with bounded temporaries, each drawn and fixed in turn (one chunk:
+        # the draws of the whole batch, in the order above).
+        chunks = bitvectors.row_chunks(n, 8 * -(-d // 64))  # bernoulli_bits' 64-bit words
+        out = None if len(chunks) <= 1 else np.empty((n, bitvectors.num_bytes(d)), np.uint8)
+        bits = np.zeros((0, bitvectors.num_bytes(d)), np.uint8)
+        for part in chunks:
+            bits = source.bernoulli_bits(rate, part.stop - part.start, d)
+            holds_v = source.bernoulli(self.p, bits.shape[0])
+            bitvectors.assign_bits(bits, np.arange(bits.shape[0]), values[part], holds_v)
+            self._fix_sizes(bits, values[part], source)
+            if out is not None:
+                out[part] = bits
+        return Reports(self.name, {"bits": bits if out is None else out})
 
     def _fix_sizes(
         self, bits: np.ndarray, values: np.ndarray, source: randomness.RandomSource
@@ -121,7 +132,7 @@ class SubsetSelection(BitmapReports, FrequencyOracle):
             state = (surplus[rows], rows * width, values[rows])
             tails.append(self._fix_steps(flat, *state, source, until=_FIX_ROWS // 64))
         if tails:
-            surplus, base, own = (np.concatenate(parts) for parts in zip(*tails))
+            surplus, base, own = (np.concatenate(parts) for parts in zip(*tails, strict=True))
             self._fix_steps(flat, surplus, base, own, source, until=0)
 
     def _fix_steps(
