@@ -1,10 +1,11 @@
 """PEM evaluation: F1 and NCR of the identified top-k vs epsilon, vs k and vs eta, and
-PEM against seed 002's baselines SPM and MCM vs epsilon.
+PEM against the PEM paper's baselines SPM and MCM vs epsilon.
 
     python benchmarks/evaluate_pem.py            # defaults below, about 6 minutes here
     python benchmarks/evaluate_pem.py --quick    # 10^5 users, one repetition, seconds
 
-Synthetic data as in seed 002's Sec. VI: ``--users`` (10^6) users whose values are drawn
+Synthetic data as in Sec. VI of Wang, Li, Jha, "Locally Differentially Private Heavy
+Hitter Identification" (the PEM paper): ``--users`` (10^6) users whose values are drawn
 from ``--num_distinct`` (10^5) distinct random ``--bits``-bit (64) values by Zipf
 (``--exponent`` 1.1) over their ranks (:func:`ldpflow.core.heavy_hitters.sample_values`).
 Every run is the core :class:`~ldpflow.core.heavy_hitters.PrefixExtendingMethod` with the
@@ -17,7 +18,7 @@ Sweeps (each point repeated ``--repetitions`` times, 3 by default):
 
 * ``epsilon``: epsilon in 0.5, 1, ..., 5 at k = 16 and 32;
 * ``k``: k in 4, 8, 16, 24, 32, 48, 64 at epsilon = 4 and 2;
-* ``eta``: eta in 2, 4, ..., 14, 15 at k = 32 and epsilon = 0.9 (seed 002's setting), 2
+* ``eta``: eta in 2, 4, ..., 14, 15 at k = 32 and epsilon = 0.9 (the PEM paper's setting), 2
   and 4 (where F1 is neither near 0 nor near 1 at eta = 15).
 
 The baselines (:mod:`ldpflow.core.heavy_hitter_baselines`: SPM and MCM with their default
@@ -120,7 +121,7 @@ def summarise(runs: list[dict]) -> list[dict]:
         rows.setdefault(key, []).append(run)
     out = []
     for (method, sweep, epsilon, k, eta), group in rows.items():
-        def stat(name):
+        def stat(name, group=group):
             vals = np.array([g[name] for g in group], dtype=float)
             return float(vals.mean()), float(vals.std(ddof=1)) if vals.size > 1 else 0.0
 
@@ -198,10 +199,10 @@ def plot(rows: list[dict], figures: pathlib.Path, args) -> list[str]:
             series = sorted((r for r in mine if label_of(r) == label), key=lambda r: r[x_name])
             xs = [r[x_name] for r in series]
             style = {"pem": "-", "spm": "--", "mcm": ":"}[series[0].get("method", "pem")]
-            for ax, metric in zip(axes, ("f1", "ncr")):
+            for ax, metric in zip(axes, ("f1", "ncr"), strict=True):
                 ax.errorbar(xs, [r[metric][0] for r in series], yerr=[r[metric][1] for r in series],
                             marker="o", capsize=3, label=label, linestyle=style)
-        for ax, metric in zip(axes, ("F1", "NCR")):
+        for ax, metric in zip(axes, ("F1", "NCR"), strict=True):
             ax.set_xlabel(x_label)
             who = "PEM, SPM, MCM" if sweep == "epsilon" else "PEM"
             ax.set_title(f"{who}: {metric} vs {x_label.split(' ')[0]}")

@@ -1,6 +1,6 @@
 """Value codecs: how heavy-hitter inputs become ``m``-bit unsigned integers and back.
 
-Contract (``HEAVY_HITTERS.md``, *Values*): the prefix extending method works on ``m``-bit
+Contract (``docs/spec/heavy_hitters.md``, *Values*): the prefix extending method works on ``m``-bit
 unsigned integers, ``1 <= m <= 64``, whose prefix of length ``l`` is ``v >> (m - l)``. A codec
 maps application values to such integers (``encode``) and discovered integers back
 (``decode``), vectorised over batches.
@@ -10,9 +10,16 @@ maps application values to such integers (``encode``) and discovered integers ba
   on the right and read as one big-endian integer. The integer's prefixes are therefore the
   string's byte prefixes (and integer order is bytewise string order). Decoding strips
   trailing zero bytes. The codec is reversible exactly for strings of at most ``m / 8`` UTF-8
-  bytes that do not end in a NUL character; longer strings are refused unless the caller
-  asks for truncation (``truncate=True``), which keeps the longest run of whole characters
-  that fits in ``m / 8`` bytes.
+  bytes without NUL characters; longer strings are refused unless the caller asks for
+  truncation (``truncate=True``), which keeps the longest run of whole characters that fits
+  in ``m / 8`` bytes.
+
+  The first zero byte *terminates* a string: no valid code has a non-zero byte after a zero
+  byte, and the bytes before it are valid UTF-8. :meth:`StringCodec.valid_prefixes` tells,
+  for a batch of ``l``-bit prefixes, which can begin a valid code (vectorised), so a
+  heavy-hitter search can prune the candidates that extend a word past its end or are not
+  UTF-8. :meth:`StringCodec.fit` chooses ``m`` from the data, and :func:`infer_codec` the
+  codec from raw text lines.
 
 Codecs do no I/O and hold no state; they are frozen dataclasses, safe to send to workers.
 """
@@ -32,6 +39,7 @@ __all__ = [
     "IntegerCodec",
     "StringCodec",
     "make_codec",
+    "infer_codec",
     "invalid_integers",
     "check_unsigned",
     "CODECS",
@@ -79,6 +87,10 @@ class IntegerCodec:
         """Positions of values that :meth:`encode` refuses, with a reason each."""
         return invalid_integers(values, self.bits)
 
+    def valid_prefixes(self, prefixes: npt.ArrayLike, prefix_bits: int) -> np.ndarray:
+        """Every ``prefix_bits``-bit prefix can begin an integer code: all True."""
+        return np.ones(np.asarray(prefixes).shape, dtype=bool)
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class StringCodec:
@@ -93,8 +105,9 @@ class StringCodec:
     -----
     ``encode("ab")`` with ``bits=32`` is ``0x61620000``: the bytes ``61 62``, zero-padded on
     the right. Prefixes of the integer are byte prefixes of the string, so the prefix
-    extending method discovers frequent strings by their leading bytes. Strings with trailing
-    NUL characters are refused (decoding could not restore them); a NUL elsewhere is kept.
+    extending method discovers frequent strings by their leading bytes. The zero padding
+    marks where a string ends, so strings holding a NUL character are refused (the bytes
+    after it would read as padding).
     """
 
     name = "string"
@@ -127,7 +140,7 @@ class StringCodec:
     def _problems(self, raw: list[bytes], truncate: bool) -> tuple[np.ndarray, np.ndarray]:
         lengths = np.fromiter(map(len, raw), dtype=np.int64, count=len(raw))
         too_long = lengths > self.num_bytes
-        trailing_nul = np.fromiter((b[-1:] == b"\x00" for b in raw), dtype=bool, count=len(raw))
+        trailing_nul = np.fromiter((b"\x00" in b for b in raw), dtype=bool, count=len(raw))
         if truncate:
             too_long[:] = False
         return too_long, trailing_nul
@@ -148,8 +161,8 @@ class StringCodec:
         TypeError
             If an element is not a string.
         ValueError
-            If a string is longer than ``bits / 8`` UTF-8 bytes (unless ``truncate``) or ends
-            in a NUL character; the message names the first such string and its position.
+            If a string is longer than ``bits / 8`` UTF-8 bytes (unless ``truncate``) or holds
+            a NUL character; the message names the first such string and its position.
         """
         raw = self._raw(strings)
         too_long, trailing_nul = self._problems(raw, truncate)
@@ -165,7 +178,7 @@ class StringCodec:
         if trailing_nul.any():
             i = int(np.flatnonzero(trailing_nul)[0])
             raise ValueError(
-                f"strings must not end in a NUL character (it would not decode back), got "
+                f"strings must not hold a NUL character (it marks the end of a string), got "
                 f"{raw[i]!r} at position {i}"
             )
         n = len(raw)
@@ -202,7 +215,7 @@ class StringCodec:
         """Positions of strings that :meth:`encode` refuses, with a reason each.
 
         The reasons are a small fixed set (countable): ``"not a string"``, ``"string longer
-        than N UTF-8 bytes"`` and ``"string ends in a NUL character"``.
+        than N UTF-8 bytes"`` and ``"string holds a NUL character"``.
         """
         items = list(strings) if not isinstance(strings, (str, bytes)) else [strings]
         rows: list[int] = []
@@ -223,10 +236,100 @@ class StringCodec:
                     reasons.append(long_reason)
                     continue
                 b = _cut_utf8(b, self.num_bytes)
-            if b[-1:] == b"\x00":
+            if b"\x00" in b:
                 rows.append(i)
-                reasons.append("string ends in a NUL character")
+                reasons.append("string holds a NUL character")
         return np.array(rows, dtype=np.int64), reasons
+
+    def truncations(self, strings: Iterable[Any]) -> int:
+        """How many of ``strings`` hold more than ``bits / 8`` UTF-8 bytes (and would be cut
+        by ``encode(..., truncate=True)``)."""
+        return int(np.count_nonzero(_byte_lengths(self._raw(strings)) > self.num_bytes))
+
+    @classmethod
+    def fit(cls, strings: Iterable[Any], *, coverage: float = 0.99,
+            max_bits: int = 64) -> StringCodec:
+        """The codec of the fewest bytes that hold at least ``coverage`` of the strings whole.
+
+        ``m / 8`` is the smallest byte count ``B`` (at most ``max_bits / 8``) such that a
+        share ``coverage`` of the strings (counted with repetition, so of the users) has at
+        most ``B`` UTF-8 bytes; the rest are truncated when encoded (count them with
+        :meth:`truncations`). Fewer bits mean fewer prefix stages.
+
+        Raises
+        ------
+        ValueError
+            If there are no strings, or ``coverage`` is not in ``(0, 1]``.
+        """
+        if not 0 < coverage <= 1:
+            raise ValueError(f"coverage must be in (0, 1], got {coverage!r}")
+        top = _check_bits(max_bits, name="max_bits") // 8
+        if top < 1:
+            raise ValueError(f"max_bits must be >= 8, got {max_bits!r}")
+        lengths = _byte_lengths(cls(bits=8)._raw(strings))
+        if lengths.size == 0:
+            raise ValueError("strings must hold at least one string to fit a codec, got none")
+        needed = int(np.quantile(lengths, coverage, method="inverted_cdf"))
+        return cls(bits=8 * min(top, max(1, needed)))
+
+    def valid_prefixes(self, prefixes: npt.ArrayLike, prefix_bits: int) -> np.ndarray:
+        """Which ``prefix_bits``-bit prefixes can begin a valid code (bool, vectorised).
+
+        A prefix is valid when some completion to ``bits`` bits is a code of a string: its
+        bytes up to the first zero byte are valid UTF-8 (lead and continuation bytes in
+        place, no overlong or surrogate second bytes, no code point above U+10FFFF, every
+        character whole within ``bits / 8`` bytes) and every byte after a zero byte is zero.
+        A partial last byte is valid when one of its completions is.
+        """
+        bits = validation.check_positive_int(prefix_bits, name="prefix_bits")
+        if bits > self.bits:
+            raise ValueError(f"prefix_bits must be <= bits={self.bits}, got {bits!r}")
+        pre = check_unsigned(prefixes, bits, name="prefixes")
+        n = pre.size
+        code = pre << np.uint64(self.bits - bits) if bits < self.bits else pre
+        mat = code.astype(">u8").view(np.uint8).reshape(n, 8)[:, 8 - self.num_bytes :]
+        mat = mat.astype(np.int64)
+        ok = np.ones(n, dtype=bool)
+        ended = np.zeros(n, dtype=bool)
+        need = np.zeros(n, dtype=np.int64)  # continuation bytes still due
+        lo = np.full(n, 0x80, dtype=np.int64)  # the next continuation byte's range
+        hi = np.full(n, 0xBF, dtype=np.int64)
+        whole, partial = divmod(bits, 8)
+        for j in range(whole + (1 if partial else 0)):
+            byte = mat[:, j]
+            known = 8 if j < whole else partial
+            span = 1 << (8 - known)  # completions of the unknown low bits: [byte, byte + span)
+            first, last = byte, byte + span - 1
+            in_char = need > 0
+            fresh = ~ended & ~in_char
+            room = self.num_bytes - 1 - j  # bytes left after this one
+            # The lead bytes whose character fits: C2-DF (1 more byte), E0-EF (2), F0-F4 (3).
+            lead_top = 0xF4 if room >= 3 else 0xEF if room == 2 else 0xDF if room == 1 else 0
+            if known == 8:
+                ok &= np.where(ended, byte == 0, True)
+                ok &= np.where(in_char & ~ended, (byte >= lo) & (byte <= hi), True)
+                ok &= np.where(fresh, (byte <= 0x7F) | ((byte >= 0xC2) & (byte <= lead_top)),
+                               True)
+                lead = fresh & (byte >= 0xC2)
+                new_need = np.where(byte >= 0xF0, 3, np.where(byte >= 0xE0, 2, 1))
+                new_lo = np.select([byte == 0xE0, byte == 0xF0], [0xA0, 0x90], 0x80)
+                new_hi = np.select([byte == 0xED, byte == 0xF4], [0x9F, 0x8F], 0xBF)
+                need = np.where(lead, new_need, np.where(in_char & ~ended, need - 1, need))
+                lo = np.where(lead, new_lo, 0x80)
+                hi = np.where(lead, new_hi, 0xBF)
+                ended |= fresh & (byte == 0)
+            else:  # some completion must be valid
+                ok &= np.where(ended, first == 0, True)
+                ok &= np.where(in_char & ~ended, (first <= hi) & (last >= lo), True)
+                ok &= np.where(fresh, (first <= 0x7F) | ((first <= lead_top) & (last >= 0xC2)),
+                               True)
+        if bits == self.bits:
+            ok &= ended | (need == 0)
+        return ok
+
+
+def _byte_lengths(raw: list[bytes]) -> np.ndarray:
+    return np.fromiter(map(len, raw), dtype=np.int64, count=len(raw))
 
 
 def _cut_utf8(raw: bytes, limit: int) -> bytes:
@@ -314,3 +417,16 @@ def make_codec(name: str, *, bits: int) -> IntegerCodec | StringCodec:
     if name not in CODECS:
         raise ValueError(f"codec must be one of {sorted(CODECS)}, got {name!r}")
     return CODECS[name](bits=bits)
+
+
+def infer_codec(lines: Iterable[str]) -> str:
+    """``"int"`` when every line is a non-negative decimal integer, else ``"string"``.
+
+    Unambiguous by construction: a line that is not an integer cannot be an integer code.
+    Surrounding whitespace is ignored, as the integer reader ignores it.
+    """
+    for line in lines:
+        text = line.strip()
+        if not (text.isascii() and text.isdigit()):
+            return "string"
+    return "int"

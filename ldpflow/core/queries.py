@@ -1,9 +1,11 @@
 """Queries on a frequency vector and the error metrics of their answers.
 
-Contract (``../shared/spec/CONSISTENCY.md``, "Queries and metrics"; seed 000 Section V,
-seed 002 for F1 and NCR): pure functions of numpy vectors, no randomness except through an
-injected generator. A frequency vector is a one-dimensional float array over the domain
-``0 .. d-1`` (a post-processed estimate, or the true frequencies).
+Contract (``docs/spec/consistency.md``, "Queries and metrics"; Wang et al., "Locally
+Differentially Private Frequency Estimation with Consistency", NDSS 2020, Section V; Wang, Li,
+Jha, "Locally Differentially Private Heavy Hitter Identification", arXiv 1708.06674, for F1 and
+NCR): pure functions of numpy vectors, no randomness except through an injected generator.
+A frequency vector is a one-dimensional float array over the domain ``0 .. d-1`` (a
+post-processed estimate, or the true frequencies).
 
 Queries:
 
@@ -163,7 +165,7 @@ def random_subsets(
     domain_size : int
         ``d >= 1``.
     size : int
-        Values per subset, ``1 <= size <= d`` (seed 000 uses ``round(rho/100 * d)``).
+        Values per subset, ``1 <= size <= d`` (the consistency paper uses ``round(rho/100 * d)``).
     count : int
         Number of subsets, ``>= 1``.
     rng : numpy.random.Generator
@@ -219,7 +221,7 @@ def mse(answers: npt.ArrayLike, truth: npt.ArrayLike) -> float:
 def mse_full_domain(
     frequencies: npt.ArrayLike, truth: npt.ArrayLike, *, clamp: bool = False
 ) -> float:
-    """``(1/d) sum_v (f'_v - f_v)^2`` (seed 000 Section V-A)."""
+    """``(1/d) sum_v (f'_v - f_v)^2`` (the consistency paper, Section V-A)."""
     est, tru = _pair(frequencies, truth)
     return mse(full_domain(est, clamp=clamp), tru)
 
@@ -295,7 +297,7 @@ def precision_recall_f1(
 
 
 def ncr(identified: npt.ArrayLike, true_top_k: npt.ArrayLike) -> float:
-    """Normalized cumulative rank of an identified set (seed 002).
+    """Normalized cumulative rank of an identified set (the PEM paper, Wang, Li, Jha).
 
     Parameters
     ----------

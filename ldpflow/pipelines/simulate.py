@@ -38,17 +38,28 @@ import numpy as np
 from ldpflow.core import codecs, simulation, validation
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.core.oracles import FrequencyOracle, registry
+from ldpflow.pipelines.usage import HelpFormatter
 from ldpflow.wire import formats
 
 __all__ = ["run", "build_parser"]
 
 _LOGGER = logging.getLogger(__name__)
+_SUMMARY = ("Synthetic users -> perturbed report files (sharded) and truth.json; seeded, for "
+            "evaluation.")
 _SUFFIX = {"avro": ".avro", "json": ".jsonl", "parquet": ".parquet"}
 DEFAULT_START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 
+class _Default(str):
+    """A flag's default, told apart from the same value given on the command line."""
+
+
+_INFERRED = _Default("int")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ldpflow simulate", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="ldpflow simulate", description=_SUMMARY,
+                                     formatter_class=HelpFormatter, allow_abbrev=False)
     parser.add_argument("--oracle", required=True, choices=[*sorted(registry.ORACLES), hh.NAME])
     parser.add_argument("--epsilon", type=float, required=True)
     parser.add_argument("--domain_size", type=int, default=None,
@@ -56,19 +67,34 @@ def build_parser() -> argparse.ArgumentParser:
                              "(not needed with --values_file).")
     parser.add_argument("--hash_range", type=int, default=None,
                         help="olh, pem: g (a power of two).")
-    pem = parser.add_argument_group("pem (heavy hitters)")
-    pem.add_argument("--bits", type=int, default=None, help="m: the width of the values.")
+    pem = parser.add_argument_group(
+        "pem (heavy hitters)",
+        "Without --query_limit, --start_bits, --step_bits, --num_groups and --hash_range the "
+        "configuration is chosen automatically from --users, --epsilon, --k and --bits "
+        "(ldpflow.core.heavy_hitters.configure); the log names the heavy-hitters flags.")
+    pem.add_argument("--bits", type=int, default=None,
+                     help="m: the width of the values (default with --values_file: from the "
+                          "data, see --coverage).")
     pem.add_argument("--k", type=int, default=None, help="The top-k size.")
-    pem.add_argument("--query_limit", type=int, default=None, help="Q (default 2**20).")
+    pem.add_argument("--query_limit", type=int, default=None, help="Q (paper default 2**20).")
     pem.add_argument("--start_bits", type=int, default=None, help="gamma (default ceil(log2 k)).")
     pem.add_argument("--step_bits", type=int, default=None,
                      help="eta (default the largest with k * 2**eta <= Q).")
     pem.add_argument("--num_groups", type=int, default=None, help="g (must agree if given).")
-    pem.add_argument("--codec", choices=sorted(codecs.CODECS), default="int",
-                     help="int: values are integers; string: --values_file holds strings.")
+    pem.add_argument("--max_candidates", type=int, default=hh.config.DEFAULT_MAX_CANDIDATES,
+                     help="The automatic configuration's compute budget: the most candidates "
+                          "one stage may estimate.")
+    pem.add_argument("--codec", choices=sorted(codecs.CODECS), default=_INFERRED,
+                     help="int: values are integers; string: --values_file holds strings "
+                          "(default: string unless every line of --values_file is an "
+                          "integer).")
     pem.add_argument("--truncate", action="store_true",
                      help="string codec: keep the leading bytes of longer strings (whole "
-                          "UTF-8 characters) instead of refusing them.")
+                          "UTF-8 characters) instead of refusing them (implied when --bits "
+                          "is chosen from the data).")
+    pem.add_argument("--coverage", type=float, default=0.99,
+                     help="string codec without --bits: the share of the values that must "
+                          "fit whole in m/8 bytes.")
     pem.add_argument("--truth_top", type=int, default=1000,
                      help="How many of the most frequent values truth.json lists.")
     parser.add_argument("--users", type=int, default=None,
@@ -126,6 +152,13 @@ def _file_values(args: argparse.Namespace) -> np.ndarray:
 
 #: Users simulated at a time within a shard: memory is that of one chunk, whatever the size.
 CHUNK_USERS = 1 << 20
+CHUNK_REPORT_BYTES = 128 << 20
+
+
+def _chunk_users(oracle: FrequencyOracle) -> int:
+    """Users perturbed at a time: ``CHUNK_USERS``, fewer for wide reports (about
+    ``CHUNK_REPORT_BYTES`` of reports per chunk)."""
+    return max(1, min(CHUNK_USERS, CHUNK_REPORT_BYTES // max(1, oracle.report_bits // 8)))
 
 
 def _simulate_shard(job: tuple) -> tuple[str, int, np.ndarray]:
@@ -139,8 +172,9 @@ def _simulate_shard(job: tuple) -> tuple[str, int, np.ndarray]:
     dist = None if values is not None else simulation.parse_distribution(args.distribution)
     counts = np.zeros(oracle.domain_size, dtype=np.int64)
     with open(path, "wb") as f, formats.ReportWriter(f, args.format) as writer:
-        for start in range(lo, hi, CHUNK_USERS):
-            stop = min(start + CHUNK_USERS, hi)
+        step = _chunk_users(oracle)
+        for start in range(lo, hi, step):
+            stop = min(start + step, hi)
             n = stop - start
             chunk = values[start - lo:stop - lo] if values is not None else \
                 dist.sample(oracle.domain_size, n, rng)  # type: ignore[union-attr]
@@ -253,62 +287,98 @@ def _write_all(args: argparse.Namespace, oracle, reports, event_times: np.ndarra
         _LOGGER.info("wrote %s (%d reports)", path, count)
 
 
-def _pem_config(parser: argparse.ArgumentParser, args: argparse.Namespace):
-    missing = [f"--{name}" for name in ("bits", "k") if getattr(args, name) is None]
-    if missing:
-        parser.error(f"--oracle pem needs {' and '.join(missing)}")
-    params: dict[str, Any] = {"top_k": args.k, "value_bits": args.bits, "epsilon": args.epsilon}
-    for name in ("query_limit", "start_bits", "step_bits", "num_groups", "hash_range"):
-        if getattr(args, name) is not None:
-            params[name] = getattr(args, name)
+_PEM_SHAPE = ("query_limit", "start_bits", "step_bits", "num_groups", "hash_range")
+
+
+def _pem_config(parser: argparse.ArgumentParser, args: argparse.Namespace, bits: int,
+                users: int):
+    """The configuration: the flags', or the automatic one when no shape flag is given."""
+    if args.k is None:
+        parser.error("--oracle pem needs --k")
     try:
-        pem = hh.PrefixExtendingMethod(**params)
-        codec = codecs.make_codec(args.codec, bits=pem.value_bits)
         validation.check_positive_int(args.shards, name="--shards")
         validation.check_positive_int(args.truth_top, name="--truth_top")
+        if any(getattr(args, name) is not None for name in _PEM_SHAPE):
+            params: dict[str, Any] = {"top_k": args.k, "value_bits": bits,
+                                      "epsilon": args.epsilon}
+            params.update({name: getattr(args, name) for name in _PEM_SHAPE
+                           if getattr(args, name) is not None})
+            return hh.PrefixExtendingMethod(**params)
+        return hh.configure(top_k=args.k, value_bits=bits, epsilon=args.epsilon, users=users,
+                            max_candidates=args.max_candidates)
     except (TypeError, ValueError) as exc:
         parser.error(str(exc))
-    return pem, codec
 
 
-def _pem_values(parser: argparse.ArgumentParser, args: argparse.Namespace, codec,
-                rng: np.random.Generator) -> np.ndarray:
-    """The users' values as ``--bits``-bit codes."""
-    if args.values_file:
-        with open(args.values_file, encoding="utf-8") as f:
-            lines = [line.rstrip("\r\n") for line in f]
-        try:
-            if isinstance(codec, codecs.StringCodec):
-                return codec.encode([line for line in lines if line], truncate=args.truncate)
-            raw = [line.strip() for line in lines if line.strip()]
-            return codec.encode(np.array([int(v) for v in raw], dtype=object))
-        except (TypeError, ValueError) as exc:
-            parser.error(f"--values_file: {exc}")
-    if isinstance(codec, codecs.StringCodec):
-        parser.error("--codec string needs --values_file (one string per line)")
-    if args.users is None or args.domain_size is None:
-        parser.error("--oracle pem needs --users and --domain_size (the number of distinct "
-                     "values) unless --values_file is given")
+def _pem_file_values(parser: argparse.ArgumentParser, args: argparse.Namespace
+                     ) -> tuple[np.ndarray, Any, int]:
+    """``--values_file`` as codes: ``(codes, codec, truncated)``; the codec is inferred from
+    the lines unless given, and its width chosen from the data unless ``--bits`` is given."""
+    with open(args.values_file, encoding="utf-8") as f:
+        lines = [line.rstrip("\r\n") for line in f]
+    name = args.codec
+    if isinstance(name, _Default):
+        name = codecs.infer_codec(line for line in lines if line.strip())
+        _LOGGER.info("--values_file holds %s values: codec %s", "integer" if name == "int"
+                     else "non-integer", name)
     try:
-        dist = simulation.parse_distribution(args.distribution)
-        shape = ({"exponent": dist.parameter} if dist.kind == "zipf"
-                 else {"ratio": dist.parameter} if dist.kind == "geometric" else {})
-        return hh.sample_values(validation.check_positive_int(args.users, name="--users"),
-                                num_distinct=args.domain_size, value_bits=args.bits, rng=rng,
-                                distribution=dist.kind, **shape)
+        if name == "string":
+            strings = [line for line in lines if line]
+            if args.bits is None:
+                codec = codecs.StringCodec.fit(strings, coverage=args.coverage)
+                truncate = True
+            else:
+                codec, truncate = codecs.StringCodec(bits=args.bits), args.truncate
+            truncated = codec.truncations(strings) if truncate else 0
+            return codec.encode(strings, truncate=truncate), codec, truncated
+        raw = np.array([int(v) for v in (line.strip() for line in lines) if v], dtype=object)
+        bits = args.bits
+        if bits is None:
+            bits = max(1, max((int(v).bit_length() for v in raw), default=1))
+        codec = codecs.IntegerCodec(bits=bits)
+        return codec.encode(raw), codec, 0
     except (TypeError, ValueError) as exc:
-        parser.error(str(exc))
+        parser.error(f"--values_file: {exc}")
 
 
 def _run_pem(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
-    pem, codec = _pem_config(parser, args)
-    _check_wire_limits(parser, pem)
     started = time.perf_counter()
     rng = np.random.default_rng(args.seed)
-    values = _pem_values(parser, args, codec, rng)
+    truncated = 0
+    if args.values_file:
+        values, codec, truncated = _pem_file_values(parser, args)
+        if values.size == 0:
+            parser.error("--values_file holds no values")
+        pem = _pem_config(parser, args, codec.bits, values.size)
+    else:
+        if args.codec == "string" and not isinstance(args.codec, _Default):
+            parser.error("--codec string needs --values_file (one string per line)")
+        if args.bits is None:
+            parser.error("--oracle pem needs --bits (or --values_file)")
+        if args.users is None or args.domain_size is None:
+            parser.error("--oracle pem needs --users and --domain_size (the number of distinct "
+                         "values) unless --values_file is given")
+        try:
+            users = validation.check_positive_int(args.users, name="--users")
+            dist = simulation.parse_distribution(args.distribution)
+        except (TypeError, ValueError) as exc:
+            parser.error(str(exc))
+        pem = _pem_config(parser, args, args.bits, users)
+        codec = codecs.IntegerCodec(bits=pem.value_bits)
+        shape = ({"exponent": dist.parameter} if dist.kind == "zipf"
+                 else {"ratio": dist.parameter} if dist.kind == "geometric" else {})
+        try:
+            values = hh.sample_values(users, num_distinct=args.domain_size,
+                                      value_bits=pem.value_bits, rng=rng,
+                                      distribution=dist.kind, **shape)
+        except (TypeError, ValueError) as exc:
+            parser.error(str(exc))
+    _check_wire_limits(parser, pem)
+    if truncated:
+        _LOGGER.warning("%d of %d values hold more than %d UTF-8 bytes: truncated to their "
+                        "leading whole characters (--bits %d)", truncated, values.size,
+                        pem.value_bits // 8, pem.value_bits)
     n = values.size
-    if n == 0:
-        parser.error("--values_file holds no values")
     users = np.array(_user_ids(0, n))
     reports = pem.perturb(values, users, rng)  # seeded: a simulation
     event_times = _event_times(args, rng, n)
@@ -322,6 +392,7 @@ def _run_pem(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
         "distinct": int(np.unique(values).size),
         "oracle": hh.NAME,
         "codec": codec.name,
+        "truncated": int(truncated),
         "parameters": pem.parameters,
         "prefix_bits": list(pem.prefix_bits),
         "group_sizes": np.bincount(reports.columns["group"], minlength=pem.num_groups).tolist(),
@@ -329,6 +400,9 @@ def _run_pem(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
         "domain_size": None if args.values_file else args.domain_size,
         "seed": args.seed,
     }
+    _LOGGER.info("heavy-hitters flags of this configuration: --k %d --bits %d --query_limit %d "
+                 "--start_bits %d --step_bits %d (or none: read from the reports)", pem.top_k,
+                 pem.value_bits, pem.query_limit, pem.start_bits, pem.step_bits)
     with open(os.path.join(args.output, "truth.json"), "w", encoding="utf-8") as f:
         json.dump(truth, f)
     _LOGGER.info("simulated %d pem reports (%d groups) in %.1fs -> %s", n, pem.num_groups,

@@ -1,31 +1,30 @@
 """Heavy-hitter discovery (PEM, the prefix extending method) as Beam transforms.
 
-Contract (``HEAVY_HITTERS.md``; :mod:`ldpflow.core.heavy_hitters` holds all the math):
+Contract (:mod:`ldpflow.core.heavy_hitters` holds all the math):
 
 * Input: ``(key, ReportBatch)`` elements of PEM reports, ``key`` a
   :meth:`~ldpflow.core.keys.ProtocolKey.heavy_hitters` (configuration and value codec). Reports of
   different keys are never mixed: every configuration present gets its own result.
-* :class:`IdentifyHeavyHitters` unrolls the ``g`` stages at graph construction. Stage ``s``
-  counts group ``s``'s reports for the extensions of stage ``s - 1``'s survivors, which reach
-  it as a side input (``AsDict`` by key; stage 0 extends the empty prefix):
-  the group's batches are gathered by key and shard (a few shards per key),
-  :class:`CountStageFn` counts each shard into one
+* :class:`IdentifyHeavyHitters` unrolls the ``g`` stages at graph construction. The reports
+  are split by group with one ``beam.Partition``; stage ``s`` counts group ``s``'s reports for
+  the extensions of stage ``s - 1``'s survivors, which reach it as a side input (``AsDict``
+  by key; stage 0 extends the empty prefix): the group's batches are gathered by key and
+  shard (a few shards per key), :class:`CountStageFn` counts each shard into one
   :class:`~ldpflow.core.heavy_hitters.CandidateAccumulator` (exact integer sums),
   :class:`MergeStageCountsCombineFn` merges the shards' partial counts per key, and
-  :func:`select_stage` estimates the candidates and keeps the top ``k``
-  (:meth:`~ldpflow.core.heavy_hitters.PrefixExtendingMethod.select`). The output is one
-  JSON-ready result dict per key (:func:`assemble_result`), with per-stage report and
-  candidate counts and timings.
-* Results equal :meth:`PrefixExtendingMethod.identify` on the same reports exactly: the
-  counts are integers and every step is deterministic.
+  :func:`select_stage` estimates the candidates and applies the server's
+  :class:`SurvivorRule` (:meth:`~ldpflow.core.heavy_hitters.PrefixExtendingMethod.select`,
+  with the earlier stages' survivors and the codec's pruning). The output is one
+  JSON-ready result dict per key (:func:`assemble_result`), scored against a truth list
+  when one is given.
+* Results equal :meth:`PrefixExtendingMethod.identify` on the same reports and rule exactly:
+  the counts are integers and every step is deterministic.
 
-Timings are measured inside the work: ``aggregate_seconds`` is the time spent in
-``aggregate`` summed over shards (over all workers), ``estimate_seconds`` the estimate and
-selection, and ``started`` / ``finished`` (Unix time) span a stage from its first counted
-shard to its selection.
-
-No DoFn here emits from ``finish_bundle``: Beam 2.77's DaskRunner collects a bundle's
-outputs before calling it, so such outputs are lost there.
+Counts and timings are Beam metrics (namespace ``ldpflow``): counters
+``heavy_hitter_reports``, ``heavy_hitter_candidates`` and ``heavy_hitter_survivors`` (summed
+over stages and keys), the same per stage (``stageS_reports``, ``stageS_candidates``,
+``stageS_survivors``, with ``stageS_aggregate_ms`` and ``stageS_estimate_ms``; summed over
+keys) and distributions ``stage_aggregate_ms`` and ``stage_estimate_ms``.
 """
 
 from __future__ import annotations
@@ -35,12 +34,13 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
 
 from ldpflow.core import codecs
 from ldpflow.core import heavy_hitters as hh
@@ -50,6 +50,7 @@ from ldpflow.wire.envelope import ReportBatch
 from ldpflow.wire.results import heavy_hitters_document
 
 __all__ = [
+    "SurvivorRule",
     "StageCounts",
     "StageResult",
     "SplitGroupsFn",
@@ -68,17 +69,52 @@ _LOGGER = logging.getLogger(__name__)
 DEFAULT_SHARDS = 4
 
 
-def _configuration(key: tuple, threshold: float | None) -> tuple[hh.PrefixExtendingMethod, str]:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SurvivorRule:
+    """The server's choices (nothing a client sends depends on them).
+
+    Attributes
+    ----------
+    survivors : int, optional
+        Prefixes kept per stage (default: the configuration's ``default_survivors``).
+    threshold_sigma : float, optional
+        Keep only candidates estimated at this many standard deviations or more.
+    threshold : float, optional
+        Keep only candidates of at least this estimated frequency.
+    refine_sigma : float or None, default 3
+        :func:`ldpflow.core.heavy_hitters.combine`'s ``z`` (None: each stage's own estimates).
+    prune : bool, default True
+        Prune candidates that cannot be prefixes of a value of the key's codec.
+    truth : tuple, optional
+        The true top values (decoded, in rank order) to score the results against.
+    """
+
+    survivors: int | None = None
+    threshold_sigma: float | None = None
+    threshold: float | None = None
+    refine_sigma: float | None = hh.DEFAULT_REFINE_SIGMA
+    prune: bool = True
+    truth: tuple | None = None
+
+    def select(self, pem: hh.PrefixExtendingMethod, codec: str, estimate: hh.StageEstimate,
+               history: Sequence[hh.StageSurvivors]) -> hh.StageSurvivors:
+        """``pem.select`` of an estimate under this rule."""
+        valid = None
+        if self.prune:
+            valid = codecs.make_codec(codec, bits=pem.value_bits).valid_prefixes
+        return pem.select(estimate, history=history, survivors=self.survivors,
+                          threshold_sigma=self.threshold_sigma, threshold=self.threshold,
+                          valid=valid, refine_sigma=self.refine_sigma)
+
+
+def _configuration(key: tuple) -> tuple[hh.PrefixExtendingMethod, str]:
     key = ProtocolKey.coerce(key)
-    pem, codec = key.build(), key.codec
-    if threshold is not None:
-        pem = dataclasses.replace(pem, threshold=threshold)
-    return pem, codec
+    return key.build(), key.codec
 
 
 @dataclasses.dataclass(eq=False)
 class StageCounts:
-    """Partial counts of one stage for one key: mergeable, with the time they took.
+    """Partial counts of one stage for one key: mergeable.
 
     Attributes
     ----------
@@ -87,18 +123,11 @@ class StageCounts:
         had no reports); the reports are still counted in ``n``.
     n : int
         Reports of the stage's group.
-    seconds : float
-        Time spent in ``aggregate``.
-    started, finished : float
-        Unix time of the first batch's start and the last batch's end.
     batches : int
     """
 
     accumulator: hh.CandidateAccumulator | None
     n: int
-    seconds: float
-    started: float
-    finished: float
     batches: int = 1
 
     def merge(self, other: StageCounts) -> StageCounts:
@@ -108,9 +137,6 @@ class StageCounts:
         if self.accumulator is not None:
             self.accumulator.merge(other.accumulator)
         self.n += other.n
-        self.seconds += other.seconds
-        self.started = min(self.started, other.started)
-        self.finished = max(self.finished, other.finished)
         self.batches += other.batches
         return self
 
@@ -130,31 +156,36 @@ class StageResult:
         Reports of the stage's group.
     candidates : int
         How many candidates the stage estimated (at most the query limit).
-    prefixes : ndarray of uint64
-        The survivors, best first (the next stage's prefixes; the last stage's values).
-    frequencies : ndarray of float64
-        Their estimated shares of the population.
+    history : tuple of StageSurvivors
+        The survivors of this stage and of every earlier one (the last entry is this
+        stage's: the next stage's prefixes; the last stage's values).
     sigma : float
         The standard deviation of one estimated frequency at true frequency 0.
-    aggregate_seconds, estimate_seconds, started, finished : float
     batches : int
     error : str or None
         Why the stage has no survivors (a failed or empty earlier stage, an empty group).
+
+    Timings are not carried here: they are Beam metrics (see the module docstring).
     """
 
     stage: int
     prefix_bits: int
     n: int
     candidates: int
-    prefixes: np.ndarray
-    frequencies: np.ndarray
+    history: tuple
     sigma: float
-    aggregate_seconds: float
-    estimate_seconds: float
-    started: float
-    finished: float
     batches: int
     error: str | None = None
+
+    @property
+    def prefixes(self) -> np.ndarray:
+        """This stage's survivors, best first."""
+        return self.history[-1].prefixes if self.history else np.zeros(0, dtype=np.uint64)
+
+    @property
+    def frequencies(self) -> np.ndarray:
+        """This stage's scores of its survivors (combined estimates)."""
+        return self.history[-1].scores if self.history else np.zeros(0)
 
     def figures(self) -> dict[str, Any]:
         """The JSON-ready per-stage figures (no survivors)."""
@@ -166,9 +197,6 @@ class StageResult:
             "survivors": int(self.prefixes.size),
             "sigma": None if math.isnan(self.sigma) else float(self.sigma),
             "batches": int(self.batches),
-            "aggregate_seconds": round(self.aggregate_seconds, 4),
-            "estimate_seconds": round(self.estimate_seconds, 4),
-            "span_seconds": round(self.finished - self.started, 4),
             "error": self.error,
         }
 
@@ -197,8 +225,8 @@ class SplitGroupsFn(beam.DoFn):
             yield key, int(group), batch.reports[order[bounds[i] : bounds[i + 1]]]
 
 
-def _on_group(element, stage):  # no annotations: Beam would read them as type hints
-    return element[1] == stage
+def _by_group(element, num_partitions):  # no annotations: Beam would read them as type hints
+    return element[1]
 
 
 def _shard(element, shards):
@@ -220,10 +248,13 @@ class CountStageFn(beam.DoFn):
 
     _MAX_REPORTS_PER_CALL = 1 << 20
 
-    def __init__(self, stage: int, threshold: float | None = None):
+    def __init__(self, stage: int):
         super().__init__()
         self._stage = stage
-        self._threshold = threshold
+        self._reports = Metrics.counter("ldpflow", "heavy_hitter_reports")
+        self._stage_reports = Metrics.counter("ldpflow", f"stage{stage}_reports")
+        self._stage_ms = Metrics.counter("ldpflow", f"stage{stage}_aggregate_ms")
+        self._aggregate_ms = Metrics.distribution("ldpflow", "stage_aggregate_ms")
 
     def setup(self):
         self._configs: dict[tuple, hh.PrefixExtendingMethod] = {}
@@ -232,7 +263,7 @@ class CountStageFn(beam.DoFn):
         (key, _), batches = element
         pem = self._configs.get(key)
         if pem is None:
-            pem = self._configs[key] = _configuration(key, self._threshold)[0]
+            pem = self._configs[key] = _configuration(key)[0]
         prefixes, counted = None, self._stage == 0
         if self._stage > 0:
             before = (previous or {}).get(key)
@@ -243,11 +274,15 @@ class CountStageFn(beam.DoFn):
         size = 0
 
         def count(parts):
-            started, clock = time.time(), time.perf_counter()
+            clock = time.perf_counter()
             reports = parts[0] if len(parts) == 1 else Reports.concat(parts)
             accumulator = pem.aggregate(self._stage, reports, prefixes) if counted else None
-            return StageCounts(accumulator, len(reports), time.perf_counter() - clock, started,
-                               time.time(), len(parts))
+            seconds = time.perf_counter() - clock
+            self._reports.inc(len(reports))
+            self._stage_reports.inc(len(reports))
+            self._stage_ms.inc(int(seconds * 1000))
+            self._aggregate_ms.update(int(seconds * 1000))
+            return StageCounts(accumulator, len(reports), len(parts))
 
         for reports in batches:  # may be a one-shot iterable: iterate once
             pending.append(reports)
@@ -288,17 +323,18 @@ class MergeStageCountsCombineFn(beam.CombineFn):
 def select_stage(
     element: tuple[tuple, StageCounts],
     stage: int,
-    threshold: float | None = None,
+    rule: SurvivorRule | None = None,
     previous: Mapping[tuple, StageResult] | None = None,
 ) -> tuple[tuple, StageResult]:
-    """``(key, StageCounts)`` -> ``(key, StageResult)``: estimate and keep the top ``k``."""
+    """``(key, StageCounts)`` -> ``(key, StageResult)``: estimate and keep the survivors."""
     key, counts = element
-    pem = _configuration(key, threshold)[0]
-    started = time.perf_counter()
-    empty = np.zeros(0, dtype=np.uint64)
-    prefixes, freqs, candidates, sigma, error = empty, np.zeros(0), 0, math.nan, None
+    rule = rule or SurvivorRule()
+    pem, codec = _configuration(key)
+    before = (previous or {}).get(key)
+    history: tuple = () if before is None else tuple(before.history)
+    kept: tuple = ()
+    candidates, sigma, error = 0, math.nan, None
     if counts.accumulator is None:
-        before = (previous or {}).get(key)
         error = (f"group {stage - 1} has no reports" if before is None
                  else f"stage {stage - 1} failed: {before.error}")
     else:
@@ -307,27 +343,27 @@ def select_stage(
         except ValueError as exc:
             error = str(exc)
         else:
-            prefixes, freqs = pem.select(estimate)
+            kept = (*history, rule.select(pem, codec, estimate, history))
             candidates, sigma = int(estimate.candidates.size), estimate.sigma
-    seconds = time.perf_counter() - started
-    return key, StageResult(stage, pem.prefix_bits[stage], counts.n, candidates, prefixes, freqs,
-                            sigma, counts.seconds, seconds, counts.started, time.time(),
-                            counts.batches, error)
+    return key, StageResult(stage, pem.prefix_bits[stage], counts.n, candidates, kept,
+                            sigma, counts.batches, error)
 
 
 def assemble_result(
     element: tuple[tuple, Mapping[str, list]],
     num_stages: int,
-    threshold: float | None = None,
+    rule: SurvivorRule | None = None,
 ) -> dict[str, Any]:
     """One key's stage results (and dead-letter count) -> its JSON-ready result.
 
     ``{"configuration", "n", "group_sizes", "dead_letters", "top_k": [{"value", "frequency",
     "count"}], "stages": [...], "error"}``: values decoded by the key's codec, ``count`` the
-    estimated number of users (``frequency * n``, ``n`` the reports of all groups).
+    estimated number of users (``frequency * n``, ``n`` the reports of all groups); with a
+    truth list in ``rule``, also ``"scores": {"precision", "recall", "f1", "ncr"}``.
     """
     key, grouped = element
-    pem, codec_name = _configuration(key, threshold)
+    rule = rule or SurvivorRule()
+    pem, codec_name = _configuration(key)
     stages: list[StageResult | None] = []
     for stage in range(num_stages):
         found = grouped.get(f"stage{stage}") or []
@@ -356,39 +392,62 @@ def assemble_result(
             return result
     last = stages[-1]
     codec = codecs.make_codec(codec_name, bits=pem.value_bits)
-    values = codec.decode(last.prefixes)
+    top, freqs = last.history[-1].top(pem.top_k)
+    values = codec.decode(top)
     if isinstance(codec, codecs.IntegerCodec):
         values = [int(v) for v in values]
     result["top_k"] = [
         {"value": v, "frequency": float(f), "count": float(f) * population}
-        for v, f in zip(values, last.frequencies.tolist(), strict=True)
+        for v, f in zip(values, freqs.tolist(), strict=True)
     ]
+    if rule.truth is not None:
+        result["scores"] = score_against(values, rule.truth, pem.top_k)
     return result
+
+
+def score_against(values: Sequence[Any], truth: Sequence[Any], k: int) -> dict[str, float]:
+    """Precision, recall, F1 and NCR of decoded values against the first ``k`` true ones
+    (:func:`ldpflow.core.heavy_hitters.score_top_k`; strings are compared as strings)."""
+    ranked = list(dict.fromkeys(truth))[:k]
+    index = {v: i for i, v in enumerate(dict.fromkeys([*ranked, *values]))}
+    return hh.score_top_k([index[v] for v in values], [index[v] for v in ranked], k)
 
 
 class _SelectStageFn(beam.DoFn):
     """:func:`select_stage` as a DoFn (without annotations Beam would read as type hints)."""
 
-    def __init__(self, stage, threshold):
+    def __init__(self, stage, rule):
         super().__init__()
-        self._stage, self._threshold = stage, threshold
+        self._stage, self._rule = stage, rule
+        self._candidates = Metrics.counter("ldpflow", "heavy_hitter_candidates")
+        self._survivors = Metrics.counter("ldpflow", "heavy_hitter_survivors")
+        self._stage_candidates = Metrics.counter("ldpflow", f"stage{stage}_candidates")
+        self._stage_survivors = Metrics.counter("ldpflow", f"stage{stage}_survivors")
+        self._stage_ms = Metrics.counter("ldpflow", f"stage{stage}_estimate_ms")
+        self._estimate_ms = Metrics.distribution("ldpflow", "stage_estimate_ms")
 
     def process(self, element, previous=None):
-        key, result = select_stage(element, self._stage, self._threshold, previous)
-        _LOGGER.info("stage %d of %s: %d reports, %d candidates, %d kept in %.2fs%s",
-                     self._stage, ProtocolKey.coerce(key).to_json(), result.n, result.candidates,
-                     result.prefixes.size, result.estimate_seconds,
-                     f" ({result.error})" if result.error else "")
+        clock = time.perf_counter()
+        key, result = select_stage(element, self._stage, self._rule, previous)
+        milliseconds = int((time.perf_counter() - clock) * 1000)
+        kept = int(result.prefixes.size)
+        for total, per_stage, value in (
+                (self._candidates, self._stage_candidates, result.candidates),
+                (self._survivors, self._stage_survivors, kept)):
+            total.inc(value)
+            per_stage.inc(value)
+        self._stage_ms.inc(milliseconds)
+        self._estimate_ms.update(milliseconds)
         yield key, result
 
 
 class _AssembleResultFn(beam.DoFn):
-    def __init__(self, num_stages, threshold):
+    def __init__(self, num_stages, rule):
         super().__init__()
-        self._num_stages, self._threshold = num_stages, threshold
+        self._num_stages, self._rule = num_stages, rule
 
     def process(self, element):
-        yield assemble_result(element, self._num_stages, self._threshold)
+        yield assemble_result(element, self._num_stages, self._rule)
 
 
 class IdentifyHeavyHitters(beam.PTransform):
@@ -399,8 +458,8 @@ class IdentifyHeavyHitters(beam.PTransform):
     num_stages : int
         ``g``, fixed when the pipeline is built; every key must have this many groups (the
         reader refuses other configurations as dead letters).
-    threshold : float, optional
-        The threshold variant (applied to every key's configuration).
+    rule : SurvivorRule, optional
+        The server's survivor rule, pruning and truth (applied to every key).
     dead_letters : PCollection of DeadLetter, optional
         Counted per key into the results (``dead_letters``); keys whose every report was
         refused get a result too, with ``n = 0``.
@@ -409,7 +468,7 @@ class IdentifyHeavyHitters(beam.PTransform):
         ``Q`` counters); they merge exactly.
     """
 
-    def __init__(self, num_stages: int, threshold: float | None = None, dead_letters=None,
+    def __init__(self, num_stages: int, rule: SurvivorRule | None = None, dead_letters=None,
                  shards: int = DEFAULT_SHARDS):
         super().__init__()
         for name, value in (("num_stages", num_stages), ("shards", shards)):
@@ -417,19 +476,20 @@ class IdentifyHeavyHitters(beam.PTransform):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self._num_stages = num_stages
         self._shards = shards
-        self._threshold = threshold
+        self._rule = rule or SurvivorRule()
         self._dead = dead_letters
 
     def expand(self, reports):
-        by_group = reports | "SplitGroups" >> beam.ParDo(SplitGroupsFn(self._num_stages))
+        by_group = (reports
+                    | "SplitGroups" >> beam.ParDo(SplitGroupsFn(self._num_stages))
+                    | "PartitionGroups" >> beam.Partition(_by_group, self._num_stages))
         results: dict[str, Any] = {}
         previous = None
         for stage in range(self._num_stages):
-            group = (by_group
-                     | f"Group{stage}" >> beam.Filter(_on_group, stage)
+            group = (by_group[stage]
                      | f"Shard{stage}" >> beam.Map(_shard, self._shards)
                      | f"Gather{stage}" >> beam.GroupByKey())
-            count_fn = CountStageFn(stage, self._threshold)
+            count_fn = CountStageFn(stage)
             if previous is None:
                 partial = group | f"Count{stage}" >> beam.ParDo(count_fn)
             else:
@@ -438,7 +498,7 @@ class IdentifyHeavyHitters(beam.PTransform):
             counts = partial | f"Merge{stage}" >> beam.CombinePerKey(MergeStageCountsCombineFn())
             side = () if previous is None else (beam.pvalue.AsDict(previous),)
             previous = counts | f"Select{stage}" >> beam.ParDo(
-                _SelectStageFn(stage, self._threshold), *side)
+                _SelectStageFn(stage, self._rule), *side)
             results[f"stage{stage}"] = previous
         if self._dead is not None:
             results["dead"] = (
@@ -451,7 +511,7 @@ class IdentifyHeavyHitters(beam.PTransform):
         return (
             results
             | "JoinStages" >> beam.CoGroupByKey()
-            | "Assemble" >> beam.ParDo(_AssembleResultFn(self._num_stages, self._threshold))
+            | "Assemble" >> beam.ParDo(_AssembleResultFn(self._num_stages, self._rule))
         )
 
 
@@ -464,6 +524,9 @@ class _WriteHeavyHittersFn(beam.DoFn):
     def process(self, results, dead_letters, duplicates=0):
         elapsed = None if self._started is None else time.time() - self._started
         document = heavy_hitters_document(results, dead_letters, elapsed, duplicates)
+        ranked = document["results"]
+        if ranked and ranked[0]["n"] > 0 and "scores" in ranked[0]:
+            document["scores"] = ranked[0]["scores"]  # of the top-level configuration
         with FileSystems.create(f"{self._output}/heavy_hitters.json") as f:
             f.write(json.dumps(document, indent=1).encode("utf-8"))
         yield document

@@ -106,8 +106,6 @@ def test_no_stage_may_estimate_more_than_the_query_limit(k, m, log_limit, extra)
         (dict(start_bits=5, step_bits=2), ValueError, r"stage 0 estimates all 2\*\*7 prefixes"),
         (dict(num_groups=2, step_bits=4), ValueError, r"num_groups must equal .* = 4, got 2"),
         (dict(hash_range=6), ValueError, r"hash_range must be a power of two, got 6"),
-        (dict(threshold=math.nan), ValueError, r"threshold must be finite, got nan"),
-        (dict(threshold="0.1"), TypeError, r"threshold must be a real number or None"),
     ],
 )
 def test_bad_parameters_are_named(params, error, message):
@@ -345,7 +343,7 @@ def naive_counts(pem, stage, group_reports, candidates):
 )
 def test_candidate_counts_equal_the_naive_grid(params, batch, monkeypatch):
     if batch is not None:
-        monkeypatch.setattr(hh, "_batch_size", lambda *args: batch)
+        monkeypatch.setattr(hh.counting, "batch_size", lambda *args: batch)
     pem = PEM(**params)
     rng = np.random.default_rng(11)
     reports = reports_for(pem, 100 * pem.num_groups, 12)
@@ -390,8 +388,9 @@ def test_prefixes_are_checked():
         pem.candidates(1)
     with pytest.raises(ValueError, match=r"prefixes must lie in \[0, 2\*\*6\), got 64"):
         pem.candidates(1, [1, 64])
-    with pytest.raises(ValueError, match="prefixes must hold at most top_k=3, got 4"):
-        pem.candidates(1, [1, 2, 3, 4])
+    with pytest.raises(ValueError,
+                       match=r"prefixes must hold at most query_limit // 2\*\*4 = 4, got 5"):
+        pem.candidates(1, [1, 2, 3, 4, 5])
     with pytest.raises(ValueError, match="prefixes must be distinct"):
         pem.candidates(1, [1, 1])
 
@@ -468,10 +467,28 @@ def test_select_top_breaks_ties_towards_the_smaller_candidate():
 
 def test_threshold_variant_keeps_only_prefixes_above_it():
     values = np.repeat(np.array([0x1234, 0xABCD, 0x0F0F], dtype=np.uint64), [3000, 2000, 50])
-    pem = small(epsilon=4.0, threshold=0.2)
-    result = pem.identify(reports_for(pem, 0, 31, values=values))
+    pem = small(epsilon=4.0)
+    result = pem.identify(reports_for(pem, 0, 31, values=values), threshold=0.2)
     assert sorted(result.values.tolist()) == [0x1234, 0xABCD]
-    assert all(s <= pem.top_k for s in result.stage_survivors)
+    assert all(s <= 2 * pem.default_survivors for s in result.stage_survivors)
+
+
+def test_threshold_in_sigmas_is_a_server_argument():
+    values = np.repeat(np.array([0x1234, 0xABCD, 0x0F0F], dtype=np.uint64), [3000, 2000, 50])
+    pem = small(epsilon=4.0)
+    reports = reports_for(pem, 0, 32, values=values)
+    est = pem.count_candidates(0, pem.split_groups(reports)[0])
+    kept = pem.select(est, threshold_sigma=6.0)
+    assert np.all(kept.frequencies >= 6.0 * est.sigma)
+    assert np.all(np.sort(est.frequencies)[::-1][: kept.prefixes.size] == np.sort(
+        kept.frequencies)[::-1])  # exactly the candidates above the cut, best first
+    with pytest.raises(ValueError, match="threshold_sigma must be finite"):
+        pem.select(est, threshold_sigma=math.nan)
+    with pytest.raises(TypeError, match="threshold must be a real number or None"):
+        pem.select(est, threshold="0.1")
+    with pytest.raises(ValueError, match=r"survivors must be <= query_limit // 2\*\*step_bits"):
+        pem.select(est, survivors=5)
+    assert "threshold" not in pem.parameters  # not wire configuration
 
 
 # -- whole runs -------------------------------------------------------------------------------
@@ -628,3 +645,107 @@ def test_score_top_k_uses_set_metrics_and_ncr():
     assert scores["ncr"] == pytest.approx((3 + 1) / 6)
     full = hh.score_top_k([2**64 - 1], [2**64 - 1], 1)
     assert full == {"precision": 1.0, "recall": 1.0, "f1": 1.0, "ncr": 1.0}
+
+
+# -- automatic configuration, survivors and the combined ranking --------------------------
+
+
+@pytest.mark.parametrize("epsilon, expected", [(1.0, 4), (2.0, 8), (4.0, 32), (8.0, 64)])
+def test_cost_aware_hash_range_is_the_cheapest_within_10_percent_capped(epsilon, expected):
+    from ldpflow.core.heavy_hitters.config import olh_variance_factor
+
+    g = hh.cost_aware_hash_range(epsilon)
+    assert g == expected
+    best = optimal_hash_range(epsilon)
+    if g < 64:  # not capped: within 10 % of the optimum, and half of it is not
+        assert olh_variance_factor(epsilon, g) <= 1.1 * olh_variance_factor(epsilon, best)
+        assert g == 2 or olh_variance_factor(epsilon, g // 2) > 1.1 * olh_variance_factor(
+            epsilon, best)
+    assert hh.cost_aware_hash_range(8.0, max_hash_range=4096) == 2048
+    assert hh.cost_aware_hash_range(8.0, max_hash_range=256) == 256
+    assert hh.cost_aware_hash_range(epsilon, tolerance=0.0, max_hash_range=2**20) == best
+
+
+def test_configure_takes_the_fewest_groups_within_the_budget():
+    pem = hh.configure(top_k=32, value_bits=64, epsilon=4.0, users=10**6)
+    assert pem.num_groups == 4 and pem.hash_range == 32
+    assert pem.default_survivors == 64  # 2 k fits: the query limit was sized for it
+    assert max(pem.max_candidates(s) for s in range(4)) <= pem.query_limit <= 2**22
+    assert pem.query_limit >> pem.suffix_bits(1) >= 2 * pem.default_survivors  # stage 0
+    # No configuration with 3 groups keeps 64 survivors within 2**22 candidates:
+    # 3 groups need 2**(gamma + eta) <= 2**22 and 64 * 2**eta <= 2**22, so gamma + 3 eta
+    # <= 22 + 2 * 16 = 54 < 64.
+    small_m = hh.configure(top_k=8, value_bits=16, epsilon=1.0, users=1000)
+    assert small_m.num_groups == 1 and small_m.prefix_bits == (16,)  # exhaustive
+    assert hh.configure(top_k=16, value_bits=32, epsilon=4.0, users=10**6).num_groups == 2
+    more = hh.configure(top_k=32, value_bits=64, epsilon=4.0, users=10**6,
+                        max_candidates=2**26)
+    assert more.num_groups == 3  # a larger budget buys a group
+    with pytest.raises(ValueError, match="max_candidates must allow 128 survivors of stage 0"):
+        hh.configure(top_k=32, value_bits=64, epsilon=4.0, users=10, max_candidates=255)
+    for budget in (2**20, 2**22, 2**24):  # the budget holds whatever the configuration
+        pem = hh.configure(top_k=32, value_bits=64, epsilon=4.0, users=10**6,
+                           max_candidates=budget)
+        assert pem.query_limit <= budget
+
+
+def test_stage_zero_keeps_twice_the_survivors_when_the_next_stage_fits():
+    pem = hh.configure(top_k=4, value_bits=32, epsilon=4.0, users=20_000)
+    reports = reports_for(pem, 20_000, 51)
+    est = pem.count_candidates(0, pem.split_groups(reports)[0])
+    assert pem.select(est).prefixes.size == 2 * pem.default_survivors == 16
+
+
+def _stage(bits, prefixes, freqs, sigma):
+    prefixes = np.asarray(prefixes, dtype=np.uint64)
+    freqs = np.asarray(freqs, dtype=float)
+    return hh.StageSurvivors(bits, prefixes, freqs, sigma, freqs)
+
+
+def test_combine_is_the_inverse_variance_mean_of_agreeing_ancestors():
+    history = [_stage(4, [0b1010, 0b0001], [0.30, 0.10], 0.01),
+               _stage(8, [0b10100110, 0b00011111], [0.32, 0.50], 0.02)]
+    pool = np.array([0b101001101111, 0b000111110000], dtype=np.uint64)
+    scores = hh.combine(pool, [0.31, 0.05], 0.01, 12, history, z=3.0)
+    w = np.array([1 / 0.01**2, 1 / 0.01**2, 1 / 0.02**2])
+    assert scores[0] == pytest.approx(np.dot(w, [0.31, 0.30, 0.32]) / w.sum())
+    # The second value's ancestors are far heavier (other values below them): own only.
+    assert scores[1] == 0.05
+
+
+def test_combine_never_lends_an_ancestor_to_a_noisier_sibling_or_a_stranger():
+    history = [_stage(4, [0b1010], [0.30], 0.01)]
+    pool = np.array([0b10100001, 0b10100010, 0b01010101], dtype=np.uint64)
+    scores = hh.combine(pool, [0.29, 0.28, 0.29], 0.01, 8, history, z=3.0)
+    assert scores[0] == pytest.approx((0.29 + 0.30) / 2)  # the best child below 1010
+    assert scores[1] == 0.28 and scores[2] == 0.29  # a sibling; no kept ancestor
+    assert hh.combine(pool, [0.29, 0.28, 0.29], 0.01, 8, []).tolist() == [0.29, 0.28, 0.29]
+
+
+def test_string_pruning_keeps_words_from_growing_past_their_end():
+    codec = StringCodec(bits=32)
+    words = ["the"] * 6000 + ["of"] * 4000 + ["when"] * 3000 + ["a"] * 2000
+    words += [f"x{i % 1000:03d}" for i in range(5000)]
+    pem = PEM(top_k=4, value_bits=32, epsilon=4.0, query_limit=2**13, start_bits=2,
+              step_bits=10)  # 8 survivors per stage
+    reports = reports_for(pem, 0, 52, values=codec.encode(words))
+    pruned = pem.identify(reports, valid=codec.valid_prefixes)
+    assert sorted(codec.decode(pruned.values)) == ["a", "of", "the", "when"]
+    assert codec.valid_prefixes(pruned.values, 32).all()
+    loose = pem.identify(reports, top_k=8, survivors=8)
+    # Without pruning, the noisy extensions of words past their end compete as values.
+    assert not codec.valid_prefixes(loose.values, 32).all()
+    strict = pem.identify(reports, top_k=8, survivors=8, valid=codec.valid_prefixes)
+    assert codec.valid_prefixes(strict.values, 32).all()
+
+
+@pytest.mark.parametrize("count", [5, 300])
+def test_candidate_support_of_any_set_equals_the_naive_grid(count):
+    rng = np.random.default_rng(61)
+    seeds = rng.integers(0, 2**64, size=500, dtype=np.uint64)
+    buckets = rng.integers(0, 8, size=500)
+    cand = np.unique(rng.integers(0, 2**40, size=count, dtype=np.uint64))
+    cand = np.concatenate([cand, cand[:3] ^ np.uint64(1)])  # neighbours share a prefix
+    got = hh.counting.candidate_support(seeds, buckets, cand, 40, 8)
+    np.testing.assert_array_equal(got, hashing.naive_support_counts(seeds, buckets, 40, 8,
+                                                                    cand))

@@ -28,6 +28,14 @@ def simulate_pem(out, users=20_000, epsilon=4.0, seed=11, extra=()):
                          "--output", str(out), "--shards", "3", *extra])
 
 
+def run_job(argv):
+    """Run the job; its heavy_hitters.json document, with the run's summary under "run"."""
+    summary = heavy_hitters.run(argv)
+    output = next(a.split("=", 1)[1] for a in argv if a.startswith("--output="))
+    with open(f"{output}/heavy_hitters.json") as f:
+        return {**json.load(f), "run": summary}
+
+
 def read_records(pattern):
     records = []
     for path in sorted(glob.glob(pattern)):
@@ -41,16 +49,14 @@ def core_identify(records, threshold=None):
     assert not dead
     ((key, batch),) = batches.items()
     pem = pem_from_key(key)[0]
-    if threshold is not None:
-        pem = hh.PrefixExtendingMethod(**{**pem.parameters, "threshold": threshold})
-    return pem, pem.identify(batch.reports)
+    return pem, pem.identify(batch.reports, threshold=threshold)
 
 
 @pytest.mark.parametrize("threshold", [None, 0.02])
 def test_pipeline_top_k_equals_the_core_identify_exactly(tmp_path, threshold):
     truth = simulate_pem(tmp_path / "reports")
     extra = [] if threshold is None else ["--threshold", str(threshold)]
-    doc = heavy_hitters.run([f"--input={tmp_path}/reports/*.avro", f"--output={tmp_path}/hh",
+    doc = run_job([f"--input={tmp_path}/reports/*.avro", f"--output={tmp_path}/hh",
                              *FLAGS, *extra])
     pem, expected = core_identify(read_records(f"{tmp_path}/reports/*.avro"), threshold)
     assert [t["value"] for t in doc["top_k"]] == expected.values.tolist()
@@ -61,16 +67,15 @@ def test_pipeline_top_k_equals_the_core_identify_exactly(tmp_path, threshold):
     assert [s["survivors"] for s in doc["stages"]] == list(expected.stage_survivors)
     if threshold is None:  # the clear heavy hitters of Zipf(1.1) over 500 values are found
         assert hh.score_top_k([t["value"] for t in doc["top_k"]], truth["top"], 8)["f1"] >= 0.75
-    with open(f"{tmp_path}/hh/heavy_hitters.json") as f:
-        assert json.load(f) == {k: v for k, v in doc.items() if k != "wall_seconds"}
+    assert doc["run"]["reports"] == doc["reports"] and doc["run"]["state"] == "DONE"
 
 
 def test_document_shape(tmp_path):
     simulate_pem(tmp_path / "reports", users=5000)
-    doc = heavy_hitters.run([f"--input={tmp_path}/reports/*.avro", f"--output={tmp_path}/hh",
+    doc = run_job([f"--input={tmp_path}/reports/*.avro", f"--output={tmp_path}/hh",
                              *FLAGS, "--epsilon", "4"])
     assert set(doc) >= {"top_k", "configuration", "n", "group_sizes", "stages", "results",
-                        "records", "reports", "dead_letters", "elapsed_seconds", "wall_seconds"}
+                        "records", "reports", "dead_letters", "elapsed_seconds"}
     assert doc["error"] is None and len(doc["results"]) == 1
     assert len(doc["top_k"]) == 8
     assert all(set(t) == {"value", "frequency", "count"} and type(t["value"]) is int
@@ -79,8 +84,7 @@ def test_document_shape(tmp_path):
     assert freqs == sorted(freqs, reverse=True)
     assert doc["configuration"] == {"top_k": 8, "value_bits": 32, "epsilon": 4.0,
                                     "query_limit": 1024, "start_bits": 3, "step_bits": 7,
-                                    "num_groups": 5, "hash_range": 64, "threshold": None,
-                                    "codec": "int"}
+                                    "num_groups": 5, "hash_range": 64, "codec": "int"}
     assert doc["n"] == doc["reports"] == doc["records"] == sum(doc["group_sizes"]) == 5000
     assert doc["dead_letters"] == {"total": 0, "by_reason": {}}
     assert [s["stage"] for s in doc["stages"]] == [0, 1, 2, 3, 4]
@@ -88,7 +92,8 @@ def test_document_shape(tmp_path):
     assert [s["candidates"] for s in doc["stages"]] == [1024, 1024, 1024, 1024, 16]
     for stage in doc["stages"]:
         assert stage["candidates"] <= 1024 and stage["error"] is None
-        assert stage["aggregate_seconds"] >= 0 and stage["span_seconds"] >= 0
+        assert set(stage) == {"stage", "prefix_bits", "reports", "candidates", "survivors",
+                              "sigma", "batches", "error"}  # timings are metrics
         assert stage["sigma"] > 0 and stage["batches"] >= 1
 
 
@@ -121,7 +126,8 @@ def test_bad_input_goes_to_dead_letters_through_beam(tmp_path):
     not_json = len(lines) - 1  # its line number
     with gzip.open(tmp_path / "mixed.jsonl.gz", "wt") as f:
         f.write("\n".join(lines) + "\n")
-    doc = heavy_hitters.run([f"--input={tmp_path}/mixed.*", f"--output={tmp_path}/hh", *FLAGS])
+    doc = run_job([f"--input={tmp_path}/mixed.*", f"--output={tmp_path}/hh", *FLAGS,
+                   "--codec=int"])
     dead = doc["dead_letters"]
     assert dead["total"] == 9 and doc["records"] == 3000 + 2 == doc["reports"] + 9
     assert set(dead["by_reason"]) == {
@@ -156,13 +162,17 @@ def test_string_values_come_back_decoded(tmp_path):
                           "--values_file", str(values_file), "--seed", "3",
                           "--output", str(tmp_path / "reports"), "--shards", "2"])
     assert [t["value"] for t in truth["top"][:4]] == ["the", "of", "and", "to"]
-    doc = heavy_hitters.run([f"--input={tmp_path}/reports/*.avro", f"--output={tmp_path}/hh",
+    doc = run_job([f"--input={tmp_path}/reports/*.avro", f"--output={tmp_path}/hh",
                              *flags, "--codec", "string"])
     assert [t["value"] for t in doc["top_k"]] == ["the", "of", "and", "to"]
     assert doc["configuration"]["codec"] == "string"
+    # Without --codec the reports' own codec decodes them (it travels in every report).
+    inferred = run_job([f"--input={tmp_path}/reports/*.avro", f"--output={tmp_path}/hh1",
+                        *flags])
+    assert inferred["top_k"] == doc["top_k"]
     # Read as integers, every report is a dead letter: codecs never mix.
-    doc = heavy_hitters.run([f"--input={tmp_path}/reports/*.avro", f"--output={tmp_path}/hh2",
-                             *flags])
+    doc = run_job([f"--input={tmp_path}/reports/*.avro", f"--output={tmp_path}/hh2",
+                   *flags, "--codec", "int"])
     assert doc["top_k"] == [] and doc["dead_letters"]["total"] == len(words)
     assert doc["error"] == "no valid reports"
 
@@ -170,14 +180,14 @@ def test_string_values_come_back_decoded(tmp_path):
 def test_each_epsilon_is_its_own_result_unless_one_is_expected(tmp_path):
     simulate_pem(tmp_path / "a", users=3000, epsilon=4.0)
     simulate_pem(tmp_path / "b", users=2000, epsilon=2.0, seed=12)
-    doc = heavy_hitters.run([f"--input={tmp_path}/[ab]/*.avro", f"--output={tmp_path}/hh",
+    doc = run_job([f"--input={tmp_path}/[ab]/*.avro", f"--output={tmp_path}/hh",
                              *FLAGS])
     assert [(r["configuration"]["epsilon"], r["n"]) for r in doc["results"]] == [(4.0, 3000),
                                                                               (2.0, 2000)]
     assert doc["configuration"]["epsilon"] == 4.0 and doc["n"] == 3000
     (warning,) = doc["warnings"]  # several epsilons in one input are flagged
     assert warning.startswith("the input holds 2 PEM configurations (epsilon 2.0, 4.0)")
-    doc = heavy_hitters.run([f"--input={tmp_path}/[ab]/*.avro", f"--output={tmp_path}/hh2",
+    doc = run_job([f"--input={tmp_path}/[ab]/*.avro", f"--output={tmp_path}/hh2",
                              *FLAGS, "--epsilon", "2"])
     assert [(r["configuration"]["epsilon"], r["n"], r["dead_letters"])
             for r in doc["results"]] == [(2.0, 2000, 0), (4.0, 0, 3000)]
@@ -190,7 +200,7 @@ def test_a_group_without_reports_is_an_error_not_a_guess(tmp_path):
     records = [r for r in read_records(f"{tmp_path}/reports/*.avro") if r["pem"]["group"] != 2]
     with open(tmp_path / "gap.avro", "wb") as f:
         formats.write_avro(f, records)
-    doc = heavy_hitters.run([f"--input={tmp_path}/gap.avro", f"--output={tmp_path}/hh", *FLAGS])
+    doc = run_job([f"--input={tmp_path}/gap.avro", f"--output={tmp_path}/hh", *FLAGS])
     assert doc["top_k"] == [] and doc["error"] == "group 2 has no reports"
     assert [s["error"] for s in doc["stages"]] == [None, None, "group 2 has no reports",
                                                    "stage 3 failed: group 2 has no reports"]
@@ -205,18 +215,41 @@ def test_a_group_without_reports_is_an_error_not_a_guess(tmp_path):
     (["--k", "8", "--bits", "64", "--query_limit", "8"], "query_limit must allow a step"),
     (["--k", "8", "--bits", "64", "--step_bits", "15", "--num_groups", "3"],
      "num_groups must equal ceil((value_bits - start_bits) / step_bits) = ceil(61 / 15) = 5"),
-    (["--bits", "64"], "the following arguments are required: --k"),
+    (["--bits", "64"], "--k and --bits go together"),
+    (["--k", "8", "--bits", "32", "--protocol", "spm"], "only pem reports have a wire form"),
+    (["--k", "8", "--bits", "32", "--survivors", "9", "--query_limit", "1024"],
+     "survivors must be <= query_limit // 2**step_bits = 1024 // 2**7 = 8, got 9"),
 ])
 def test_bad_flags_fail_before_the_pipeline(tmp_path, flags, message):
     with pytest.raises(SystemExit) as raised:
-        heavy_hitters.run([f"--input={tmp_path}/none/*.avro", f"--output={tmp_path}/o", *flags])
+        run_job([f"--input={tmp_path}/none/*.avro", f"--output={tmp_path}/o", *flags])
     assert message in str(raised.value)
     assert not (tmp_path / "o").exists()
 
 
+def test_configuration_comes_from_the_input_and_truth_gives_scores(tmp_path):
+    truth = simulate.run(["--oracle", "pem", "--bits", "32", "--k", "8", "--epsilon", "4",
+                          "--domain_size", "500", "--users", "20000", "--seed", "5",
+                          "--output", str(tmp_path / "auto"), "--shards", "2"])
+    assert truth["parameters"] == hh.configure(top_k=8, value_bits=32, epsilon=4.0,
+                                               users=20_000).parameters
+    doc = run_job([f"--input={tmp_path}/auto/*.avro", f"--output={tmp_path}/hh",
+                   f"--truth={tmp_path}/auto/truth.json"])
+    assert doc["dead_letters"]["total"] == 0 and doc["n"] == 20_000
+    assert {k: v for k, v in doc["configuration"].items() if k != "codec"} == \
+        truth["parameters"]
+    expected = hh.score_top_k([t["value"] for t in doc["top_k"]], truth["top"], 8)
+    assert doc["scores"] == doc["results"][0]["scores"] == expected
+    assert doc["scores"]["f1"] == 1.0  # Zipf(1.1) over 500 values, 20000 users, epsilon 4
+    summary = doc["run"]  # from the run's counters, not read back from the output
+    assert summary["records"] == summary["reports"] == 20_000
+    assert summary["candidates"] == sum(s["candidates"] for s in doc["stages"])
+    assert summary["survivors"] == sum(s["survivors"] for s in doc["stages"])
+
+
 def test_an_input_that_matches_nothing_fails_before_the_pipeline(tmp_path):
     with pytest.raises(SystemExit, match="matched no files"):
-        heavy_hitters.run([f"--input={tmp_path}/none/*.avro", f"--output={tmp_path}/o", *FLAGS])
+        run_job([f"--input={tmp_path}/none/*.avro", f"--output={tmp_path}/o", *FLAGS])
     assert not (tmp_path / "o").exists()
 
 
@@ -224,8 +257,8 @@ def test_an_input_that_matches_nothing_fails_before_the_pipeline(tmp_path):
 def test_two_worker_processes_give_the_same_answer(tmp_path):
     simulate_pem(tmp_path / "reports", users=6000)
     args = [f"--input={tmp_path}/reports/*.avro", *FLAGS]
-    one = heavy_hitters.run([*args, f"--output={tmp_path}/one"])
-    two = heavy_hitters.run([*args, f"--output={tmp_path}/two", "--direct_num_workers=2",
+    one = run_job([*args, f"--output={tmp_path}/one"])
+    two = run_job([*args, f"--output={tmp_path}/two", "--direct_num_workers=2",
                              "--direct_running_mode=multi_processing"])
     assert two["top_k"] == one["top_k"] and two["group_sizes"] == one["group_sizes"]
 
@@ -246,10 +279,10 @@ def test_reports_to_records_keeps_the_group_of_each_user_id(tmp_path):
 def test_repeated_reports_are_identified_once_and_counted(tmp_path):
     simulate_pem(tmp_path / "reports", users=3000)
     first = sorted((tmp_path / "reports").glob("*.avro"))[0]
-    once = heavy_hitters.run([f"--input={tmp_path}/reports/*.avro",
+    once = run_job([f"--input={tmp_path}/reports/*.avro",
                               f"--output={tmp_path}/once", *FLAGS])
     (tmp_path / "reports" / "again.avro").write_bytes(first.read_bytes())
-    twice = heavy_hitters.run([f"--input={tmp_path}/reports/*.avro",
+    twice = run_job([f"--input={tmp_path}/reports/*.avro",
                                f"--output={tmp_path}/twice", *FLAGS])
     assert twice["duplicates"] == 1000 and once["duplicates"] == 0
     assert twice["top_k"] == once["top_k"] and twice["n"] == once["n"] == 3000

@@ -38,9 +38,10 @@ def test_truth_lists_the_most_frequent_values_and_the_configuration(tmp_path):
     counts = [t["count"] for t in top]
     assert counts == sorted(counts, reverse=True) and sum(counts) <= 20000
     assert all(type(t["value"]) is int and 0 <= t["value"] < 2**64 for t in top)
-    assert truth["parameters"] == hh.PrefixExtendingMethod(
-        top_k=16, value_bits=64, epsilon=2.0).parameters
-    assert truth["prefix_bits"] == [20, 36, 52, 64] and truth["codec"] == "int"
+    # No shape flag: the automatic configuration of the users, epsilon, k and m.
+    auto = hh.configure(top_k=16, value_bits=64, epsilon=2.0, users=20000)
+    assert truth["parameters"] == auto.parameters
+    assert truth["prefix_bits"] == list(auto.prefix_bits) and truth["codec"] == "int"
     assert sum(truth["group_sizes"]) == truth["users"] == 20000
     assert len(glob.glob(f"{out}/reports-*-of-00003.avro")) == 3
     # The reports parse without dead letters; each user reports once, in its id's group.
@@ -87,6 +88,25 @@ def test_values_file_of_integers_and_of_strings(tmp_path):
     assert truth["top"] == [{"value": "abcdefgh", "count": 2}]
 
 
+def test_codec_and_width_are_chosen_from_the_values_file(tmp_path):
+    words = tmp_path / "words.txt"
+    # 99 of 100 values hold at most 3 bytes; one of 11 bytes is truncated to 3.
+    words.write_text("the\n" * 60 + "of\n" * 39 + "abcdefghijk\n", encoding="utf-8")
+    out = tmp_path / "w"
+    truth = simulate.run(["--oracle", "pem", "--k", "2", "--epsilon", "4", "--values_file",
+                          str(words), "--seed", "1", "--output", str(out), "--shards", "1"])
+    assert truth["codec"] == "string" and truth["parameters"]["value_bits"] == 24
+    assert truth["truncated"] == 1
+    assert truth["top"][:3] == [{"value": "the", "count": 60}, {"value": "of", "count": 39},
+                                {"value": "abc", "count": 1}]
+    assert {r["pem"]["codec"] for r in records_of(out)} == {"string"}
+    ints = tmp_path / "ints.txt"
+    ints.write_text("5\n300\n5\n")
+    truth = simulate.run(["--oracle", "pem", "--k", "1", "--epsilon", "4", "--values_file",
+                          str(ints), "--output", str(tmp_path / "i"), "--shards", "1"])
+    assert truth["codec"] == "int" and truth["parameters"]["value_bits"] == 9  # 300 < 2**9
+
+
 @pytest.mark.parametrize("extra,message", [
     (["--values_file", "{big}"], "--values_file: values must lie in [0, 2**64), got "
                                  "18446744073709551616 at position 1"),
@@ -129,8 +149,8 @@ def test_pem_reports_round_trip_through_parquet(tmp_path):
                   "--output", str(out), "--format", "parquet", "--shards", "2"])
     assert sorted(p.name for p in out.iterdir())[:2] == ["reports-00000-of-00002.parquet",
                                                           "reports-00001-of-00002.parquet"]
-    doc = heavy_hitters.run([f"--input={out}/*.parquet", f"--output={tmp_path}/hh",
-                             "--k=4", "--bits=16"])
+    heavy_hitters.run([f"--input={out}/*.parquet", f"--output={tmp_path}/hh"])
+    doc = json.loads((tmp_path / "hh" / "heavy_hitters.json").read_text())
     assert doc["dead_letters"]["total"] == 0
     assert doc["n"] == doc["records"] == 4000
     truth = json.loads((out / "truth.json").read_text())["top"]

@@ -14,8 +14,8 @@ import pytest
 import ldpflow
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.schemas import schema_json
-from tests import wire_support as formats
 from ldpflow.transforms import heavy_hitters as thh
+from tests import wire_support as formats
 from tests.wire_support import (
     ReportBatch,
     key_from_json,
@@ -96,7 +96,7 @@ def test_pem_keys_are_never_mixed():
 
 
 def test_keys_survive_their_json_form():
-    key = pem_key(small(threshold=0.1), "string")
+    key = pem_key(small(), "string")
     assert key_from_json(key_to_json(key)) == key
     with pytest.raises(ValueError, match="key must be a 'pem' key"):
         pem_from_key(ldpflow.oracle("grr", epsilon=1.0, domain_size=4).key)
@@ -234,7 +234,8 @@ def test_files_written_before_the_pem_field_still_parse():
 def batches_of(pem, reports, cuts):
     key = pem_key(pem)
     bounds = [0, *cuts, len(reports)]
-    return key, [(key, ReportBatch(key, reports[a:b])) for a, b in zip(bounds, bounds[1:])]
+    pairs = zip(bounds, bounds[1:], strict=False)
+    return key, [(key, ReportBatch(key, reports[a:b])) for a, b in pairs]
 
 
 def count(stage, key, parts, previous=None, shard=0):
@@ -282,21 +283,24 @@ def test_sharded_counts_merge_to_the_core_accumulator_in_any_order(order):
         shards = [combine.add_input(combine.create_accumulator(), partials[i][1]) for i in order]
         snapshot = [p[1].accumulator.copy() for p in partials]
         merged = combine.extract_output(combine.merge_accumulators(iter(shards)))
-        for p, before in zip(partials, snapshot):  # inputs are never mutated
+        for p, before in zip(partials, snapshot, strict=True):  # inputs are never mutated
             assert p[1].accumulator == before
         group = reports[reports.group == stage]
         prefixes = None if stage == 0 else previous[key].prefixes
         assert merged.accumulator == pem.aggregate(stage, group, prefixes)
         assert merged.n == len(group) and merged.batches == len(mine)
-        _, result = thh.select_stage((key, merged), stage, None, previous or None)
+        rule = thh.SurvivorRule(prune=False)
+        _, result = thh.select_stage((key, merged), stage, rule, previous or None)
         est = pem.estimate(pem.aggregate(stage, group, prefixes))
-        values, freqs = pem.select(est)
-        np.testing.assert_array_equal(result.prefixes, values)
-        np.testing.assert_array_equal(result.frequencies, freqs)
+        history = () if stage == 0 else previous[key].history
+        kept = pem.select(est, history=history)
+        np.testing.assert_array_equal(result.prefixes, kept.prefixes)
+        np.testing.assert_array_equal(result.frequencies, kept.scores)
         assert result.candidates == est.candidates.size <= pem.query_limit
         previous = {key: result}
     expected = pem.identify(reports)
-    np.testing.assert_array_equal(previous[key].prefixes, expected.values)
+    np.testing.assert_array_equal(previous[key].history[-1].top(pem.top_k)[0],
+                                  expected.values)
 
 
 def test_a_failed_stage_fails_the_later_ones_with_a_reason():

@@ -1,0 +1,116 @@
+"""Heavy-hitter identification under local differential privacy, pure NumPy.
+
+One protocol family behind one contract (:class:`HeavyHitterProtocol`, see
+:mod:`ldpflow.core.heavy_hitters.base`):
+
+* ``pem`` -- :class:`PrefixExtendingMethod` (Wang, Li, Jha, "Locally Differentially Private
+  Heavy Hitter Identification"), with the automatic configuration of
+  :func:`~ldpflow.core.heavy_hitters.config.configure`;
+* ``spm`` -- :class:`SegmentPairsMethod` and ``mcm`` -- :class:`MultipleChannelMethod`, the
+  paper's baselines;
+* ``treehist`` -- :class:`TreeHist` (Bassily, Nissim, Stemmer, Thakurta, "Practical Locally
+  Private Heavy Hitters");
+* ``sfp`` -- :class:`SequenceFragmentPuzzle` (Apple's Differential Privacy Team, "Learning
+  with Privacy at Scale").
+
+:data:`PROTOCOLS` maps the keys to the classes and :func:`make` builds one. Counting
+(:mod:`~ldpflow.core.heavy_hitters.counting`), evaluation helpers
+(:mod:`~ldpflow.core.heavy_hitters.evaluation`) and the configuration rule
+(:mod:`~ldpflow.core.heavy_hitters.config`) are submodules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ldpflow.core.heavy_hitters import config, counting, evaluation
+from ldpflow.core.heavy_hitters.base import (
+    DEFAULT_QUERY_LIMIT,
+    MAX_QUERY_LIMIT,
+    HeavyHitterProtocol,
+    HeavyHitters,
+    assign_groups,
+    default_survivors,
+    extend_prefixes,
+    olh_frequencies,
+    olh_variance,
+    select_survivors,
+    select_top,
+    user_keys,
+)
+from ldpflow.core.heavy_hitters.config import configure, cost_aware_hash_range
+from ldpflow.core.heavy_hitters.evaluation import (
+    DISTRIBUTIONS,
+    distinct_values,
+    rank_probabilities,
+    sample_values,
+    score_top_k,
+    true_top,
+)
+from ldpflow.core.heavy_hitters.mcm import MultipleChannelMethod
+from ldpflow.core.heavy_hitters.pem import (
+    COLUMN_SPECS,
+    DEFAULT_REFINE_SIGMA,
+    NAME,
+    CandidateAccumulator,
+    PrefixExtendingMethod,
+    StageEstimate,
+    StageSurvivors,
+    combine,
+)
+from ldpflow.core.heavy_hitters.sfp import SequenceFragmentPuzzle
+from ldpflow.core.heavy_hitters.spm import SegmentPairsMethod
+from ldpflow.core.heavy_hitters.treehist import TreeHist
+
+__all__ = [
+    "NAME",
+    "COLUMN_SPECS",
+    "DEFAULT_QUERY_LIMIT",
+    "MAX_QUERY_LIMIT",
+    "DEFAULT_REFINE_SIGMA",
+    "HeavyHitterProtocol",
+    "HeavyHitters",
+    "PrefixExtendingMethod",
+    "SegmentPairsMethod",
+    "MultipleChannelMethod",
+    "TreeHist",
+    "SequenceFragmentPuzzle",
+    "CandidateAccumulator",
+    "StageEstimate",
+    "StageSurvivors",
+    "combine",
+    "user_keys",
+    "assign_groups",
+    "extend_prefixes",
+    "select_top",
+    "select_survivors",
+    "default_survivors",
+    "olh_frequencies",
+    "olh_variance",
+    "configure",
+    "cost_aware_hash_range",
+    "DISTRIBUTIONS",
+    "rank_probabilities",
+    "distinct_values",
+    "sample_values",
+    "true_top",
+    "score_top_k",
+    "PROTOCOLS",
+    "make",
+    "config",
+    "counting",
+    "evaluation",
+]
+
+PROTOCOLS: dict[str, type[HeavyHitterProtocol]] = {
+    cls.name: cls
+    for cls in (PrefixExtendingMethod, SegmentPairsMethod, MultipleChannelMethod, TreeHist,
+                SequenceFragmentPuzzle)
+}
+
+
+def make(name: str, **parameters: Any) -> HeavyHitterProtocol:
+    """The protocol ``name`` (a key of :data:`PROTOCOLS`) with ``parameters``."""
+    if name not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {sorted(PROTOCOLS)}, got {name!r}")
+    return PROTOCOLS[name](**parameters)

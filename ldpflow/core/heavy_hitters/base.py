@@ -1,0 +1,446 @@
+"""The contract every heavy-hitter protocol follows, and the pieces they share.
+
+A heavy-hitter protocol finds the most frequent values of a domain too large to estimate
+value by value (``m``-bit values, ``m`` up to 64). Like a frequency oracle
+(:mod:`ldpflow.core.oracles.base`) it is a frozen, keyword-only dataclass of its *wire*
+parameters (what every client must agree on), validated at construction, hashable and
+picklable. Its contract, batch first:
+
+* ``perturb(values, user_ids, rng=None) -> Reports``: each user's report (client side; the
+  default source is the operating system's CSPRNG, :mod:`ldpflow.core.randomness`). The part
+  of the protocol a user takes part in (its *group*) is a deterministic function of its
+  stable id (:func:`assign_groups`), never of arrival order or randomness;
+* ``validate(reports)`` / ``invalid_rows(reports)``: rows no conforming client could have
+  produced, with one countable reason each;
+* ``identify(reports, *, top_k=None, ...) -> HeavyHitters``: the heavy hitters of a batch,
+  best first. How many values to return and how candidates are kept between rounds are
+  *server-side* arguments (they change nothing a client sends);
+* ``key`` / ``from_key``: the :class:`~ldpflow.core.keys.ProtocolKey` of the configuration.
+
+Protocols that can be aggregated in passes (PEM) add the stage-wise ``aggregate`` ->
+``Accumulator.merge`` -> ``estimate`` -> ``select`` of :mod:`ldpflow.core.heavy_hitters.pem`.
+
+Shared here: the group assignment, the survivor rule (:func:`select_survivors`), the OLH
+estimator of every protocol (:func:`olh_frequencies`) and the result type.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import hashlib
+import math
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from ldpflow.core import codecs, hashing, randomness, validation
+from ldpflow.core.keys import ProtocolKey
+from ldpflow.core.oracles.base import Reports
+
+__all__ = [
+    "DEFAULT_QUERY_LIMIT",
+    "MAX_QUERY_LIMIT",
+    "HeavyHitterProtocol",
+    "HeavyHitters",
+    "user_keys",
+    "assign_groups",
+    "extend_prefixes",
+    "select_top",
+    "select_survivors",
+    "default_survivors",
+    "olh_frequencies",
+    "olh_variance",
+    "check_top_k",
+]
+
+#: The PEM paper's query limit ``Q`` (Sec. VI-A).
+DEFAULT_QUERY_LIMIT = 2**20
+#: The largest query limit accepted: a stage keeps ``O(Q)`` int64 counters in memory.
+MAX_QUERY_LIMIT = 2**28
+
+_U64 = np.uint64
+
+
+# -- group assignment ---------------------------------------------------------------------------
+def user_keys(user_ids: npt.ArrayLike | Sequence[Any]) -> npt.NDArray[np.uint64]:
+    """The 64-bit key of each stable user id (the input of :func:`assign_groups`).
+
+    An integer id is its 64-bit two's complement (``-1`` -> ``2**64 - 1``; an Avro ``long``
+    and an unsigned 64-bit id of the same bits get the same key). A string id is the BLAKE2b
+    digest of its UTF-8 bytes with an 8-byte digest size (``hashlib.blake2b(data,
+    digest_size=8)``), read as a little-endian integer; ``bytes`` ids are hashed as they are.
+
+    Raises
+    ------
+    TypeError
+        For ids that are neither integers nor strings (floats, booleans, ...).
+    ValueError
+        For an integer outside ``[-2**63, 2**64)``, or an array of more than one dimension.
+    """
+    if isinstance(user_ids, (str, bytes)):
+        raise TypeError("user_ids must be a collection of ids, got a single string")
+    arr = np.asarray(user_ids)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.ndim != 1:
+        raise ValueError(f"user_ids must be one-dimensional, got shape {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, dtype=_U64)
+    kind = arr.dtype.kind
+    if kind == "i":
+        return arr.astype(np.int64).view(_U64)
+    if kind == "u":
+        return arr.astype(_U64)
+    if kind in "US":
+        return np.fromiter((_string_key(s) for s in arr.tolist()), dtype=_U64, count=arr.size)
+    if kind == "O":
+        return np.fromiter(
+            (_object_key(v, i) for i, v in enumerate(arr)), dtype=_U64, count=arr.size
+        )
+    raise TypeError(f"user_ids must be integers or strings, got dtype {arr.dtype}")
+
+
+def _string_key(s: str | bytes) -> int:
+    data = s.encode("utf-8") if isinstance(s, str) else bytes(s)
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+def _object_key(v: Any, position: int) -> int:
+    if isinstance(v, (str, bytes, np.str_, np.bytes_)):
+        return _string_key(v)
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        if not -(2**63) <= int(v) < 2**64:
+            raise ValueError(
+                f"user_ids must lie in [-2**63, 2**64), got {int(v)} at position {position}"
+            )
+        return int(v) % 2**64
+    raise TypeError(
+        f"user_ids must be integers or strings, got {type(v).__name__} at position {position}"
+    )
+
+
+def assign_groups(user_ids: npt.ArrayLike | Sequence[Any], num_groups: int) -> np.ndarray:
+    """The group in ``[0, num_groups)`` of each user: deterministic from a stable id.
+
+    ``group = splitmix64(key) mod num_groups``, where ``key`` is :func:`user_keys` and
+    ``splitmix64(z)`` the first output of the splitmix64 stream from state ``z`` (the hash
+    family's generator). Each user lands in exactly one group; for distinct ids the groups
+    are equal in size in expectation (the modulo bias is below ``num_groups / 2**64``).
+    Neither arrival order nor randomness enters, so a user who reports twice reports in the
+    same group.
+
+    Returns
+    -------
+    ndarray of int64
+    """
+    num_groups = validation.check_positive_int(num_groups, name="num_groups")
+    keys = user_keys(user_ids)
+    with np.errstate(over="ignore"):
+        mixed = hashing.splitmix64_mix(keys + hashing.GOLDEN_GAMMA)
+    return (mixed % _U64(num_groups)).astype(np.int64)
+
+
+# -- candidates and selection -------------------------------------------------------------------
+def extend_prefixes(prefixes: npt.ArrayLike, step_bits: int) -> npt.NDArray[np.uint64]:
+    """The candidates ``c * 2**step_bits + s`` for each prefix ``c`` and every ``s``.
+
+    Ordered prefix by prefix (in the given order), suffixes ascending: row ``j`` of
+    ``result.reshape(len(prefixes), 2**step_bits)`` extends ``prefixes[j]``.
+    """
+    pre = np.asarray(prefixes, dtype=_U64).reshape(-1)
+    suffixes = np.arange(1 << step_bits, dtype=_U64)
+    return ((pre[:, None] << _U64(step_bits)) | suffixes[None, :]).reshape(-1)
+
+
+def select_top(
+    candidates: npt.ArrayLike, scores: npt.ArrayLike, k: int, *, threshold: float | None = None
+) -> np.ndarray:
+    """Positions of the ``k`` highest scores (ties: the smaller candidate first).
+
+    With ``threshold``, only positions whose score is at least ``threshold`` are kept (still
+    at most ``k``). The positions are returned best first.
+    """
+    k = validation.check_positive_int(k, name="k")
+    cand = np.asarray(candidates)
+    score = np.asarray(scores, dtype=np.float64)
+    if cand.shape != score.shape or cand.ndim != 1:
+        raise ValueError(
+            f"candidates and scores must be 1-d of one length, got {cand.shape} and {score.shape}"
+        )
+    if cand.size > 4 * k:  # partial selection first: a full sort of 2**20 scores is slow
+        part = np.argpartition(-score, k - 1)[:k]
+        cut = score[part].min()
+        pool = np.flatnonzero(score >= cut)  # ties at the cut stay in the pool
+        order = pool[np.lexsort((cand[pool], -score[pool]))][:k]
+    else:
+        order = np.lexsort((cand, -score))[:k]
+    if threshold is not None:
+        order = order[score[order] >= threshold]
+    return order
+
+
+def default_survivors(top_k: int) -> int:
+    """The default number of prefixes a stage keeps: ``2 k``.
+
+    Keeping exactly ``k`` loses true heavy hitters whenever a prefix shared by several
+    frequent values (strings: ``"th"``) or a noisy empty prefix outranks the prefix of a
+    ``k``-th value; keeping ``2 k`` moves the cut far from the ``k``-th value at twice the
+    counting cost of a stage (``docs/heavy_hitters.md``, "Survivor rule").
+    """
+    return 2 * validation.check_positive_int(top_k, name="top_k")
+
+
+def select_survivors(
+    candidates: npt.ArrayLike,
+    frequencies: npt.ArrayLike,
+    sigma: float,
+    *,
+    survivors: int,
+    threshold_sigma: float | None = None,
+    threshold: float | None = None,
+    valid: npt.ArrayLike | None = None,
+) -> np.ndarray:
+    """The survivor rule: positions of the candidates a stage keeps, best first.
+
+    At most ``survivors`` of the highest estimates among the ``valid`` candidates; with
+    ``threshold_sigma``, only those of estimate at least ``threshold_sigma * sigma`` (a
+    threshold in standard deviations of one estimate at frequency 0, so it means the same
+    at any ``n`` and epsilon); with ``threshold``, only those of estimated frequency at least
+    ``threshold``. Ties go to the smaller candidate.
+    """
+    survivors = validation.check_positive_int(survivors, name="survivors")
+    score = np.asarray(frequencies, dtype=np.float64)
+    if valid is not None:
+        mask = np.asarray(valid, dtype=bool)
+        if mask.shape != score.shape:
+            raise ValueError(f"valid must have the candidates' shape {score.shape}, got "
+                             f"{mask.shape}")
+        score = np.where(mask, score, -np.inf)
+    cut = -math.inf
+    if threshold_sigma is not None:
+        t = _finite(threshold_sigma, "threshold_sigma")
+        if math.isfinite(sigma):
+            cut = max(cut, t * sigma)
+    if threshold is not None:
+        cut = max(cut, _finite(threshold, "threshold"))
+    order = select_top(candidates, score, survivors)
+    keep = score[order] > -np.inf
+    if cut > -math.inf:
+        keep &= score[order] >= cut
+    return order[keep]
+
+
+def _finite(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number or None, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return float(value)
+
+
+def check_top_k(top_k: Any, default: int) -> int:
+    """``top_k`` checked (``None``: ``default``)."""
+    return default if top_k is None else validation.check_positive_int(top_k, name="top_k")
+
+
+# -- the one OLH estimator ----------------------------------------------------------------------
+def olh_frequencies(support: npt.ArrayLike, n: int, epsilon: float,
+                    hash_range: int) -> np.ndarray:
+    """OLH's unbiased frequencies ``(c / n - q*) / (p* - q*)`` of support counts ``c``.
+
+    ``p* = e / (e + g - 1)``, ``q* = 1 / g`` (Wang et al., "Locally Differentially Private
+    Protocols for Frequency Estimation", Sec. 4.4). Every heavy-hitter protocol of this
+    package estimates through this function.
+    """
+    e = math.exp(epsilon)
+    p, q = e / (e + hash_range - 1), 1.0 / hash_range
+    counts = np.asarray(support, dtype=np.float64)
+    if n <= 0:
+        return np.full(counts.shape, np.nan)
+    return (counts / n - q) / (p - q)
+
+
+def olh_variance(n: int, epsilon: float, hash_range: int, frequency: Any = 0.0) -> Any:
+    """The exact variance of one OLH frequency from ``n`` reports, at true ``frequency``.
+
+    ``(q* (1 - q*) + f (p* - q*)(1 - p* - q*)) / (n (p* - q*)**2)`` (the support of a value
+    of frequency ``f`` is a sum of ``n`` independent Bernoulli(``f p* + (1 - f) q*``)).
+    """
+    e = math.exp(epsilon)
+    p, q = e / (e + hash_range - 1), 1.0 / hash_range
+    f = np.asarray(frequency, dtype=np.float64)
+    out = (q * (1 - q) + f * (p - q) * (1 - p - q)) / (n * (p - q) ** 2)
+    return float(out) if out.ndim == 0 else out
+
+
+# -- the result -----------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, eq=False)
+class HeavyHitters:
+    """The outcome of a heavy-hitter run: the top values, best first, with estimates.
+
+    Attributes
+    ----------
+    values : ndarray of uint64
+    frequencies : ndarray of float64
+        Estimated shares of the whole population.
+    counts : ndarray of float64
+        ``frequencies * population``.
+    population : int
+        The number of reports of all groups.
+    group_sizes : tuple of int
+    stage_candidates : tuple of int
+        How many candidates each estimation step evaluated.
+    stage_survivors : tuple of int
+        How many candidates each step kept.
+    """
+
+    values: np.ndarray
+    frequencies: np.ndarray
+    counts: np.ndarray
+    population: int
+    group_sizes: tuple[int, ...]
+    stage_candidates: tuple[int, ...]
+    stage_survivors: tuple[int, ...]
+
+    def to_records(
+        self, codec: codecs.IntegerCodec | codecs.StringCodec | None = None
+    ) -> list[dict[str, Any]]:
+        """``[{"value": V, "frequency": f, "count": c}, ...]`` of plain Python types.
+
+        With a codec, ``value`` is decoded (e.g. to a string by a :class:`StringCodec`).
+        """
+        values: list[Any] = (
+            [int(v) for v in self.values] if codec is None else list(codec.decode(self.values))
+        )
+        if codec is not None and isinstance(codec, codecs.IntegerCodec):
+            values = [int(v) for v in values]
+        return [
+            {"value": v, "frequency": float(f), "count": float(c)}
+            for v, f, c in zip(values, self.frequencies, self.counts, strict=True)
+        ]
+
+
+# -- the protocol base --------------------------------------------------------------------------
+class HeavyHitterProtocol(abc.ABC):
+    """The base of every heavy-hitter protocol (see the module docstring).
+
+    Subclasses are frozen keyword-only dataclasses with at least ``top_k``, ``value_bits``
+    and ``epsilon``; they set ``name`` (their registry key) and implement :meth:`group_of`,
+    :meth:`perturb`, :meth:`validate` and :meth:`identify`.
+    """
+
+    name: ClassVar[str]
+    top_k: int
+    value_bits: int
+    epsilon: float
+
+    # -- identity ---------------------------------------------------------------------------------
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The wire parameters as plain Python values."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    @property
+    def key(self) -> ProtocolKey:
+        """A hashable identity: only reports and accumulators of equal keys mix."""
+        return ProtocolKey(self.name, self.parameters)
+
+    @classmethod
+    def from_key(cls, key: Sequence[Any]) -> HeavyHitterProtocol:
+        """The configuration whose :attr:`key` is ``key`` (its inverse).
+
+        Raises
+        ------
+        ValueError
+            If ``key`` is not a key of this protocol (another protocol's, or malformed).
+        """
+        if not isinstance(key, (tuple, list)) or not key or key[0] != cls.name:
+            raise ValueError(f"key must be a {cls.name!r} key, got {key!r}")
+        try:
+            params = ProtocolKey.coerce(key).parameters
+        except ValueError:
+            raise ValueError(
+                f"key must hold (name, value) pairs after {cls.name!r}, got {key!r}"
+            ) from None
+        params.pop("codec", None)  # the value codec: part of a report key, not a parameter
+        return cls(**params)
+
+    # -- client ---------------------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def num_groups(self) -> int:
+        """How many disjoint groups the users are split into."""
+
+    def group_of(self, user_ids: npt.ArrayLike | Sequence[Any]) -> np.ndarray:
+        """The group of each user, see :func:`assign_groups`."""
+        return assign_groups(user_ids, self.num_groups)
+
+    def invalid_values(self, values: npt.ArrayLike) -> tuple[np.ndarray, list[str]]:
+        """Positions of input values that are not integers in ``[0, 2**m)``, with reasons."""
+        return codecs.invalid_integers(values, self.value_bits)
+
+    @abc.abstractmethod
+    def perturb(
+        self,
+        values: npt.ArrayLike,
+        user_ids: npt.ArrayLike | Sequence[Any],
+        rng: randomness.RandomSource | np.random.Generator | None = None,
+    ) -> Reports:
+        """Each user's report (epsilon-LDP in total per user)."""
+
+    def perturb_one(
+        self,
+        value: int,
+        user_id: int | str,
+        rng: randomness.RandomSource | np.random.Generator | None = None,
+    ) -> dict[str, Any]:
+        """One user's report on a device, as a dict of plain values."""
+        ids = np.empty(1, dtype=object)
+        ids[0] = user_id
+        return self.perturb(np.array([value], dtype=object), ids, rng).to_records()[0]
+
+    def _check_values_and_groups(self, values: npt.ArrayLike,
+                                 user_ids: npt.ArrayLike | Sequence[Any]
+                                 ) -> tuple[np.ndarray, np.ndarray]:
+        vals = codecs.check_unsigned(values, self.value_bits)
+        groups = self.group_of(user_ids)
+        if groups.size != vals.size:
+            raise ValueError(
+                f"user_ids must hold one id per value ({vals.size}), got {groups.size}"
+            )
+        return vals, groups
+
+    # -- server ---------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def validate(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Reports:
+        """The checked reports, or ``InvalidReportError`` naming the first bad row."""
+
+    @abc.abstractmethod
+    def identify(self, reports: Reports | Mapping[str, npt.ArrayLike], *,
+                 top_k: int | None = None,
+                 valid: Callable[[np.ndarray, int], np.ndarray] | None = None
+                 ) -> HeavyHitters:
+        """The heavy hitters of a batch of reports, best first.
+
+        ``top_k`` (default the configuration's) is how many to return; ``valid(codes,
+        bits)`` (e.g. :meth:`ldpflow.core.codecs.StringCodec.valid_prefixes`) marks the
+        candidates that can be (prefixes of) valid values, so the others are pruned.
+        """
+
+    @property
+    @abc.abstractmethod
+    def budget_shares(self) -> dict[str, dict[str, float]]:
+        """Each randomized component of a user's report: its epsilon share and the
+        probabilities ``p``, ``q`` of one output under the two inputs that differ most
+        (``p / q == e**share``); the shares sum to ``epsilon``."""
+
+
+def olh_budget(epsilon: float, hash_range: int) -> dict[str, float]:
+    """The share ``epsilon`` of one OLH report and its worst-case output probabilities."""
+    e = math.exp(epsilon)
+    return {"epsilon": float(epsilon), "p": e / (e + hash_range - 1),
+            "q": 1.0 / (e + hash_range - 1)}

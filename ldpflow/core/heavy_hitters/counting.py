@@ -1,0 +1,205 @@
+"""Exact OLH support counts of candidate sets: the one signed scatter of the package.
+
+Local hashing's hash (``ldpflow.core.hashing``) is affine over GF(2):
+``H_s(v) = M_s v XOR a``. For the candidates "prefix ``c`` x all ``2**eta`` suffixes" at
+prefix length ``l``, ``H_s(c 2**eta + t) = M_lo t XOR (M_hi c XOR a)``, so the support counts
+of one prefix's candidates are a signed scatter of the reports (``n g`` entries into a vector
+of length ``2**eta``) followed by one Walsh-Hadamard transform. :func:`prefix_scatter`
+batches ``d`` prefixes into one scatter: the reports' hash rows for the prefix bits are
+projected onto the ``d`` prefixes (bit ``j`` of the projection of row ``r`` is
+``parity(r & (c_j << eta))``), giving a hash on ``d + eta`` bits whose value at ``(e_j, t)``
+equals ``H_s(c_j 2**eta + t)``; one scatter of ``n g`` entries into ``2**(d + eta)``
+counters, a sign-weighted sum over the ``d`` projected bits per prefix and one ``2**eta``
+transform per prefix give the same exact counts as ``d`` separate scatters. A full domain
+(:func:`full_domain_support`) is the case of the single empty prefix.
+
+Small candidate sets are counted by evaluating the hash (:func:`hashed_support`,
+``n |C|`` evaluations); the naive users x candidates grid
+(:func:`ldpflow.core.hashing.naive_support_counts`) is the tests' oracle.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+from ldpflow.core import hashing
+
+__all__ = [
+    "signed_scatter",
+    "prefix_scatter",
+    "full_domain_support",
+    "hashed_support",
+    "candidate_support",
+    "support_matrix",
+    "scatter_cost",
+    "batch_size",
+]
+
+_U64 = np.uint64
+# Entries of the (2**b x reports) index matrix built per scatter chunk.
+_SCATTER_ENTRIES = 1 << 22
+# The widest projected index space (prefix batch bits + suffix bits) one scatter may use.
+MAX_BATCH_INDEX_BITS = 21
+# Entries of the (users x candidates) hash grid evaluated at once.
+_GRID_ENTRIES = 1 << 23
+
+
+def signed_scatter(index_rows: np.ndarray, index_bits: int) -> np.ndarray:
+    """``F`` (length ``2**index_bits``) from per-report rows ``(index << 1) | sign bit``.
+
+    ``index_rows`` has shape ``(b, n)``: row ``j`` holds each report's hash row ``j``. For
+    each report and each subset ``u`` of its ``b`` rows, the XOR of the rows in ``u`` holds
+    the index ``M^T u`` above bit 0 and ``parity(u & (y ^ a))`` in bit 0; one ``bincount`` of
+    all ``n 2**b`` of them, then positives minus negatives.
+    """
+    b, n = index_rows.shape
+    width = 1 << b
+    total = np.zeros(2 << index_bits, dtype=np.int64)
+    chunk = max(1, _SCATTER_ENTRIES >> b)
+    work = np.empty((width, min(chunk, n)), dtype=np.int64)
+    for start in range(0, n, chunk):
+        rows = index_rows[:, start : start + chunk]
+        w = work[:, : rows.shape[1]]
+        w[0] = 0
+        for j in range(b):  # all 2**b subsets by doubling, along contiguous runs of reports
+            np.bitwise_xor(w[: 1 << j], rows[j][None, :], out=w[1 << j : 2 << j])
+        total += np.bincount(w.reshape(-1), minlength=2 << index_bits)
+    return total[0::2] - total[1::2]
+
+
+def _unit_rows(scattered: np.ndarray, d: int, eta: int) -> np.ndarray:
+    """Rows ``e_l`` of the partial Walsh-Hadamard transform over the top ``d`` index bits.
+
+    ``G_l[w] = sum_z F[z, w] (-1)**z_l = total[w] - 2 * (sum of F[z, w] over z with bit l)``.
+    """
+    F = scattered.reshape(1 << d, 1 << eta)
+    total = F.sum(axis=0)
+    out = np.empty((d, 1 << eta), dtype=np.int64)
+    for bit in range(d):
+        ones = F.reshape(1 << (d - 1 - bit), 2, 1 << bit, 1 << eta)[:, 1].sum(axis=(0, 1))
+        out[bit] = total - 2 * ones
+    return out
+
+
+def scatter_cost(num_prefixes: int, n: int, hash_bits: int, eta: int, d: int) -> float:
+    """The cost model of counting ``num_prefixes`` prefixes in batches of ``d``.
+
+    Per batch: ``n 2**b`` scatter entries (about three passes each), plus about ``d + 12``
+    passes over the ``2**(d + eta)`` projected counters (bincount output, chunk sums, sign
+    split, per-prefix sums); calibrated on ``n 2**b = 2**24``, ``eta = 15``. In units of
+    one pass over one entry.
+    """
+    batches = -(-num_prefixes // d)
+    return batches * (3.0 * (n << hash_bits) + (d + 12) * float(1 << (d + eta)))
+
+
+def batch_size(num_prefixes: int, n: int, hash_bits: int, eta: int) -> int:
+    """How many prefixes share one scatter: the ``d`` of least :func:`scatter_cost`."""
+    best, best_cost = 1, math.inf
+    for d in range(1, num_prefixes + 1):
+        if d + eta > max(MAX_BATCH_INDEX_BITS, eta + 1):
+            break
+        cost = scatter_cost(num_prefixes, n, hash_bits, eta, d)
+        if cost < best_cost:
+            best, best_cost = d, cost
+    return best
+
+
+def prefix_scatter(seeds: np.ndarray, buckets: np.ndarray, prefixes: np.ndarray,
+                   prefix_bits: int, eta: int, hash_range: int) -> np.ndarray:
+    """The scatter vectors ``F_j`` (shape ``(len(prefixes), 2**eta)``) of a batch of reports.
+
+    ``fwht(F_j) / g`` is the support count of every extension of ``prefixes[j]`` (of
+    ``prefix_bits - eta`` bits) by ``eta`` bits; pass ``prefixes = [0]`` and
+    ``eta = prefix_bits`` for a full domain.
+    """
+    b = hash_range.bit_length() - 1
+    out = np.zeros((prefixes.size, 1 << eta), dtype=np.int64)
+    if seeds.size == 0 or prefixes.size == 0:
+        return out
+    rows, offsets = hashing.hash_rows(seeds, prefix_bits, b)
+    rows = np.ascontiguousarray(rows.T)  # (b, n): long contiguous runs per hash row
+    targets = buckets.astype(np.int64) ^ offsets.astype(np.int64)
+    low = (rows & _U64((1 << eta) - 1)).astype(np.int64)
+    # Index bits above the sign bit: the suffix part of each row; bit 0: bit j of y ^ a,
+    # so the XOR over a subset u of rows carries parity(u & (y ^ a)), the sign.
+    base = (low << 1) | ((targets[None, :] >> np.arange(b)[:, None]) & 1)
+    if prefix_bits == eta:
+        out[0] = signed_scatter(base, eta)
+        return out
+    batch = batch_size(prefixes.size, seeds.size, b, eta)
+    shifted = prefixes.astype(_U64) << _U64(eta)
+    proj = np.empty(rows.shape, dtype=np.int64)
+    for start in range(0, prefixes.size, batch):
+        chunk = shifted[start : start + batch]
+        d = chunk.size
+        proj[...] = 0
+        for bit, c in enumerate(chunk):
+            proj |= (np.bitwise_count(rows & c) & np.uint8(1)).astype(np.int64) << bit
+        proj <<= eta + 1
+        proj |= base
+        out[start : start + d] = _unit_rows(signed_scatter(proj, d + eta), d, eta)
+    return out
+
+
+def full_domain_support(seeds: npt.ArrayLike, buckets: npt.ArrayLike, bits: int,
+                        hash_range: int) -> np.ndarray:
+    """Exact support counts of all ``2**bits`` values (one scatter + one transform)."""
+    F = prefix_scatter(np.asarray(seeds, dtype=_U64), np.asarray(buckets), np.zeros(1, _U64),
+                       bits, bits, hash_range)
+    return hashing.support_counts(F, hash_range).reshape(-1)
+
+
+def hashed_support(seeds: npt.ArrayLike, buckets: npt.ArrayLike, candidates: npt.ArrayLike,
+                   value_bits: int, hash_range: int) -> np.ndarray:
+    """``#{i : H_{s_i}(c) = y_i}`` for each candidate ``c`` (int64), chunked over users.
+
+    The hash-evaluation method for small candidate sets (``n |C|`` hash evaluations).
+    """
+    seeds = np.asarray(seeds, dtype=_U64)
+    buckets = np.asarray(buckets).astype(np.int64)
+    cand = np.asarray(candidates, dtype=_U64).reshape(-1)
+    out = np.zeros(cand.size, dtype=np.int64)
+    if cand.size == 0 or seeds.size == 0:
+        return out
+    step = max(1, _GRID_ENTRIES // cand.size)
+    for start in range(0, seeds.size, step):
+        grid = hashing.hash_grid(seeds[start : start + step], cand, value_bits, hash_range)
+        out += (grid == buckets[start : start + step, None]).sum(axis=0)
+    return out
+
+
+def support_matrix(seeds: np.ndarray, buckets: np.ndarray, candidates: np.ndarray, bits: int,
+                   hash_range: int) -> np.ndarray:
+    """The boolean ``(n, |C|)`` matrix "report ``i`` supports candidate ``c``"."""
+    if candidates.size == 0:
+        return np.zeros((seeds.size, 0), dtype=bool)
+    grid = hashing.hash_grid(seeds, candidates, bits, hash_range)
+    return grid == buckets.astype(np.int64)[:, None]
+
+
+def candidate_support(seeds: npt.ArrayLike, buckets: npt.ArrayLike, candidates: npt.ArrayLike,
+                      value_bits: int, hash_range: int, *, suffix_bits: int = 8,
+                      max_hashed: int = 64) -> np.ndarray:
+    """Exact support counts of an arbitrary candidate set (int64, in the given order).
+
+    Up to ``max_hashed`` candidates are counted by hash evaluation (:func:`hashed_support`);
+    more are grouped by their ``value_bits - suffix_bits``-bit prefixes and counted by
+    :func:`prefix_scatter` (every extension of every prefix, then the candidates picked), so
+    the cost is that of the scatter, not ``n |C|`` hash evaluations.
+    """
+    cand = np.asarray(candidates, dtype=_U64).reshape(-1)
+    seeds = np.asarray(seeds, dtype=_U64)
+    eta = min(suffix_bits, value_bits)
+    if cand.size <= max_hashed or eta == value_bits:
+        if eta == value_bits and cand.size > max_hashed:
+            full = full_domain_support(seeds, buckets, value_bits, hash_range)
+            return full[cand.astype(np.int64)]
+        return hashed_support(seeds, buckets, cand, value_bits, hash_range)
+    prefixes, inverse = np.unique(cand >> _U64(eta), return_inverse=True)
+    F = prefix_scatter(seeds, np.asarray(buckets), prefixes, value_bits, eta, hash_range)
+    support = hashing.support_counts(F, hash_range).reshape(prefixes.size, 1 << eta)
+    return support[inverse.reshape(-1), (cand & _U64((1 << eta) - 1)).astype(np.int64)]

@@ -1,0 +1,834 @@
+"""The prefix extending method (PEM) of Wang, Li and Jha, pure NumPy.
+
+Contract ("Locally Differentially Private Heavy Hitter Identification", Wang, Li, Jha,
+Sec. IV):
+
+* Values are ``m``-bit unsigned integers (:mod:`ldpflow.core.codecs` maps strings to them);
+  the prefix of length ``l`` of ``v`` is ``v >> (m - l)``.
+* Users are split into ``g`` disjoint groups by a hash of a stable user id
+  (:func:`~ldpflow.core.heavy_hitters.base.assign_groups`). Stages are indexed from 0 here:
+  group ``i`` (the paper's group ``i + 1``) reports its prefix of length
+  ``prefix_bits[i] = min(gamma + (i + 1) eta, m)`` through OLH with the full epsilon.
+* Stage 0 estimates all ``2**prefix_bits[0]`` prefixes; stage ``i > 0`` estimates the
+  candidates ``c * 2**eta_i + s`` for each prefix ``c`` kept by stage ``i - 1`` and every
+  suffix ``s < 2**eta_i`` (``eta_i = prefix_bits[i] - prefix_bits[i - 1]``), from group
+  ``i``'s reports only (counted exactly by :mod:`~ldpflow.core.heavy_hitters.counting`).
+
+Server-side choices (they change nothing a client sends, so they are arguments of the
+server calls, not parameters of the configuration):
+
+* **the survivor rule** (:func:`~ldpflow.core.heavy_hitters.base.select_survivors`): each
+  stage keeps its ``survivors`` best candidates (default ``2 k``), optionally only those
+  above ``threshold_sigma`` standard deviations; candidates that cannot be prefixes of
+  valid values under the codec (``valid``) are pruned first;
+* **the ranking** (:func:`combine`): from the second stage on, a pool of the best
+  candidates by their own estimates is ranked by an inverse-variance combination of their
+  own estimate and, where an earlier stage's ancestor of a candidate is held by no other
+  candidate of the pool and its estimate agrees within ``z`` standard deviations of the
+  difference, the earlier groups' estimates of that ancestor (which then count the same
+  value). The top ``k`` of the last stage by that ranking are the heavy hitters.
+
+Per-stage functions are pure so that a Beam pipeline can run one stage per pass, with the
+previous stage's survivors as a side input: :meth:`PrefixExtendingMethod.aggregate` turns a
+batch of one group's reports into a :class:`CandidateAccumulator` (exact integer sums,
+merged by addition), :meth:`~PrefixExtendingMethod.estimate` turns it into a
+:class:`StageEstimate` and :meth:`~PrefixExtendingMethod.select` picks the survivors
+(a :class:`StageSurvivors`, given to the later stages' selections as ``history``).
+:meth:`~PrefixExtendingMethod.identify` runs all of it in order on an in-memory batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ldpflow.core import codecs, hashing, randomness, validation
+from ldpflow.core.heavy_hitters import counting
+from ldpflow.core.heavy_hitters.base import (
+    DEFAULT_QUERY_LIMIT,
+    MAX_QUERY_LIMIT,
+    HeavyHitterProtocol,
+    HeavyHitters,
+    check_top_k,
+    default_survivors,
+    extend_prefixes,
+    olh_budget,
+    olh_frequencies,
+    olh_variance,
+    select_survivors,
+)
+from ldpflow.core.keys import PEM as NAME
+from ldpflow.core.oracles.base import Reports, as_reports
+from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing, optimal_hash_range
+from ldpflow.core.validation import InvalidReportError
+
+__all__ = [
+    "NAME",
+    "COLUMN_SPECS",
+    "PrefixExtendingMethod",
+    "CandidateAccumulator",
+    "StageEstimate",
+    "StageSurvivors",
+    "combine",
+    "DEFAULT_REFINE_SIGMA",
+]
+
+_U64 = np.uint64
+#: PEM's report columns (name -> (dtype, width)), as the oracles' ``_column_specs``.
+COLUMN_SPECS: dict[str, tuple[Any, int | None]] = {
+    "seed": (np.uint64, None), "bucket": (np.int64, None), "group": (np.int64, None),
+    "prefix_bits": (np.int64, None)}
+_COLUMNS = tuple(COLUMN_SPECS)
+#: ``z`` of :func:`combine`: an earlier stage's estimate joins the final ranking unless it
+#: exceeds the last stage's by more than ``z`` standard deviations of the difference.
+DEFAULT_REFINE_SIGMA = 3.0
+
+
+@dataclasses.dataclass(eq=False)
+class CandidateAccumulator:
+    """The mergeable sufficient statistics of one stage: a signed scatter vector per prefix.
+
+    Row ``j`` of ``counts`` is the length ``2**step_bits`` vector ``F_j`` of the prefix
+    ``prefixes[j]``: the sum over reports of the signs of the Walsh-Hadamard method, so that
+    ``fwht(F_j) / g`` is the support count of every extension of ``prefixes[j]``. It is linear
+    in the reports, so shards merge by addition, exactly and in any order.
+
+    Attributes
+    ----------
+    key : tuple
+        The PEM parameters and the stage; only equal keys merge.
+    stage : int
+    prefixes : ndarray of uint64
+        The previous stage's survivors (stage 0: the single empty prefix ``[0]``).
+    counts : ndarray of int64, shape (len(prefixes), 2**step_bits)
+    n : int
+        The number of reports counted (all of them from the stage's group).
+    """
+
+    key: tuple
+    stage: int
+    prefixes: np.ndarray
+    counts: np.ndarray
+    n: int = 0
+
+    def merge(self, other: CandidateAccumulator) -> CandidateAccumulator:
+        """Add ``other`` into this accumulator (mutating only ``self``) and return ``self``.
+
+        Raises
+        ------
+        TypeError
+            If ``other`` is not a :class:`CandidateAccumulator`.
+        ValueError
+            If ``other`` belongs to other parameters, another stage or other prefixes.
+        """
+        if not isinstance(other, CandidateAccumulator):
+            raise TypeError(f"can only merge a CandidateAccumulator, got {type(other).__name__}")
+        if other.key != self.key or other.stage != self.stage:
+            raise ValueError(
+                f"cannot merge an accumulator of stage {other.stage} of {other.key} into one "
+                f"of stage {self.stage} of {self.key}"
+            )
+        if not np.array_equal(other.prefixes, self.prefixes):
+            raise ValueError(
+                "cannot merge accumulators of different candidate prefixes: got "
+                f"{other.prefixes.tolist()[:8]}... into {self.prefixes.tolist()[:8]}..."
+            )
+        self.counts += other.counts
+        self.n += other.n
+        return self
+
+    def copy(self) -> CandidateAccumulator:
+        return CandidateAccumulator(
+            self.key, self.stage, self.prefixes.copy(), self.counts.copy(), self.n
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, CandidateAccumulator)
+            and self.key == other.key
+            and self.stage == other.stage
+            and self.n == other.n
+            and np.array_equal(self.prefixes, other.prefixes)
+            and np.array_equal(self.counts, other.counts)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class StageEstimate:
+    """The estimated frequencies of one stage's candidates.
+
+    Attributes
+    ----------
+    stage : int
+    prefix_bits : int
+        The length of the candidates (the stage group's prefix length).
+    candidates : ndarray of uint64
+        The candidate prefixes, see :func:`extend_prefixes`.
+    support_counts : ndarray of int64
+        How many of the group's reports support each candidate.
+    frequencies : ndarray of float64
+        ``(c / n - q) / (p - q)``: unbiased for the candidate's share of the group, hence of
+        the whole population (the groups are uniform samples of it).
+    n : int
+        The number of the group's reports.
+    sigma : float
+        The standard deviation of one frequency at true frequency 0 (``nan`` when ``n == 0``).
+    """
+
+    stage: int
+    prefix_bits: int
+    candidates: np.ndarray
+    support_counts: np.ndarray
+    frequencies: np.ndarray
+    n: int
+    sigma: float
+
+    def counts(self, population: int) -> np.ndarray:
+        """Estimated numbers of users: ``frequency * population`` (the total of all groups)."""
+        return self.frequencies * validation.check_positive_int(population, name="population")
+
+
+# -- the protocol ---------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PrefixExtendingMethod(HeavyHitterProtocol):
+    """The prefix extending method (PEM) of Wang, Li and Jha for top-k heavy hitters.
+
+    Parameters
+    ----------
+    top_k : int
+        ``k``: how many values to identify (by default; :meth:`identify` may ask for
+        another number).
+    value_bits : int
+        ``m``: the width of the values, in ``[1, 64]``.
+    epsilon : float
+        The privacy parameter; each user reports once, with the full epsilon.
+    query_limit : int, default 2**20
+        ``Q``: the most candidates one stage may estimate, at most ``2**28``.
+    start_bits : int, optional
+        ``gamma`` (``< value_bits``); by default ``ceil(log2 k)`` (at most ``m - 1``).
+    step_bits : int, optional
+        ``eta``; by default the largest with ``k * 2**eta <= Q`` and
+        ``2**(gamma + eta) <= Q`` (at most ``m - gamma``); derived from ``num_groups`` when
+        only that is given.
+    num_groups : int, optional
+        ``g = ceil((m - gamma) / eta)``; when given it must agree with the other parameters.
+    hash_range : int, optional
+        OLH's number of buckets (a power of two); by default the optimal one for epsilon
+        (:func:`ldpflow.core.heavy_hitters.config.configure` chooses a cheaper one with the
+        counting cost in view).
+
+    Notes
+    -----
+    epsilon-LDP per user: a user belongs to exactly one group, fixed by its id, and reports
+    one OLH report of its prefix with the full epsilon (report: 64-bit seed, ``log2``
+    hash-range bucket, and the public group and prefix length). The defaults are the paper's
+    Sec. IV-C configuration: equal groups, ``gamma = ceil(log2 k)``, the largest ``eta``
+    within the query limit; the last step takes the remainder ``m - gamma - (g - 1) eta``.
+    Counting stage ``i`` costs ``O(n_i 2**b s / d + s 2**eta eta)`` for ``s`` survivors
+    (:mod:`~ldpflow.core.heavy_hitters.counting`); the estimate of a candidate has OLH's
+    variance on the ``n_i`` users of its group. The survivors of a stage are at most
+    ``query_limit // 2**eta_i`` (by default :attr:`default_survivors`).
+    """
+
+    name = NAME  # the ``oracle`` tag of its reports (a class attribute, not a parameter)
+    top_k: int
+    value_bits: int
+    epsilon: float
+    query_limit: int = DEFAULT_QUERY_LIMIT
+    start_bits: int = None  # type: ignore[assignment]  # None: ceil(log2 top_k)
+    step_bits: int = None  # type: ignore[assignment]  # None: the largest within Q
+    num_groups: int = None  # type: ignore[assignment]  # None: from start and step bits
+    hash_range: int = None  # type: ignore[assignment]  # None: OLH's optimum
+
+    def __post_init__(self) -> None:
+        k = validation.check_positive_int(self.top_k, name="top_k")
+        m = validation.check_positive_int(self.value_bits, name="value_bits")
+        if m > 64:
+            raise ValueError(f"value_bits must be in [1, 64], got {m!r}")
+        epsilon = validation.check_epsilon(self.epsilon)
+        limit = validation.check_positive_int(self.query_limit, name="query_limit", minimum=2)
+        if limit > MAX_QUERY_LIMIT:
+            raise ValueError(f"query_limit must be <= 2**28, got {limit!r}")
+        hash_range = (
+            optimal_hash_range(epsilon) if self.hash_range is None else self.hash_range
+        )
+        hash_range = validation.check_power_of_two(hash_range, name="hash_range")
+        if self.start_bits is None:
+            gamma = min((k - 1).bit_length(), m - 1)
+        else:
+            gamma = validation.check_positive_int(self.start_bits, name="start_bits", minimum=0)
+            if gamma >= m:
+                raise ValueError(f"start_bits must be < value_bits={m}, got {gamma!r}")
+        rest = m - gamma
+        groups = self.num_groups
+        if groups is not None:
+            groups = validation.check_positive_int(groups, name="num_groups")
+        if self.step_bits is not None:
+            eta = validation.check_positive_int(self.step_bits, name="step_bits")
+        elif groups is not None:
+            eta = -(-rest // groups)
+        else:
+            eta = min(_floor_log2(limit // k), _floor_log2(limit) - gamma, rest)
+            if eta < 1:
+                raise ValueError(
+                    f"query_limit must allow a step of at least one bit: query_limit >= "
+                    f"max(2 * top_k, 2**(start_bits + 1)) = {max(2 * k, 2 ** (gamma + 1))}, "
+                    f"got {limit!r}"
+                )
+        derived = -(-rest // eta)
+        if groups is not None and groups != derived:
+            raise ValueError(
+                f"num_groups must equal ceil((value_bits - start_bits) / step_bits) = "
+                f"ceil({rest} / {eta}) = {derived}, got {groups!r}"
+            )
+        first = min(gamma + eta, m)
+        if 2**first > limit:
+            raise ValueError(
+                f"stage 0 estimates all 2**{first} prefixes of {first} bits; query_limit must "
+                f"be >= 2**{first}, got {limit!r}"
+            )
+        if derived > 1 and k * 2**eta > limit:
+            raise ValueError(
+                f"later stages estimate top_k * 2**step_bits = {k} * 2**{eta} candidates; "
+                f"query_limit must be >= {k * 2**eta}, got {limit!r}"
+            )
+        for name, value in (
+            ("top_k", k), ("value_bits", m), ("epsilon", epsilon), ("query_limit", limit),
+            ("start_bits", gamma), ("step_bits", eta), ("num_groups", derived),
+            ("hash_range", hash_range),
+        ):
+            object.__setattr__(self, name, value)
+
+    # -- derived constants --------------------------------------------------------------------
+    @property
+    def prefix_bits(self) -> tuple[int, ...]:
+        """``l_i = min(gamma + (i + 1) eta, m)``: the prefix length of each group."""
+        gamma, eta, m = self.start_bits, self.step_bits, self.value_bits
+        return tuple(min(gamma + (i + 1) * eta, m) for i in range(self.num_groups))
+
+    def parent_bits(self, stage: int) -> int:
+        """The length of the prefixes a stage extends (0 for stage 0)."""
+        stage = self._check_stage(stage)
+        return 0 if stage == 0 else self.prefix_bits[stage - 1]
+
+    def suffix_bits(self, stage: int) -> int:
+        """``eta_i``: the bits a stage adds (all of ``prefix_bits[0]`` at stage 0)."""
+        return self.prefix_bits[self._check_stage(stage)] - self.parent_bits(stage)
+
+    def oracle(self, stage: int) -> OptimizedLocalHashing:
+        """The OLH oracle of a stage's group: ``2**prefix_bits[stage]`` values, full epsilon."""
+        bits = self.prefix_bits[self._check_stage(stage)]
+        return OptimizedLocalHashing(
+            epsilon=self.epsilon, domain_size=2**bits, hash_range=self.hash_range
+        )
+
+    @property
+    def p(self) -> float:
+        """OLH's ``p* = e / (e + g - 1)``."""
+        e = math.exp(self.epsilon)
+        return e / (e + self.hash_range - 1)
+
+    @property
+    def q(self) -> float:
+        """OLH's ``q* = 1 / g``."""
+        return 1.0 / self.hash_range
+
+    def variance(self, n: int, frequency: float | npt.ArrayLike = 0.0) -> float | np.ndarray:
+        """The exact variance of one estimated frequency from a group of ``n`` reports."""
+        return olh_variance(n, self.epsilon, self.hash_range, frequency)
+
+    @property
+    def budget_shares(self) -> dict[str, dict[str, float]]:
+        """One OLH report with the full epsilon."""
+        return {"prefix": olh_budget(self.epsilon, self.hash_range)}
+
+    @property
+    def max_survivors(self) -> int:
+        """The most prefixes a stage may keep: ``query_limit // 2**eta`` (later stages)."""
+        return self.query_limit >> self.step_bits if self.num_groups > 1 else self.query_limit
+
+    @property
+    def default_survivors(self) -> int:
+        """The survivors a stage keeps by default: ``2 k``, or as many as the query limit
+        allows if fewer (never fewer than ``k``)."""
+        return max(self.top_k, min(default_survivors(self.top_k), self.max_survivors))
+
+    def _check_survivors(self, survivors: int | None) -> int:
+        if survivors is None:
+            return self.default_survivors
+        s = validation.check_positive_int(survivors, name="survivors")
+        if s > self.max_survivors:
+            raise ValueError(
+                f"survivors must be <= query_limit // 2**step_bits = {self.query_limit} // "
+                f"2**{self.step_bits} = {self.max_survivors}, got {s!r}"
+            )
+        return s
+
+    def max_candidates(self, stage: int, survivors: int | None = None) -> int:
+        """The most candidates a stage can estimate (at most ``query_limit``)."""
+        stage = self._check_stage(stage)
+        kept = 1 if stage == 0 else self._check_survivors(survivors)
+        return kept * 2 ** self.suffix_bits(stage)
+
+    def _check_stage(self, stage: int) -> int:
+        stage = validation.check_positive_int(stage, name="stage", minimum=0)
+        if stage >= self.num_groups:
+            raise ValueError(f"stage must be in [0, {self.num_groups}), got {stage!r}")
+        return stage
+
+    # -- client -------------------------------------------------------------------------------
+    def perturb(
+        self,
+        values: npt.ArrayLike,
+        user_ids: npt.ArrayLike | Sequence[Any],
+        rng: randomness.RandomSource | np.random.Generator | None = None,
+    ) -> Reports:
+        """Each user's report: its group's prefix of its value through OLH (epsilon-LDP).
+
+        Parameters
+        ----------
+        values : array_like of int
+            True values in ``[0, 2**value_bits)``.
+        user_ids : array_like of int or str
+            Stable user ids, one per value; they decide the groups (:meth:`group_of`).
+        rng : None, numpy.random.Generator or RandomSource
+            ``None`` (default) uses the operating system's CSPRNG, as a client must; pass a
+            seeded generator for simulation and tests only.
+
+        Returns
+        -------
+        Reports
+            Columns ``seed`` (uint64), ``bucket`` (int64), ``group`` and ``prefix_bits``
+            (int64), in the order of the input.
+        """
+        vals, groups = self._check_values_and_groups(values, user_ids)
+        source = randomness.as_source(rng)
+        n = vals.size
+        seeds = np.zeros(n, dtype=_U64)
+        buckets = np.zeros(n, dtype=np.int64)
+        lengths = np.asarray(self.prefix_bits, dtype=np.int64)[groups]
+        for stage, bits in enumerate(self.prefix_bits):
+            idx = np.flatnonzero(groups == stage)
+            if idx.size == 0:
+                continue
+            prefixes = vals[idx] >> _U64(self.value_bits - bits)
+            reports = self.oracle(stage).perturb(prefixes, source)
+            seeds[idx] = reports.columns["seed"]
+            buckets[idx] = reports.columns["bucket"]
+        return Reports(
+            NAME, {"seed": seeds, "bucket": buckets, "group": groups, "prefix_bits": lengths}
+        )
+
+    # -- server: reports ----------------------------------------------------------------------
+    def empty_reports(self) -> Reports:
+        """A batch of zero reports with PEM's columns."""
+        return Reports(
+            NAME,
+            {"seed": np.zeros(0, _U64), "bucket": np.zeros(0, np.int64),
+             "group": np.zeros(0, np.int64), "prefix_bits": np.zeros(0, np.int64)},
+        )
+
+    def coerce_reports(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Reports:
+        """Check the columns of ``reports`` (names, shapes, integer dtypes).
+
+        Raises
+        ------
+        TypeError
+            If ``reports`` is neither ``Reports`` nor a mapping of columns.
+        InvalidReportError
+            If the batch as a whole is malformed (another oracle, missing columns, ...).
+        """
+        reports = as_reports(reports, NAME, _COLUMNS)
+        cols = {}
+        for name in _COLUMNS:
+            col = reports.columns[name]
+            if col.ndim != 1:
+                raise InvalidReportError(
+                    f"{NAME} report column {name!r} must have shape (n,), got {col.shape}"
+                )
+            if col.size and col.dtype.kind not in "iu":
+                raise InvalidReportError(
+                    f"{NAME} report column {name!r} must hold integers, got {col.dtype}"
+                )
+            cols[name] = col.astype(_U64 if name == "seed" else np.int64, copy=False)
+        return Reports(NAME, cols)
+
+    def _column_specs(self) -> dict[str, tuple[Any, int | None]]:
+        """Column name -> (dtype, width), as the oracles have."""
+        return COLUMN_SPECS
+
+    def _row_checks(self, reports: Reports) -> list[tuple[np.ndarray, str]]:
+        group = reports.columns["group"]
+        bits = reports.columns["prefix_bits"]
+        bucket = reports.columns["bucket"]
+        bad_group = (group < 0) | (group >= self.num_groups)
+        expected = np.asarray(self.prefix_bits, dtype=np.int64)[np.where(bad_group, 0, group)]
+        return [
+            (bad_group, f"group outside [0, {self.num_groups})"),
+            (~bad_group & (bits != expected), "prefix_bits does not match the group's length"),
+            ((bucket < 0) | (bucket >= self.hash_range), f"bucket outside [0, {self.hash_range})"),
+        ]
+
+    def invalid_rows(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> tuple[
+        np.ndarray, list[str]
+    ]:
+        """Rows no conforming client could produce, with one reason each (vectorised).
+
+        The reasons are a fixed set, so they can be counted: ``"group outside [0, g)"``,
+        ``"prefix_bits does not match the group's length"``, ``"bucket outside [0, G)"``.
+        The first failing check of a row gives its reason.
+        """
+        reports = self.coerce_reports(reports)
+        checks = self._row_checks(reports)
+        bad = np.zeros(len(reports), dtype=bool)
+        reason_index = np.full(len(reports), -1)
+        for i, (mask, _) in enumerate(checks):
+            reason_index[mask & ~bad] = i
+            bad |= mask
+        rows = np.flatnonzero(bad)
+        return rows, [checks[reason_index[r]][1] for r in rows]
+
+    def validate(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Reports:
+        """The coerced reports, or ``InvalidReportError`` naming the first bad row."""
+        reports = self.coerce_reports(reports)
+        rows, reasons = self.invalid_rows(reports)
+        if rows.size:
+            raise InvalidReportError(
+                f"{rows.size} invalid {NAME} report(s); first at row {int(rows[0])}: {reasons[0]}"
+            )
+        return reports
+
+    def split_groups(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> tuple[Reports, ...]:
+        """The valid reports of each group, in input order (one batch per stage)."""
+        reports = self.validate(reports)
+        group = reports.columns["group"]
+        return tuple(reports[np.flatnonzero(group == s)] for s in range(self.num_groups))
+
+    # -- server: one stage --------------------------------------------------------------------
+    def check_prefixes(self, stage: int, prefixes: npt.ArrayLike | None) -> np.ndarray:
+        """A stage's prefixes to extend as uint64, after checking them.
+
+        Stage 0 extends the single empty prefix: pass ``None`` (or ``[0]``). A later stage
+        extends at most :attr:`max_survivors` distinct prefixes of ``parent_bits(stage)``
+        bits.
+        """
+        stage = self._check_stage(stage)
+        if stage == 0:
+            if prefixes is not None and np.asarray(prefixes).reshape(-1).tolist() != [0]:
+                raise ValueError(
+                    "prefixes of stage 0 must be None (the empty prefix), got "
+                    f"{np.asarray(prefixes).tolist()}"
+                )
+            return np.zeros(1, dtype=_U64)
+        if prefixes is None:
+            raise ValueError(
+                f"prefixes of stage {stage} must be the survivors of stage {stage - 1}"
+            )
+        pre = codecs.check_unsigned(prefixes, self.parent_bits(stage), name="prefixes")
+        limit = self.query_limit >> self.suffix_bits(stage)
+        if pre.size > limit:
+            raise ValueError(
+                f"prefixes must hold at most query_limit // 2**{self.suffix_bits(stage)} = "
+                f"{limit}, got {pre.size}"
+            )
+        if np.unique(pre).size != pre.size:
+            raise ValueError(f"prefixes must be distinct, got {pre.tolist()}")
+        return pre
+
+    def candidates(self, stage: int, prefixes: npt.ArrayLike | None = None) -> np.ndarray:
+        """The candidates a stage estimates: every extension of every prefix (uint64)."""
+        pre = self.check_prefixes(stage, prefixes)
+        return extend_prefixes(pre, self.suffix_bits(stage))
+
+    def create_accumulator(
+        self, stage: int, prefixes: npt.ArrayLike | None = None
+    ) -> CandidateAccumulator:
+        """An empty accumulator of a stage for the given prefixes."""
+        pre = self.check_prefixes(stage, prefixes)
+        counts = np.zeros((pre.size, 1 << self.suffix_bits(stage)), dtype=np.int64)
+        return CandidateAccumulator((*self.key, ("stage", stage)), stage, pre, counts, 0)
+
+    def aggregate(
+        self,
+        stage: int,
+        reports: Reports | Mapping[str, npt.ArrayLike],
+        prefixes: npt.ArrayLike | None = None,
+    ) -> CandidateAccumulator:
+        """Count a batch of one group's reports for the extensions of ``prefixes``.
+
+        Raises
+        ------
+        InvalidReportError
+            If a row is invalid or belongs to another group.
+        """
+        acc = self.create_accumulator(stage, prefixes)
+        reports = self.validate(reports)
+        group = reports.columns["group"]
+        if np.any(group != stage):
+            row = int(np.flatnonzero(group != stage)[0])
+            raise InvalidReportError(
+                f"reports of stage {stage} must come from group {stage}, got group "
+                f"{int(group[row])} at row {row}"
+            )
+        if len(reports) and acc.prefixes.size:
+            acc.counts += self._scatter(stage, reports, acc.prefixes)
+        acc.n = len(reports)
+        return acc
+
+    def _scatter(self, stage: int, reports: Reports, prefixes: np.ndarray) -> np.ndarray:
+        return counting.prefix_scatter(
+            reports.columns["seed"], reports.columns["bucket"], prefixes,
+            self.prefix_bits[stage], self.suffix_bits(stage), self.hash_range)
+
+    def estimate(self, accumulator: CandidateAccumulator) -> StageEstimate:
+        """The frequencies of a stage's candidates from its accumulator.
+
+        Raises
+        ------
+        ValueError
+            If the accumulator belongs to other parameters, or holds no reports while there
+            are candidates (the estimate is undefined).
+        """
+        if not isinstance(accumulator, CandidateAccumulator):
+            raise TypeError(
+                f"accumulator must be a CandidateAccumulator, got {type(accumulator).__name__}"
+            )
+        stage = accumulator.stage
+        if accumulator.key != (*self.key, ("stage", self._check_stage(stage))):
+            raise ValueError(f"accumulator of {accumulator.key} given to {self.key}")
+        candidates = extend_prefixes(accumulator.prefixes, self.suffix_bits(stage))
+        n = accumulator.n
+        if n == 0 and candidates.size:
+            raise ValueError(
+                f"group {stage} has no reports; the frequencies of stage {stage} are undefined"
+            )
+        if candidates.size:
+            support = hashing.support_counts(accumulator.counts, self.hash_range).reshape(-1)
+        else:
+            support = np.zeros(0, dtype=np.int64)
+        freqs = olh_frequencies(support, n, self.epsilon, self.hash_range) if n else np.zeros(0)
+        sigma = math.sqrt(self.variance(n)) if n else math.nan
+        return StageEstimate(stage, self.prefix_bits[stage], candidates, support, freqs, n, sigma)
+
+    def count_candidates(
+        self,
+        stage: int,
+        reports: Reports | Mapping[str, npt.ArrayLike],
+        prefixes: npt.ArrayLike | None = None,
+    ) -> StageEstimate:
+        """:meth:`estimate` of :meth:`aggregate`: one stage on one batch of its group."""
+        return self.estimate(self.aggregate(stage, reports, prefixes))
+
+    def select(
+        self,
+        estimate: StageEstimate,
+        *,
+        history: Sequence[StageSurvivors] = (),
+        survivors: int | None = None,
+        threshold_sigma: float | None = None,
+        threshold: float | None = None,
+        valid: Callable[[np.ndarray, int], np.ndarray] | None = None,
+        refine_sigma: float | None = DEFAULT_REFINE_SIGMA,
+    ) -> StageSurvivors:
+        """The survivors of a stage, best first.
+
+        The survivor rule (:func:`~ldpflow.core.heavy_hitters.base.select_survivors`) picks
+        a pool of ``4 s`` candidates by their own estimates (pruning the invalid ones and
+        those below the thresholds); :func:`combine` ranks the pool with the estimates of the
+        earlier stages' survivors (``history``) and the best ``s`` are kept.
+
+        Parameters
+        ----------
+        estimate : StageEstimate
+        history : sequence of StageSurvivors
+            The survivors of the earlier stages, in order (empty at stage 0).
+        survivors : int, optional
+            ``s``, how many candidates to keep at most (default :attr:`default_survivors`).
+        threshold_sigma : float, optional
+            Keep only candidates estimated at ``threshold_sigma * estimate.sigma`` or more.
+        threshold : float, optional
+            Keep only candidates of estimated frequency ``threshold`` or more.
+        valid : callable, optional
+            ``valid(candidates, prefix_bits)`` -> bool mask of the candidates that can be
+            prefixes of valid values (a codec's ``valid_prefixes``); the others are pruned.
+        refine_sigma : float or None, default 3
+            :func:`combine`'s ``z``; ``None`` ranks by the stage's own estimates (the paper).
+
+        Returns
+        -------
+        StageSurvivors
+            The kept prefixes with their own estimates and their combined scores.
+        """
+        s = self._check_survivors(survivors)
+        if estimate.stage == 0 and self.num_groups > 1:
+            # Stage 0 has no earlier estimates to rank with: keep twice as many prefixes
+            # (when the next stage's candidates fit the query limit); the combined ranking
+            # of stage 1 drops the noisy ones.
+            s = max(s, min(2 * s, self.query_limit >> self.suffix_bits(1)))
+        mask = None if valid is None else valid(estimate.candidates, estimate.prefix_bits)
+        pool_size = s if refine_sigma is None or not history else 4 * s
+        pool = select_survivors(estimate.candidates, estimate.frequencies, estimate.sigma,
+                                survivors=pool_size, threshold_sigma=threshold_sigma,
+                                threshold=threshold, valid=mask)
+        prefixes, freqs = estimate.candidates[pool], estimate.frequencies[pool]
+        if refine_sigma is None or not history:
+            return StageSurvivors(estimate.prefix_bits, prefixes, freqs, estimate.sigma, freqs)
+        scores = combine(prefixes, freqs, estimate.sigma, estimate.prefix_bits, history,
+                         z=refine_sigma)
+        keep = np.lexsort((prefixes, -scores))[:s]
+        return StageSurvivors(estimate.prefix_bits, prefixes[keep], freqs[keep],
+                              estimate.sigma, scores[keep])
+
+    # -- server: all stages -------------------------------------------------------------------
+    def identify(
+        self,
+        reports: Reports | Mapping[str, npt.ArrayLike],
+        *,
+        top_k: int | None = None,
+        survivors: int | None = None,
+        threshold_sigma: float | None = None,
+        threshold: float | None = None,
+        valid: Callable[[np.ndarray, int], np.ndarray] | None = None,
+        refine_sigma: float | None = DEFAULT_REFINE_SIGMA,
+    ) -> HeavyHitters:
+        """Run every stage in order on a batch of all groups' reports; the top ``k`` of the
+        last stage's survivors by their combined scores (:func:`combine`).
+
+        ``survivors``, ``threshold_sigma``, ``threshold``, ``valid`` and ``refine_sigma``
+        are the survivor rule of every stage (:meth:`select`).
+
+        Raises
+        ------
+        InvalidReportError
+            If any row is invalid (see :meth:`invalid_rows`; filter first to drop them).
+        ValueError
+            If a group that has candidates to estimate has no reports.
+        """
+        k = check_top_k(top_k, self.top_k)
+        groups = self.split_groups(reports)
+        population = sum(len(g) for g in groups)
+        previous: np.ndarray | None = None  # stage 0 extends the empty prefix
+        history: list[StageSurvivors] = []
+        candidates = []
+        for stage, group_reports in enumerate(groups):
+            est = self.count_candidates(stage, group_reports, previous)
+            kept = self.select(est, history=history, survivors=survivors,
+                               threshold_sigma=threshold_sigma, threshold=threshold,
+                               valid=valid, refine_sigma=refine_sigma)
+            previous = kept.prefixes
+            history.append(kept)
+            candidates.append(int(est.candidates.size))
+        values, freqs = history[-1].top(k)
+        return HeavyHitters(
+            values=values,
+            frequencies=freqs,
+            counts=freqs * population,
+            population=population,
+            group_sizes=tuple(len(g) for g in groups),
+            stage_candidates=tuple(candidates),
+            stage_survivors=tuple(int(h.prefixes.size) for h in history),
+        )
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class StageSurvivors:
+    """The prefixes a stage kept, best first, with their estimates.
+
+    Attributes
+    ----------
+    prefix_bits : int
+    prefixes : ndarray of uint64
+    frequencies : ndarray of float64
+        The stage's own (unbiased) estimates of the prefixes.
+    sigma : float
+        The standard deviation of one of the stage's own estimates at frequency 0.
+    scores : ndarray of float64
+        The combined estimates the stage ranked by (:func:`combine`; its own estimates
+        when nothing was combined). The heavy hitters' reported frequencies.
+    """
+
+    prefix_bits: int
+    prefixes: np.ndarray
+    frequencies: np.ndarray
+    sigma: float
+    scores: np.ndarray
+
+    def top(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` best prefixes and their scores (ties: the smaller prefix)."""
+        order = np.lexsort((self.prefixes, -self.scores))[
+            : validation.check_positive_int(k, name="k")]
+        return self.prefixes[order], self.scores[order]
+
+
+def combine(prefixes: npt.ArrayLike, frequencies: npt.ArrayLike, sigma: float,
+            prefix_bits: int, history: Sequence[StageSurvivors], *,
+            z: float = DEFAULT_REFINE_SIGMA) -> np.ndarray:
+    """Combined estimates of a pool of ``prefix_bits``-bit prefixes with earlier stages'.
+
+    A prefix ``v`` of the pool has its own unbiased estimate ``f(v)`` from its stage's
+    group. An earlier stage ``j`` estimated ``v``'s ancestor ``a_j(v)`` (its first
+    ``l_j`` bits) from another, independent group: unbiased for the total frequency of the
+    values below that ancestor, which is ``v``'s when ``v`` holds all of it. The estimate
+    of stage ``j`` joins ``v``'s when ``a_j(v)`` was kept by stage ``j``, ``v`` has the
+    highest own estimate of the prefixes of the pool below that ancestor (a noisy sibling
+    never borrows its ancestor's mass), and ``f_j(a_j(v)) - f(v) <= z sqrt(sigma_j**2 +
+    sigma**2)`` (the ancestor is not visibly heavier: no other frequent value below it);
+    the result is the inverse-variance mean of the joined estimates. For 64-bit integer
+    values every stage usually joins, so the ranking of the last stage rests on about
+    ``n`` users instead of ``n / g``, and a noisy prefix that survived a stage by chance is
+    outranked once a later group sees nothing below it.
+    A short word whose ancestors other frequent words share keeps its own estimate.
+
+    Survivors of a stage are chosen by that stage's estimates, which biases the ones near
+    its cut upwards; keeping more survivors than ``k`` (the default ``2 k``) keeps the cut
+    away from the ``k``-th value.
+
+    Returns
+    -------
+    ndarray of float64
+    """
+    values = np.asarray(prefixes, dtype=_U64)
+    freqs = np.asarray(frequencies, dtype=np.float64)
+    if not values.size or not history or not math.isfinite(sigma) or sigma <= 0:
+        return freqs.copy()
+    z = float(z)
+    weight = np.full(values.size, 1.0 / sigma**2)
+    total = freqs * weight
+    for stage in history:
+        if stage.prefixes.size == 0 or not math.isfinite(stage.sigma) or stage.sigma <= 0:
+            continue
+        ancestor = values >> _U64(prefix_bits - stage.prefix_bits)
+        order = np.argsort(stage.prefixes, kind="stable")
+        known = stage.prefixes[order]
+        pos = np.minimum(np.searchsorted(known, ancestor), known.size - 1)
+        found = known[pos] == ancestor
+        est = np.where(found, stage.frequencies[order][pos], 0.0)
+        best = _best_per_group(ancestor, freqs)
+        bound = z * math.sqrt(stage.sigma**2 + sigma**2)
+        joins = found & best & (est - freqs <= bound)
+        w = 1.0 / stage.sigma**2
+        total = total + np.where(joins, est * w, 0.0)
+        weight = weight + np.where(joins, w, 0.0)
+    return total / weight
+
+
+def _best_per_group(keys: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """Whether each entry has the highest score among the entries of its key (ties: the
+    first)."""
+    order = np.lexsort((-scores, keys))
+    first = np.ones(keys.size, dtype=bool)
+    first[1:] = keys[order][1:] != keys[order][:-1]
+    out = np.zeros(keys.size, dtype=bool)
+    out[order[first]] = True
+    return out
+
+
+def _floor_log2(x: int) -> int:
+    return x.bit_length() - 1 if x >= 1 else -1

@@ -1,0 +1,384 @@
+"""SPM, the segment pairs method (Fanti et al., "Building a RAPPOR with the unknown"), as
+the PEM paper ("Locally Differentially Private Heavy Hitter Identification", Sec. III-C, VI
+and the Appendix) compares against it; pure NumPy, behind
+:class:`~ldpflow.core.heavy_hitters.base.HeavyHitterProtocol`.
+
+An ``m``-bit value is cut into ``t`` segments (most significant first; segment ``i`` covers
+bits ``[i s, min((i + 1) s, m))`` counted from the top, ``s = ceil(m / t)``). Users are
+split into ``t (t - 1) / 2`` groups, one per segment pair ``(i, j)``, ``i < j``. Each user
+sends three OLH reports, each with **one third of epsilon** (the paper: SPM uses "one third
+of epsilon for final testing"): segment ``i`` of its value, segment ``j`` of its value and
+the full value. The aggregator (1) estimates every value of every segment over its full
+domain ``2**s`` from all groups whose pair contains the segment, and keeps the top
+``segment_top`` (default ``k``) per segment; (2) for each pair, estimates the joint
+frequency of every combination of the two segments' kept values from that pair's group by
+the Appendix's simple unbiased joint estimator (the expected support of "report ``a``
+supports ``x`` and report ``b`` supports ``y``" is
+``qa qb + qb (pa - qa) f_x + qa (pb - qb) f_y + (pa - qa)(pb - qb) f_xy``; the ``f_x``,
+``f_y`` are the group's own estimates), and keeps the top ``segment_top`` pairs; (3) builds
+the full values whose every segment pair was kept, segment by segment (if a partial set
+grows beyond ``Q`` it is cut to the ``Q`` of largest smallest-pair-estimate); (4) estimates
+the candidates with the full-value reports of all users (final testing) and outputs the
+top ``k``.
+
+Privacy: the three reports' budgets sum to epsilon (sequential composition); the pair is
+fixed by the user id and public. ``budget_shares`` lists the components.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ldpflow.core import randomness, validation
+from ldpflow.core.heavy_hitters.base import (
+    DEFAULT_QUERY_LIMIT,
+    MAX_QUERY_LIMIT,
+    HeavyHitterProtocol,
+    HeavyHitters,
+    check_top_k,
+    olh_budget,
+    olh_frequencies,
+    select_top,
+)
+from ldpflow.core.heavy_hitters.counting import (
+    candidate_support,
+    full_domain_support,
+    support_matrix,
+)
+from ldpflow.core.oracles.base import Reports, as_reports
+from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing, optimal_hash_range
+from ldpflow.core.validation import InvalidReportError
+
+__all__ = ["NAME", "SegmentPairsMethod", "check_common", "check_range"]
+
+#: The ``oracle`` tag of SPM reports.
+NAME = "spm"
+_U64 = np.uint64
+# Entries of the (users x candidates) hash grid evaluated at once.
+_GRID_ENTRIES = 1 << 23
+# The widest segment whose full domain is counted by one scatter.
+_MAX_SEGMENT_BITS = 24
+
+
+def check_common(top_k: int, value_bits: int, epsilon: float, query_limit: int) -> tuple:
+    k = validation.check_positive_int(top_k, name="top_k")
+    m = validation.check_positive_int(value_bits, name="value_bits")
+    if m > 64:
+        raise ValueError(f"value_bits must be in [1, 64], got {m!r}")
+    eps = validation.check_epsilon(epsilon)
+    limit = validation.check_positive_int(query_limit, name="query_limit", minimum=2)
+    if limit > MAX_QUERY_LIMIT:
+        raise ValueError(f"query_limit must be <= 2**28, got {limit!r}")
+    return k, m, eps, limit
+
+
+def check_range(col: np.ndarray, low: int, high: int, column: str, name: str) -> None:
+    bad = np.flatnonzero((col < low) | (col >= high))
+    if bad.size:
+        raise InvalidReportError(
+            f"{bad.size} invalid {name} report(s); first at row {int(bad[0])}: "
+            f"{column} outside [{low}, {high})"
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SegmentPairsMethod(HeavyHitterProtocol):
+    """The segment pairs method (SPM) of Fanti et al., as the PEM paper compares against it.
+
+    Parameters
+    ----------
+    top_k : int
+        ``k``: how many values to identify.
+    value_bits : int
+        ``m``, in ``[2, 64]``.
+    epsilon : float
+        Each user's total budget; each of its three OLH reports uses ``epsilon / 3``.
+    num_segments : int, optional
+        ``t >= 2``; by default the smallest with ``2**ceil(m / t) <= min(Q, 2**16)``.
+    segment_top : int, optional
+        How many values per segment and how many value pairs per segment pair are kept;
+        by default ``top_k``. ``segment_top**2`` joint candidates per pair must fit ``Q``.
+    query_limit : int, default 2**20
+        ``Q``: the most candidates any step estimates.
+
+    Notes
+    -----
+    epsilon-LDP per user: three OLH reports (segment ``i``, segment ``j``, full value) of
+    ``epsilon / 3`` each, OLH's optimal hash range for ``epsilon / 3``; the pair ``(i, j)``
+    is fixed by the user id (:func:`~ldpflow.core.heavy_hitters.assign_groups`). Report:
+    three 64-bit seeds and three buckets. See the module notes for the aggregation.
+    """
+
+    name = NAME
+    top_k: int
+    value_bits: int
+    epsilon: float
+    num_segments: int = None  # type: ignore[assignment]
+    segment_top: int = None  # type: ignore[assignment]
+    query_limit: int = DEFAULT_QUERY_LIMIT
+
+    def __post_init__(self) -> None:
+        k, m, eps, limit = check_common(self.top_k, self.value_bits, self.epsilon,
+                                         self.query_limit)
+        if m < 2:
+            raise ValueError(f"value_bits must be >= 2 for segment pairs, got {m!r}")
+        widest = min(limit.bit_length() - 1, 16)
+        if self.num_segments is None:
+            t = max(2, -(-m // widest))
+        else:
+            t = validation.check_positive_int(self.num_segments, name="num_segments", minimum=2)
+            if t > m:
+                raise ValueError(f"num_segments must be <= value_bits={m}, got {t!r}")
+        s = -(-m // t)
+        if 2**s > limit or s > _MAX_SEGMENT_BITS:
+            raise ValueError(
+                f"each segment's 2**{s} values are estimated in one step; num_segments must "
+                f"make ceil(value_bits / num_segments) <= {min(limit.bit_length() - 1, 24)}, "
+                f"got {t!r}"
+            )
+        if t * s - m >= s:
+            raise ValueError(
+                f"num_segments={t} leaves an empty segment for value_bits={m}; use at most "
+                f"{-(-m // s)}"
+            )
+        top = k if self.segment_top is None else validation.check_positive_int(
+            self.segment_top, name="segment_top")
+        if top * top > limit:
+            raise ValueError(
+                f"each pair estimates segment_top**2 joint candidates; segment_top must be "
+                f"<= {math.isqrt(limit)} for query_limit={limit}, got {top!r}"
+            )
+        for name, value in (("top_k", k), ("value_bits", m), ("epsilon", eps),
+                            ("query_limit", limit), ("num_segments", t), ("segment_top", top)):
+            object.__setattr__(self, name, value)
+
+    # -- derived constants --------------------------------------------------------------------
+    @property
+    def segment_bounds(self) -> tuple[tuple[int, int], ...]:
+        """``(shift, bits)`` of each segment: segment ``i`` is ``(v >> shift) & (2**bits - 1)``."""
+        s, m = -(-self.value_bits // self.num_segments), self.value_bits
+        out = []
+        for i in range(self.num_segments):
+            top = m - i * s
+            bits = min(s, top)
+            out.append((top - bits, bits))
+        return tuple(out)
+
+    @property
+    def pairs(self) -> tuple[tuple[int, int], ...]:
+        """The segment pairs ``(i, j)``, ``i < j``; group ``g`` reports ``pairs[g]``."""
+        return tuple(itertools.combinations(range(self.num_segments), 2))
+
+    @property
+    def component_epsilon(self) -> float:
+        """The budget of each of the three reports: ``epsilon / 3``."""
+        return self.epsilon / 3.0
+
+    @property
+    def hash_range(self) -> int:
+        """OLH's hash range of every component (optimal for ``epsilon / 3``)."""
+        return optimal_hash_range(self.component_epsilon)
+
+    @property
+    def num_groups(self) -> int:
+        """One group per segment pair: ``t (t - 1) / 2``."""
+        return len(self.pairs)
+
+    def _oracle(self, bits: int) -> OptimizedLocalHashing:
+        return OptimizedLocalHashing(epsilon=self.component_epsilon, domain_size=2**bits,
+                                     hash_range=self.hash_range)
+
+    @property
+    def budget_shares(self) -> dict[str, dict[str, float]]:
+        """Each randomized component: its epsilon share and its OLH ``p*``, ``q`` (other bucket).
+
+        The shares sum to ``epsilon``; for each component ``p / q == e**share``.
+        """
+        comp = olh_budget(self.component_epsilon, self.hash_range)
+        return {"segment_a": dict(comp), "segment_b": dict(comp), "final": dict(comp)}
+
+    # -- client ---------------------------------------------------------------------------------
+    def perturb(
+        self,
+        values: npt.ArrayLike,
+        user_ids: npt.ArrayLike | Sequence[Any],
+        rng: randomness.RandomSource | np.random.Generator | None = None,
+    ) -> Reports:
+        """Each user's three OLH reports (epsilon / 3 each).
+
+        Returns
+        -------
+        Reports
+            Columns ``group`` (int64), ``seed_a``, ``bucket_a`` (segment ``i``), ``seed_b``,
+            ``bucket_b`` (segment ``j``), ``seed``, ``bucket`` (the full value).
+        """
+        vals, groups = self._check_values_and_groups(values, user_ids)
+        source = randomness.as_source(rng)
+        n = vals.size
+        cols = {"group": groups}
+        for side in ("a", "b"):
+            cols[f"seed_{side}"] = np.zeros(n, dtype=_U64)
+            cols[f"bucket_{side}"] = np.zeros(n, dtype=np.int64)
+        bounds = self.segment_bounds
+        for g, pair in enumerate(self.pairs):
+            idx = np.flatnonzero(groups == g)
+            if idx.size == 0:
+                continue
+            for side, seg in zip(("a", "b"), pair, strict=True):
+                shift, bits = bounds[seg]
+                part = (vals[idx] >> _U64(shift)) & _U64((1 << bits) - 1)
+                rep = self._oracle(bits).perturb(part, source)
+                cols[f"seed_{side}"][idx] = rep.columns["seed"]
+                cols[f"bucket_{side}"][idx] = rep.columns["bucket"]
+        full = self._oracle(self.value_bits).perturb(vals, source)
+        cols["seed"] = full.columns["seed"]
+        cols["bucket"] = full.columns["bucket"].astype(np.int64)
+        return Reports(NAME, cols)
+
+    # -- server ---------------------------------------------------------------------------------
+    def validate(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Reports:
+        """The reports with checked columns, or ``InvalidReportError`` naming the first bad row."""
+        names = ("group", "seed_a", "bucket_a", "seed_b", "bucket_b", "seed", "bucket")
+        reports = as_reports(reports, NAME, names)
+        cols = {c: reports.columns[c].astype(_U64 if c.startswith("seed") else np.int64,
+                                             copy=False) for c in names}
+        check_range(cols["group"], 0, len(self.pairs), "group", NAME)
+        for c in ("bucket_a", "bucket_b", "bucket"):
+            check_range(cols[c], 0, self.hash_range, c, NAME)
+        return Reports(NAME, cols)
+
+    def _estimate(self, support: np.ndarray, n: int) -> np.ndarray:
+        return olh_frequencies(support, n, self.component_epsilon, self.hash_range)
+
+    def identify(self, reports: Reports | Mapping[str, npt.ArrayLike], *,
+                 top_k: int | None = None,
+                 valid: Callable[[np.ndarray, int], np.ndarray] | None = None
+                 ) -> HeavyHitters:
+        """Segments, then segment pairs, then candidates, then final testing; top ``k``.
+
+        Raises
+        ------
+        InvalidReportError
+            If a row is invalid.
+        ValueError
+            If there are no reports.
+        """
+        k = check_top_k(top_k, self.top_k)
+        reports = self.validate(reports)
+        n = len(reports)
+        if n == 0:
+            raise ValueError("reports must hold at least one report, got none")
+        cols = reports.columns
+        group = cols["group"]
+        g_range = self.hash_range
+        bounds = self.segment_bounds
+        pairs = self.pairs
+        stage_candidates: list[int] = []
+        survivors: list[int] = []
+        # (1) each segment over its full domain, from every group whose pair contains it
+        kept: list[np.ndarray] = []
+        for seg, (_, bits) in enumerate(bounds):
+            support = np.zeros(1 << bits, dtype=np.int64)
+            count = 0
+            for g, pair in enumerate(pairs):
+                if seg not in pair:
+                    continue
+                side = "a" if pair[0] == seg else "b"
+                idx = np.flatnonzero(group == g)
+                count += idx.size
+                if idx.size:
+                    support += full_domain_support(
+                        cols[f"seed_{side}"][idx], cols[f"bucket_{side}"][idx], bits, g_range)
+            if count == 0:
+                raise ValueError(f"no reports cover segment {seg}; its values are undefined")
+            freqs = self._estimate(support, count)
+            cand = np.arange(1 << bits, dtype=_U64)
+            keep = select_top(cand, freqs, self.segment_top)
+            kept.append(cand[keep])
+            stage_candidates.append(1 << bits)
+            survivors.append(int(keep.size))
+        # (2) joint estimates of the kept values of each pair, from the pair's group
+        p = olh_budget(self.component_epsilon, g_range)["p"]  # P[y = H(v)]
+        q = 1.0 / g_range
+        frequent: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        for g, (i, j) in enumerate(pairs):
+            idx = np.flatnonzero(group == g)
+            xi, xj = kept[i], kept[j]
+            stage_candidates.append(int(xi.size * xj.size))
+            if idx.size == 0:
+                raise ValueError(f"group {g} (segments {i}, {j}) has no reports")
+            joint = np.zeros((xi.size, xj.size))
+            fi = np.zeros(xi.size)
+            fj = np.zeros(xj.size)
+            step = max(1, _GRID_ENTRIES // max(xi.size, xj.size, 1))
+            for start in range(0, idx.size, step):
+                rows = idx[start : start + step]
+                a = support_matrix(cols["seed_a"][rows], cols["bucket_a"][rows], xi,
+                                        bounds[i][1], g_range).astype(np.float64)
+                b = support_matrix(cols["seed_b"][rows], cols["bucket_b"][rows], xj,
+                                        bounds[j][1], g_range).astype(np.float64)
+                joint += a.T @ b
+                fi += a.sum(axis=0)
+                fj += b.sum(axis=0)
+            size = idx.size
+            est_i = self._estimate(fi, size)
+            est_j = self._estimate(fj, size)
+            # Appendix: E[S/n] = q^2 + q (p - q) (f_x + f_y) + (p - q)^2 f_xy
+            f_xy = (joint / size - q * q - q * (p - q) * (est_i[:, None] + est_j[None, :])) / (
+                (p - q) ** 2)
+            codes = ((xi[:, None] << _U64(bounds[j][1])) | xj[None, :]).reshape(-1)
+            keep = select_top(codes, f_xy.reshape(-1), self.segment_top)
+            frequent[(i, j)] = (codes[keep], f_xy.reshape(-1)[keep])
+            survivors.append(int(keep.size))
+        # (3) full values whose every segment pair is frequent
+        partial = kept[0][:, None]  # (c, segments so far)
+        score = np.full(partial.shape[0], np.inf)
+        for j in range(1, self.num_segments):
+            c, xj = partial.shape[0], kept[j]
+            ext = np.concatenate(
+                [np.repeat(partial, xj.size, axis=0), np.tile(xj, c)[:, None]], axis=1)
+            ext_score = np.repeat(score, xj.size)
+            ok = np.ones(ext.shape[0], dtype=bool)
+            for i in range(j):
+                codes, f = frequent[(i, j)]
+                if codes.size == 0:
+                    ok[:] = False
+                    break
+                order = np.argsort(codes)
+                sorted_codes, sorted_f = codes[order], f[order]
+                pair_codes = (ext[:, i] << _U64(bounds[j][1])) | ext[:, j]
+                pos = np.minimum(np.searchsorted(sorted_codes, pair_codes), codes.size - 1)
+                hit = sorted_codes[pos] == pair_codes
+                ok &= hit
+                ext_score = np.minimum(ext_score, np.where(hit, sorted_f[pos], -np.inf))
+            partial, score = ext[ok], ext_score[ok]
+            if partial.shape[0] > self.query_limit:  # keep the Q of largest weakest pair
+                top = np.argsort(-score, kind="stable")[: self.query_limit]
+                partial, score = partial[top], score[top]
+        values = np.zeros(partial.shape[0], dtype=_U64)
+        for seg, (shift, _) in enumerate(bounds):
+            values |= partial[:, seg] << _U64(shift)
+        # (4) final testing with every user's full-value report
+        stage_candidates.append(int(values.size))
+        if valid is not None and values.size:
+            values = values[valid(values, self.value_bits)]
+        support = candidate_support(cols["seed"], cols["bucket"], values, self.value_bits,
+                                    g_range)
+        freqs = self._estimate(support, n)
+        keep = select_top(values, freqs, k) if values.size else np.zeros(0, int)
+        survivors.append(int(keep.size))
+        return HeavyHitters(
+            values=values[keep], frequencies=freqs[keep], counts=freqs[keep] * n,
+            population=n,
+            group_sizes=tuple(int(np.count_nonzero(group == g)) for g in range(len(pairs))),
+            stage_candidates=tuple(stage_candidates), stage_survivors=tuple(survivors),
+        )
+
+
