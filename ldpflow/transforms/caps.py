@@ -1,0 +1,133 @@
+"""Contribution caps as a Beam transform: at most ``cap`` reports per user in a run.
+
+``CapContributions`` takes ``(key, ReportBatch)`` elements that kept their user-id hashes,
+event times and report-id hashes (``keep=("user_hashes", "event_times", "id_hashes")``),
+cuts every batch into buckets by the top bits of its user hashes (all of a user's reports,
+of every key, land in one bucket), gathers each bucket in one place and keeps each user's
+``cap`` earliest reports (:func:`ldpflow.core.contribution.capped_rows`: the choice does
+not depend on arrival order). The cap is per user across keys, since a user's privacy
+loss adds up over every report it sends.
+
+Main output: the kept batches and a :class:`~ldpflow.transforms.dedup.Tally` per key
+counting the reports capped (``capped``). Tagged output ``users``: per bucket ``(users,
+largest epsilon one user spent)``, which :class:`ContributionSummaryFn` combines.
+
+Counters (namespace ``ldpflow``): ``reports_capped``, ``users``.
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+
+from ldpflow.core.contribution import capped_rows, epsilon_per_user
+from ldpflow.transforms.dedup import Tally, is_tally
+
+__all__ = ["CapContributions", "CapUserReportsFn", "ContributionSummaryFn", "CAP_KEEP",
+           "USERS"]
+
+#: The envelope columns the batches must keep for the cap.
+CAP_KEEP = ("user_hashes", "event_times", "id_hashes")
+USERS = "users"
+_BUCKET_BITS = 4
+
+
+def _user_buckets(element, bits: int):
+    key, batch = element
+    if batch.user_hashes is None or batch.event_times is None or batch.id_hashes is None:
+        raise ValueError(f"contribution caps need batches read with keep={CAP_KEEP}")
+    bucket = (batch.user_hashes >> np.uint64(64 - bits)).astype(np.uint16)
+    present = np.flatnonzero(np.bincount(bucket, minlength=1 << bits))
+    if present.size == 1:
+        yield int(present[0]), (key, batch)
+        return
+    order = np.argsort(bucket, kind="stable")
+    bounds = np.searchsorted(bucket[order], np.append(present, present[-1] + 1))
+    for i, b in enumerate(present.tolist()):
+        yield b, (key, batch[order[bounds[i]:bounds[i + 1]]])
+
+
+class CapUserReportsFn(beam.DoFn):
+    """One bucket of users' batches (of any keys) -> each user's ``cap`` earliest reports."""
+
+    def __init__(self, cap: int):
+        super().__init__()
+        self._cap = cap
+        self._capped = Metrics.counter("ldpflow", "reports_capped")
+        self._users = Metrics.counter("ldpflow", "users")
+
+    def process(self, element):
+        _, pieces = element
+        pieces = list(pieces)
+        batches = [batch for _, batch in pieces]
+        users = np.concatenate([b.user_hashes for b in batches])
+        keep = capped_rows(users, np.concatenate([b.event_times for b in batches]),
+                           np.concatenate([b.id_hashes for b in batches]), self._cap)
+        epsilons = np.concatenate([np.full(len(b), float(b.protocol.epsilon)) for b in batches])
+        count, largest = epsilon_per_user(users[keep], epsilons[keep])
+        self._users.inc(count)
+        yield beam.pvalue.TaggedOutput(USERS, (count, largest))
+        start = 0
+        for key, batch in pieces:
+            mine = keep[start:start + len(batch)]
+            start += len(batch)
+            dropped = int(mine.size - np.count_nonzero(mine))
+            if dropped:
+                self._capped.inc(dropped)
+                yield key, Tally(None, capped=dropped)
+                batch = batch[mine]
+            if len(batch):
+                yield key, batch
+
+
+class ContributionSummaryFn(beam.CombineFn):
+    """Per-bucket ``(users, largest epsilon)`` -> ``{"users", "max_epsilon_per_user"}``."""
+
+    def create_accumulator(self):
+        return 0, 0.0
+
+    def add_input(self, accumulator, element):
+        return accumulator[0] + element[0], max(accumulator[1], element[1])
+
+    def merge_accumulators(self, accumulators):
+        users, largest = 0, 0.0
+        for count, eps in accumulators:
+            users, largest = users + count, max(largest, eps)
+        return users, largest
+
+    def extract_output(self, accumulator):
+        return {"users": accumulator[0], "max_epsilon_per_user": accumulator[1]}
+
+
+class CapContributions(beam.PTransform):
+    """``(key, ReportBatch | Tally)`` -> the same with at most ``cap`` reports per user.
+
+    Tallies pass through. Returns ``{"reports": ..., "summary": PCollection[dict]}``: the
+    capped elements, and one ``{"max_reports_per_user", "users", "max_epsilon_per_user"}``.
+    """
+
+    def __init__(self, cap: int):
+        super().__init__()
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+            raise ValueError(f"cap must be a positive integer, got {cap!r}")
+        self._cap = cap
+
+    def expand(self, elements):
+        batches, tallies = elements | "SplitTallies" >> beam.Partition(
+            lambda element, _: int(is_tally(element)), 2)
+        capped = (
+            batches
+            | "UserBuckets" >> beam.FlatMap(_user_buckets, _BUCKET_BITS)
+            | "GatherUsers" >> beam.GroupByKey()
+            | "CapUsers" >> beam.ParDo(CapUserReportsFn(self._cap)).with_outputs(
+                USERS, main="reports")
+        )
+        cap = self._cap
+        summary = (
+            capped[USERS]
+            | "SummariseUsers" >> beam.CombineGlobally(ContributionSummaryFn())
+            | "WithCap" >> beam.Map(lambda found: {"max_reports_per_user": cap, **found})
+        )
+        return {"reports": (capped["reports"], tallies) | "Rejoin" >> beam.Flatten(),
+                "summary": summary}
