@@ -1,18 +1,19 @@
-"""Reproduce seed 000's comparison of consistency post-processing methods on Zipf data.
+"""Reproduce the consistency paper's comparison of post-processing methods on Zipf data.
 
     python benchmarks/reproduce_consistency.py            # the default run (docs/consistency.md)
     python benchmarks/reproduce_consistency.py --quick    # small CI run; checks; writes nothing
 
-Wang et al. (NDSS 2020), Section V: a fixed synthetic dataset of ``n`` values drawn from a
+Wang et al., "Locally Differentially Private Frequency Estimation with Consistency"
+(NDSS 2020), Section V: a fixed synthetic dataset of ``n`` values drawn from a
 Zipf distribution over ``d = 1024`` values is perturbed by a frequency oracle (OLH and GRR,
 from ``ldpflow.core.oracles``) ``--repetitions`` times with independent fixed seeds; every
 estimate is post-processed by each method of ``ldpflow.core.postprocess.METHODS`` and scored
 against the dataset's true frequencies with ``ldpflow.core.queries``:
 
-* full-domain MSE for every epsilon (seed 000 Fig. 4), at every ``n``;
+* full-domain MSE for every epsilon (the paper's Fig. 4), at every ``n``;
 * set-value MSE against the subset size ``rho% * d`` (100 random subsets per size and
   repetition, shared by all methods), at ``epsilon = 1`` and the largest ``n``, as the paper;
-* top-k MSE against k (seed 000 Fig. 10) at the same epsilon.
+* top-k MSE against k (the paper's Fig. 10) at the same epsilon.
 
 Post-Pos answers each query clamped at 0. Every number is the mean over the repetitions of
 the per-repetition MSE, with its standard error.
@@ -196,7 +197,7 @@ def _column_table(samples, keys: list, labels: list[str]) -> str:
     """Methods as rows, one column per key function; the leaders of each column in bold."""
     tied = [leaders(samples, key)[1] for key in keys]
     lines = [[m] + [("**{}**" if m in t else "{}").format(_fmt(samples[key(m)].mean()))
-                    for key, t in zip(keys, tied)] for m in METHODS]
+                    for key, t in zip(keys, tied, strict=True)] for m in METHODS]
     return _table(["method"] + labels, lines)
 
 
@@ -216,7 +217,8 @@ def markdown(config: Config, samples: dict, seconds: float, jobs: int) -> str:
             parts.append(f"\n#### Full-domain MSE, {oracle.upper()}, n = {n:,}\n")
             parts.append(_column_table(
                 samples,
-                [lambda m, e=e: ("full_domain", oracle, n, e, None, m) for e in config.epsilons],
+                [lambda m, e=e, oracle=oracle, n=n: ("full_domain", oracle, n, e, None, m)
+                 for e in config.epsilons],
                 [f"eps={e:g}" for e in config.epsilons]))
     for experiment, xs, label, title in (
         ("set_value", config.set_percents, "rho", "Set-value MSE vs subset size rho% of d"),
@@ -226,7 +228,8 @@ def markdown(config: Config, samples: dict, seconds: float, jobs: int) -> str:
             parts.append(f"\n#### {title}, {oracle.upper()}, n = {n_max:,}, eps = {eps:g}\n")
             parts.append(_column_table(
                 samples,
-                [lambda m, x=x: (experiment, oracle, n_max, eps, x, m) for x in xs],
+                [lambda m, x=x, experiment=experiment, oracle=oracle:
+                 (experiment, oracle, n_max, eps, x, m) for x in xs],
                 [f"{label}={x:g}" for x in xs]))
     parts.append("\n#### The paper's claims, measured\n")
     parts.append(claims(config, samples))
@@ -272,9 +275,11 @@ def claims(config: Config, samples: dict) -> str:
             ]
     for oracle in config.oracles:
         setting = f"{oracle.upper()}, n = {n_max:,}, eps = {eps:g}"
-        topk = [leaders(samples, lambda m, k=k: ("top_k", oracle, n_max, eps, k, m))
+        topk = [leaders(samples,
+                        lambda m, k=k, oracle=oracle: ("top_k", oracle, n_max, eps, k, m))
                 for k in config.top_ks]
-        sets = [leaders(samples, lambda m, x=x: ("set_value", oracle, n_max, eps, x, m))
+        sets = [leaders(samples,
+                        lambda m, x=x, oracle=oracle: ("set_value", oracle, n_max, eps, x, m))
                 for x in config.set_percents]
 
         def worst_ratio(experiment, x, method, oracle=oracle):
@@ -284,12 +289,13 @@ def claims(config: Config, samples: dict) -> str:
 
         lines += [
             [setting, "best for top-k (paper: Norm), per k",
-             "; ".join(f"k={k}: {leaders_text(*lt)}" for k, lt in zip(config.top_ks, topk))],
+             "; ".join(f"k={k}: {leaders_text(*lt)}"
+                       for k, lt in zip(config.top_ks, topk, strict=True))],
             [setting, "Norm-Mul / best other method, top-k (paper: at least 10), per k",
              ", ".join(worst_ratio("top_k", k, "norm-mul") for k in config.top_ks)],
             [setting, "best for set-value (paper: PowerNS), per rho",
              "; ".join(f"rho={x:g}: {leaders_text(*lt)}"
-                       for x, lt in zip(config.set_percents, sets))],
+                       for x, lt in zip(config.set_percents, sets, strict=True))],
             [setting, "PowerNS / best other method, set-value, per rho",
              ", ".join(worst_ratio("set_value", x, "power-ns") for x in config.set_percents)],
         ]
@@ -320,7 +326,8 @@ def figures(config: Config, samples: dict, directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     n_max, eps = max(config.users), config.detail_epsilon
     styles = {m: dict(marker=mk, linestyle=ls) for m, mk, ls in zip(
-        METHODS, "osv^DxP*hX<>", ["-", "--", ":", "-.", "-", "--", "-", ":", "-", "-.", "--", "-"])}
+        METHODS, "osv^DxP*hX<>", ["-", "--", ":", "-.", "-", "--", "-", ":", "-", "-.", "--", "-"],
+        strict=False)}
     written = []
 
     def draw(name, panels, xs, key, xlabel, logx):

@@ -1,6 +1,6 @@
 """Consistency post-processing of raw frequency estimates.
 
-Contract (``../shared/spec/CONSISTENCY.md``; Wang et al., "Locally Differentially Private
+Contract (``docs/spec/consistency.md``; Wang et al., "Locally Differentially Private
 Frequency Estimation with Consistency", NDSS 2020): every method is a pure, vectorised
 function of the raw unbiased estimate vector ``f~`` (length ``d``) and, where it needs them,
 the statistics of the estimate (``n``, ``sigma``, the variance terms). It returns a new
@@ -26,6 +26,8 @@ name              non-negative  sums to 1   output
 ``mle-apx``       yes           yes         approximate constrained MLE (variance-weighted)
 ``power``         yes (> 0)     no          posterior mean under a fitted power-law prior
 ``power-ns``      yes           yes         ``norm-sub(power(f~))``
+``ibu``           yes           yes         the iterative Bayesian update's fixed point (the
+                                            EM limit on the support channel; pure protocols)
 ================  ============  ==========  ==================================================
 
 Every method preserves the order of the estimates weakly: ``f~_a < f~_b`` implies
@@ -58,10 +60,15 @@ References
 .. [2] J. Jia, N. Z. Gong, "Calibrate: Frequency Estimation and Heavy Hitter Identification
    with Local Differential Privacy via Incorporating Prior Knowledge", INFOCOM 2019.
 .. [3] L. Condat, "Fast projection onto the simplex and the l1 ball", Math. Program. 2016.
+.. [4] R. Agrawal, C. C. Aggarwal, "On the Design and Quantification of Privacy Preserving
+   Data Mining Algorithms", PODS 2001 (the iterative Bayesian update).
+.. [5] P. Kairouz, K. Bonawitz, D. Ramage, "Discrete Distribution Estimation under Local
+   Privacy", ICML 2016 (IBU as the EM algorithm of the channel's likelihood).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import statistics
@@ -91,6 +98,12 @@ __all__ = [
     "power",
     "power_ns",
     "fit_power_law_exponent",
+    "ibu",
+    "IBUResult",
+    "iterative_bayesian_update",
+    "IBU_TOLERANCE",
+    "IBU_MAX_ITERATIONS",
+    "ibu_log_likelihood",
 ]
 
 #: The method names accepted by :func:`postprocess`, in the order of the paper's Table I.
@@ -107,6 +120,7 @@ METHODS: tuple[str, ...] = (
     "mle-apx",
     "power",
     "power-ns",
+    "ibu",
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -181,7 +195,7 @@ def post_pos(frequencies: npt.ArrayLike) -> FloatArray:
 
 
 def base_cut_threshold(domain_size: int, sigma: float, alpha: float = 2.0) -> float:
-    """The Base-Cut threshold ``T = max(0, Phi^-1(1 - alpha/d)) * sigma`` (seed 000 eq. 8).
+    """The Base-Cut threshold ``T = max(0, Phi^-1(1 - alpha/d)) * sigma`` (NDSS 2020, eq. 8).
 
     Parameters
     ----------
@@ -238,7 +252,7 @@ def norm(frequencies: npt.ArrayLike) -> FloatArray:
     It is the Euclidean projection onto the hyperplane ``sum f = 1``. Where every report
     supports the same number of domain values (GRR, SS) the raw estimates already sum to 1
     and Norm changes nothing (up to rounding). The paper counts HR among them; the HR of
-    ``ORACLES.md`` (row ``v + 1`` of ``H_K``) is not, so Norm does change its estimates.
+    ``docs/spec/oracles.md`` (row ``v + 1`` of ``H_K``) is not, so Norm does change its estimates.
     """
     f = _as_frequencies(frequencies)
     return f + (1.0 - math.fsum(f)) / f.size
@@ -290,7 +304,7 @@ def cls(frequencies: npt.ArrayLike) -> FloatArray:
     """CLS: ``argmin ||f' - f~||_2`` subject to ``f' >= 0`` and ``sum f' = 1``.
 
     The KKT conditions of this problem give ``f'_v = max(f~_v + delta, 0)`` with ``delta`` set
-    by the sum (seed 000, Appendix A): exactly Norm-Sub, which is how it is computed.
+    by the sum (Wang et al., NDSS 2020, Appendix A): exactly Norm-Sub, which is how it is computed.
     """
     return norm_sub(frequencies)
 
@@ -327,7 +341,7 @@ def norm_cut(frequencies: npt.ArrayLike) -> FloatArray:
 
 # -- MLE-Apx -------------------------------------------------------------------------------
 def mle_apx(frequencies: npt.ArrayLike, *, var_const: float, var_slope: float) -> FloatArray:
-    """MLE-Apx: the variance-weighted constrained estimate of seed 000, Section IV-D.
+    """MLE-Apx: the variance-weighted constrained estimate of Wang et al. (NDSS 2020), Sec. IV-D.
 
     Model: ``f~_v ~ N(f'_v, c + s f'_v)`` independently, with ``c = var_const`` and
     ``s = var_slope`` (for pure protocols ``c = A / (n (p*-q*)^2)``, ``s = B / (n (p*-q*)^2)``,
@@ -341,7 +355,7 @@ def mle_apx(frequencies: npt.ArrayLike, *, var_const: float, var_slope: float) -
     and ``f'_v = 0`` with ``f~_v + lam c <= 0`` off the support. In the spec's ``A, B``
     notation ``lam = x n (p*-q*)`` and this is ``f'_v = (A x + f~_v (p*-q*)) / ((p*-q*) - B x)``
     with ``x = (p*-q*)(1 - sum_{D1} f~_v) / (|D1| A + B)``: the sum-to-one constraint fixes the
-    sign of the denominator, which the seed's transcription has reversed.
+    sign of the denominator, which the paper's text (NDSS 2020) has reversed.
 
     Parameters
     ----------
@@ -532,7 +546,7 @@ def power(
 
     With ``y_v = n f~_v`` the estimated count and ``s = n sigma`` its noise, the prior
     ``Pr[x] ~ x^-alpha`` on the counts ``x = 1..n`` (``alpha`` from
-    :func:`fit_power_law_exponent` on the mean of ``y``), the output is (seed 000 eq. 12)::
+    :func:`fit_power_law_exponent` on the mean of ``y``), the output is (NDSS 2020, eq. 12)::
 
         f'_v = (1/n) sum_x x phi((y_v - x)/s) Pr[x] / sum_x phi((y_v - x)/s) Pr[x]
 
@@ -639,9 +653,253 @@ def power_ns(
     )
 
 
+# -- IBU -------------------------------------------------------------------------------------
+#: The iteration's default stopping tolerance on its optimality certificate (a bound on how
+#: far the objective is below its maximum).
+IBU_TOLERANCE = 1e-9
+#: The iteration's default limit on the number of updates.
+IBU_MAX_ITERATIONS = 10_000
+
+
+def _support_weights(f: FloatArray, p: float, q: float) -> FloatArray:
+    """``f~ + q*/(p*-q*)`` clipped at 0: proportional to the support counts, since
+    ``c_v / n = q* + (p*-q*) f~_v`` (the oracle's estimate inverted; exact up to rounding).
+    Counts are never negative; the clip only meets rounding and vectors no oracle made."""
+    return np.maximum(f + q / (p - q), 0.0)
+
+
+def _check_channel(p: Any, q: Any) -> tuple[float, float]:
+    if p is None or q is None:
+        raise ValueError(
+            "method 'ibu' needs p* and q* (an estimate of a pure protocol: grr oue sue olh blh "
+            f"hr ss), got p={p!r}, q={q!r} (the one-bit scheme has no support channel)"
+        )
+    p = _real(p, name="p", low=0.0, low_open=True)
+    q = _real(q, name="q", low=0.0, low_open=True)
+    if not q < p <= 1.0:
+        raise ValueError(f"p and q must satisfy 0 < q < p <= 1, got p={p!r}, q={q!r}")
+    return p, q
+
+
+def ibu_log_likelihood(frequencies: npt.ArrayLike, estimates: npt.ArrayLike, *,
+                       p: float, q: float) -> float:
+    """IBU's objective at the distribution ``frequencies`` for the raw ``estimates``.
+
+    ``sum_v w_v log(q* + (p*-q*) f_v)`` with ``w_v = c_v / sum_x c_x`` the support
+    fractions (from the raw estimates, as in :func:`ibu`). For GRR (one support per report)
+    it is the multinomial log-likelihood of the reports divided by ``n``, up to a constant.
+    """
+    p, q = _check_channel(p, q)
+    f = np.asarray(frequencies, dtype=np.float64)
+    weights = _support_weights(_as_frequencies(estimates, "estimates"), p, q)
+    total = math.fsum(weights)
+    if total <= 0.0:
+        return 0.0
+    used = weights > 0.0
+    return math.fsum(weights[used] / total * np.log(q + (p - q) * f[used]))
+
+
+def ibu(frequencies: npt.ArrayLike, *, p: float | None, q: float | None) -> FloatArray:
+    """IBU: the fixed point of the iterative Bayesian update, computed exactly.
+
+    IBU (Agrawal & Aggarwal 2001; Kairouz et al. 2016) is the EM algorithm for the true
+    distribution behind the reports, on the oracle's channel. For the pure protocols of
+    ``docs/spec/oracles.md`` a report of a user holding ``u`` supports ``v`` with probability
+    ``A[v, u] = p*`` if ``v == u`` else ``q*``; every column of ``A`` sums to
+    ``s = p* + (d-1) q*``, so ``A / s`` is a channel from the true value to one support, and
+    the ``C = sum_v c_v`` supports counted are treated as draws from it. The objective is
+    ``L(f) = sum_v w_v log(q* + (p*-q*) f_v)`` (``w = c / C``, :func:`ibu_log_likelihood`);
+    :func:`iterative_bayesian_update` is its EM iteration, and this function returns the
+    point it converges to: the maximiser of ``L`` on the simplex.
+
+    ``L`` is separable and concave, so its maximiser follows from the KKT conditions
+    (``w_v (p*-q*) / (q* + (p*-q*) f_v) = lam`` on the support, ``<= lam`` off it)::
+
+        f_v = max(t (f~_v + r) - r, 0),    r = q* / (p*-q*),
+
+    with ``t > 0`` such that ``sum f = 1``: the raw estimates scaled about ``-r`` and cut at
+    0. ``t`` is found exactly as Norm-Sub's shift is (sort, prefix sums, the largest support
+    whose last member stays positive), in ``O(d log d)``; no iteration and no loop over
+    reports. The support counts come from the raw estimates, ``c_v / n = q* + (p*-q*) f~_v``
+    (the estimate inverted), so a plain vector works as well as an Estimate.
+
+    For GRR each report has one support (``C = n``) and ``L`` is the exact likelihood of
+    the reports: the output is the maximum-likelihood estimate on the simplex. For the other
+    pure protocols a report supports several values jointly and ``L`` is the pseudo-likelihood
+    that treats the supports as independent draws (the formulation of multi-freq-ldpy); its
+    interior maximiser ``f_v = (s w_v - q*)/(p*-q*)`` is the unbiased estimate with ``n s``
+    replaced by ``C``.
+
+    Parameters
+    ----------
+    frequencies : array_like of float, shape (d,)
+        The raw unbiased estimates ``f~``.
+    p, q : float
+        ``Estimate.p`` and ``Estimate.q`` (``0 < q* < p* <= 1``).
+
+    Returns
+    -------
+    ndarray of float64, shape (d,)
+        Non-negative, sums to 1, order preserving; a consistent input is returned unchanged
+        (up to rounding). If no value has a positive weight (only a vector no oracle made:
+        every ``f~_v <= -r``) the objective is constant and the output is uniform.
+
+    Raises
+    ------
+    ValueError
+        For ``p``/``q`` missing (the one-bit scheme: no support channel) or not
+        ``0 < q < p <= 1``; for a bad vector.
+    """
+    f = _as_frequencies(frequencies)
+    p, q = _check_channel(p, q)
+    r = q / (p - q)
+    weights = _support_weights(f, p, q)
+    u = _sorted_desc(weights)
+    prefix = np.cumsum(u)
+    if not prefix[-1] > 0.0:
+        return np.full(f.size, 1.0 / f.size)
+    sizes = np.arange(1, f.size + 1, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scales = (1.0 + sizes * r) / prefix  # t for each support size (inf past the zeros)
+        inside = u * scales - r > 0.0
+    # The first entry is inside (u_1 t_1 - r = 1 > 0); guard against rounding anyway.
+    m = int(np.flatnonzero(inside)[-1]) + 1 if inside.any() else 1
+    out = np.maximum(scales[m - 1] * weights - r, 0.0)
+    return out / math.fsum(out)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class IBUResult:
+    """What :func:`iterative_bayesian_update` found.
+
+    Attributes
+    ----------
+    frequencies : ndarray of float64, shape (d,)
+        The last iterate: positive, sums to 1.
+    iterations : int
+        The number of updates made.
+    converged : bool
+        Whether the stopping tolerance was met (``False``: ``max_iterations`` was reached).
+    gap : float
+        The optimality certificate of the returned iterate: ``max_u m_u - 1`` with ``m`` the
+        EM multipliers, which bounds ``L(f*) - L(f)`` (see the Notes of
+        :func:`iterative_bayesian_update`).
+    log_likelihoods : ndarray of float64 or None
+        With ``trace=True``: :func:`ibu_log_likelihood` at the start and at every iterate
+        (``iterations + 1`` values); EM never decreases it.
+    """
+
+    frequencies: FloatArray
+    iterations: int
+    converged: bool
+    gap: float
+    log_likelihoods: FloatArray | None = None
+
+
+def iterative_bayesian_update(
+    frequencies: npt.ArrayLike,
+    *,
+    p: float | None,
+    q: float | None,
+    tol: float = IBU_TOLERANCE,
+    max_iterations: int = IBU_MAX_ITERATIONS,
+    trace: bool = False,
+) -> IBUResult:
+    """The IBU iteration itself: EM on the support channel of :func:`ibu`, from uniform.
+
+    One update, vectorised over the domain from the support fractions ``w`` (no loop over
+    reports)::
+
+        f_u <- f_u m_u,   m_u = (p*-q*) w_u / D_u + q* sum_v w_v / D_v,   D = q* + (p*-q*) f
+
+    (``m_u = sum_v w_v A[v, u] / (A f)_v``, as ``(A f)_v = D_v`` when ``sum f = 1``);
+    ``O(d)`` per update. It keeps ``f > 0`` and ``sum f = 1`` (renormalised against
+    rounding) and never decreases :func:`ibu_log_likelihood`. Its limit is :func:`ibu`'s
+    output, which the method ``ibu`` returns directly: this function is the literal
+    algorithm, for comparison.
+
+    Stopping rule: before each update the iterate's certificate ``gap = max_u m_u - 1`` is
+    computed; the iteration stops as soon as ``gap <= tol`` (``converged``), or once
+    ``max_iterations`` updates have been made. ``gap`` bounds the distance to the optimum
+    in objective: ``L(f*) - L(f) <= gap`` (see the Notes), so the rule certifies the result,
+    unlike a rule on the change per update, which is tiny whenever EM is slow.
+
+    Parameters
+    ----------
+    frequencies : array_like of float, shape (d,)
+        The raw unbiased estimates ``f~``.
+    p, q : float
+        ``p*`` and ``q*``.
+    tol : float, default :data:`IBU_TOLERANCE` (1e-9)
+        Stop when the certificate ``max_u m_u - 1`` is at most ``tol`` (``tol >= 0``).
+    max_iterations : int, default :data:`IBU_MAX_ITERATIONS` (10000)
+        Stop after this many updates in any case (``>= 1``).
+    trace : bool, default False
+        Record the objective at every iterate.
+
+    Returns
+    -------
+    IBUResult
+
+    Raises
+    ------
+    ValueError
+        As :func:`ibu`; for ``tol < 0`` or ``max_iterations < 1``.
+    TypeError
+        For a non-bool ``trace``.
+
+    Notes
+    -----
+    The certificate is the Frank-Wolfe duality gap of the concave objective on the simplex:
+    with ``g = grad L(f)``, ``g_u = (p*-q*) w_u / D_u``, concavity gives
+    ``L(f*) <= L(f) + <g, f* - f> <= L(f) + max_u g_u - <g, f>``, and since
+    ``sum_u f_u m_u = sum_v w_v = 1``, ``<g, f> = 1 - q* sum_v w_v / D_v``, so
+    ``max_u g_u - <g, f> = max_u m_u - 1``. It is 0 exactly at the fixed point.
+
+    The iteration is slow exactly where LDP estimation is hard. Near its limit a value of
+    frequency ``f_u`` approaches it by a factor of about ``1 - p* (p*-q*) f_u w_u / D_u^2``
+    per update (the diagonal of the update's Jacobian); ``w_u`` is about ``D_u / s``
+    (``s = p* + (d-1) q*``: 1 for GRR, about ``d q*`` for unary encoding and local hashing),
+    so for large domains thousands of updates move the small values little and values whose
+    limit is 0 approach it sublinearly. Stopped early, the iterate is shrunk toward the
+    uniform start: a different estimator from the limit (``docs/uncertainty.md`` reports
+    both).
+    """
+    f = _as_frequencies(frequencies)
+    p, q = _check_channel(p, q)
+    tol = _real(tol, name="tol", low=0.0)
+    max_iterations = check_positive_int(max_iterations, name="max_iterations")
+    if not isinstance(trace, bool):
+        raise TypeError(f"trace must be a bool, got {type(trace).__name__}")
+    weights = _support_weights(f, p, q)
+    total = math.fsum(weights)
+    d = f.size
+    current = np.full(d, 1.0 / d)
+    trail = [ibu_log_likelihood(current, f, p=p, q=q)] if trace else None
+    if total <= 0.0:  # no support weight: L is constant and every point is optimal
+        return IBUResult(current, 0, True, 0.0,
+                         np.asarray(trail) if trail is not None else None)
+    w = weights / total
+    slope = p - q
+    iterations = 0
+    while True:
+        ratio = w / (q + slope * current)
+        multipliers = slope * ratio + q * float(ratio.sum())  # pairwise sums: fsum is slow
+        certificate = max(float(multipliers.max()) - 1.0, 0.0)
+        if certificate <= tol or iterations == max_iterations:
+            break
+        current = current * multipliers
+        current /= current.sum()
+        iterations += 1
+        if trail is not None:
+            trail.append(ibu_log_likelihood(current, f, p=p, q=q))
+    return IBUResult(current, iterations, certificate <= tol, certificate,
+                     np.asarray(trail) if trail is not None else None)
+
+
 # -- dispatch --------------------------------------------------------------------------------
 # name -> (function, statistics it needs, tuning parameters it accepts)
-_STATISTICS = ("n", "sigma", "var_const", "var_slope")
+_STATISTICS = ("n", "sigma", "var_const", "var_slope", "p", "q")  # p, q: IBU's channel
 _DISPATCH: dict[str, tuple[Callable[..., FloatArray], tuple[str, ...], tuple[str, ...]]] = {
     "base": (base, (), ()),
     "base-pos": (base_pos, (), ()),
@@ -655,6 +913,7 @@ _DISPATCH: dict[str, tuple[Callable[..., FloatArray], tuple[str, ...], tuple[str
     "mle-apx": (mle_apx, ("var_const", "var_slope"), ()),
     "power": (power, ("n", "sigma"), ("window", "cells_per_sigma")),
     "power-ns": (power_ns, ("n", "sigma"), ("window", "cells_per_sigma")),
+    "ibu": (ibu, ("p", "q"), ()),
 }
 
 
@@ -668,7 +927,7 @@ def postprocess(estimate: Estimate | npt.ArrayLike, method: str, **params: Any) 
         takes ``n``, ``sigma``, ``var_const`` and ``var_slope`` from it), or a plain vector of
         raw estimates, in which case the statistics the method needs must be passed as
         keywords: ``sigma`` for ``base-cut``; ``var_const`` and ``var_slope`` for ``mle-apx``;
-        ``n`` and ``sigma`` for ``power`` and ``power-ns``.
+        ``n`` and ``sigma`` for ``power`` and ``power-ns``; ``p`` and ``q`` for ``ibu``.
     method : str
         One of :data:`METHODS`.
     **params

@@ -16,7 +16,7 @@ __all__ = ["SCHEMAS", "load_schema", "schema_json"]
 SCHEMAS = ("report", "estimate")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def schema_json(name: str) -> dict:
     """The schema ``name`` as plain JSON (a dict)."""
     if name not in SCHEMAS:

@@ -1,27 +1,92 @@
 """Result documents: what the jobs write, as plain JSON-ready Python values.
 
 :func:`estimate_result` turns one key's accumulator into its result (estimates per
-post-processing method), :func:`estimate_records` into Avro ``Estimate`` records,
-:func:`estimates_document` gathers all keys with the run's accounting
-(``records = reports_estimated + duplicates + dead_letters.total``), and
-:func:`heavy_hitters_document` does the same for heavy hitters. NumPy stops here.
+post-processing method, with the standard errors, confidence intervals, top values and
+significant values of the raw estimate: ``docs/uncertainty.md``), :func:`estimate_records`
+into Avro ``Estimate`` records, :func:`estimates_document` gathers all keys with the run's
+accounting (``records = reports_estimated + duplicates + dead_letters.total``) and its
+metadata (:func:`run_metadata`), and :func:`heavy_hitters_document` does the same for heavy
+hitters. NumPy stops here.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ldpflow.core import intervals
 from ldpflow.core.oracles import registry
 from ldpflow.core.oracles.base import Accumulator, Estimate
 
 __all__ = ["estimate_result", "estimate_records", "estimates_document",
-           "heavy_hitters_document"]
+           "heavy_hitters_document", "run_metadata", "utc_now", "TOP_K", "MAX_SIGNIFICANT"]
 
 _LOGGER = logging.getLogger(__name__)
+
+#: How many of the largest raw estimates a result lists under ``"top"``.
+TOP_K = 20
+#: The most values a result lists under ``"significant"`` (those of the largest estimates;
+#: ``"significant_count"`` counts them all).
+MAX_SIGNIFICANT = 1000
+#: What the intervals are: the raw estimate's, whatever the post-processing methods.
+INTERVAL_METHOD = ("normal approximation: f~ -/+ z se, se = sqrt(oracle variance at "
+                   "clip(f~, 0, 1)); docs/uncertainty.md")
+
+
+def utc_now() -> str:
+    """The current time, UTC, ISO 8601 to the second (``2026-01-31T12:00:00Z``)."""
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    return now.isoformat().replace("+00:00", "Z")
+
+
+def run_metadata(*, inputs: str, files: int | None, runner: str, policy: Any,
+                 methods: Sequence[str], started: str) -> dict[str, Any]:
+    """The ``"run"`` block of ``estimates.json`` (the writer adds ``"finished"``).
+
+    ``policy`` is the run's :class:`~ldpflow.wire.parse.AcceptancePolicy` (or a mapping of
+    its fields); ``started`` a :func:`utc_now` string.
+    """
+    from ldpflow import __version__
+
+    if dataclasses.is_dataclass(policy):
+        fields = {f.name: getattr(policy, f.name) for f in dataclasses.fields(policy)}
+    else:
+        fields = dict(policy or {})
+    fields = {name: dict(value) if isinstance(value, Mapping) else value
+              for name, value in fields.items()}
+    return {
+        "ldpflow_version": __version__,
+        "inputs": {"pattern": inputs, "files": None if files is None else int(files)},
+        "runner": runner,
+        "policy": fields,
+        "methods": list(methods),
+        "started": started,
+    }
+
+
+def _value_entries(values, interval: intervals.Intervals) -> list[dict[str, Any]]:
+    return [{"value": int(v), "estimate": float(interval.estimates[v]),
+             "se": float(interval.standard_errors[v]), "low": float(interval.low[v]),
+             "high": float(interval.high[v])} for v in values]
+
+
+def _add_uncertainty(result: dict[str, Any], estimate: Estimate, confidence: float,
+                     top_k: int, max_significant: int) -> None:
+    interval = intervals.confidence_intervals(estimate, confidence)
+    result["standard_errors"] = interval.standard_errors.tolist()
+    result["intervals"] = {"confidence": interval.confidence, "z": interval.z,
+                           "applies_to": "base", "method": INTERVAL_METHOD,
+                           "low": interval.low.tolist(), "high": interval.high.tolist()}
+    result["top"] = _value_entries(intervals.top(interval, top_k), interval)
+    significant, count = intervals.significant(interval, max_significant)
+    result["significant"] = _value_entries(significant, interval)
+    result["significant_count"] = count
+    result["significant_by_chance"] = intervals.expected_false_positives(interval)
 
 
 def estimate_result(
@@ -31,10 +96,31 @@ def estimate_result(
     methods: Sequence[str],
     postprocess_fn: Any,
     duplicates: int = 0,
+    capped: int = 0,
+    confidence: float = intervals.DEFAULT_CONFIDENCE,
+    top_k: int = TOP_K,
+    max_significant: int = MAX_SIGNIFICANT,
 ) -> dict[str, Any]:
     """The JSON result of one key: parameters, counts and one estimate vector per method.
 
-    ``duplicates`` counts the reports of the key dropped as repeated report ids.
+    ``duplicates`` counts the reports of the key dropped as repeated report ids, ``capped``
+    those over their user's contribution cap.
+
+    With reports, the result also holds the uncertainty of the raw (``base``) estimate,
+    whichever methods were asked for (``docs/uncertainty.md``):
+
+    * ``"standard_errors"``: one per value;
+    * ``"intervals"``: ``{"confidence", "z", "applies_to": "base", "method", "low",
+      "high"}``, ``estimate -/+ z se`` per value;
+    * ``"top"``: the ``top_k`` largest raw estimates, largest first, each
+      ``{"value", "estimate", "se", "low", "high"}``;
+    * ``"significant"``: the values whose interval lies above 0, largest estimate first, at
+      most ``max_significant`` of them (the largest); ``"significant_count"`` counts them
+      all and ``"significant_by_chance"`` is ``d (1 - confidence) / 2``, how many noise
+      alone would make significant if every frequency were 0.
+
+    A method that cannot apply to the key's estimate (``ibu`` for the one-bit scheme) is left
+    out of ``"estimates"`` and its reason given under ``"method_errors"``.
     """
     oracle = registry.from_key(key)
     params = oracle.parameters
@@ -43,6 +129,8 @@ def estimate_result(
         "parameters": params, "n": 0, "duplicates": int(duplicates),
         "dead_letters": int(dead_letters), "estimates": {},
     }
+    if capped:
+        result["capped"] = int(capped)
     if accumulator is None or accumulator.n == 0:
         result["error"] = "no valid reports"
         return result
@@ -53,14 +141,42 @@ def estimate_result(
         result["error"] = str(exc)
         return result
     result["sigma"] = float(estimate.sigma)
+    errors: dict[str, str] = {}
     for method in methods:
-        result["estimates"][method] = postprocess_fn(estimate, method).tolist()
+        try:
+            result["estimates"][method] = postprocess_fn(estimate, method).tolist()
+        except ValueError as exc:
+            errors[method] = str(exc)
+    if errors:
+        result["method_errors"] = errors
+    _add_uncertainty(result, estimate, confidence, top_k, max_significant)
     return result
 
 
 def estimate_records(result: Mapping[str, Any], window: tuple[int, int] | None = None,
-                     pane: str | None = None) -> list[dict[str, Any]]:
-    """Avro ``Estimate`` records (one per method) of an :func:`estimate_result`."""
+                     pane: str | None = None, run: Mapping[str, Any] | None = None
+                     ) -> list[dict[str, Any]]:
+    """Avro ``Estimate`` records (one per method) of an :func:`estimate_result`.
+
+    Every record carries the raw estimate's standard errors and interval bounds
+    (``base_standard_errors``, ``base_interval_low``/``_high``, ``interval_confidence``;
+    null for a result without them) and, given ``run`` (:func:`run_metadata`), the run's
+    deterministic metadata only: ``ldpflow_version``, ``input_pattern``, ``input_files`` and
+    ``methods``. Times stay out, so rerunning on the same input writes identical bytes.
+    """
+    bounds = result.get("intervals")
+    inputs = (run or {}).get("inputs") or {}
+    extra = {
+        "base_standard_errors": ([float(x) for x in result["standard_errors"]]
+                                 if "standard_errors" in result else None),
+        "base_interval_low": [float(x) for x in bounds["low"]] if bounds else None,
+        "base_interval_high": [float(x) for x in bounds["high"]] if bounds else None,
+        "interval_confidence": float(bounds["confidence"]) if bounds else None,
+        "ldpflow_version": run.get("ldpflow_version") if run else None,
+        "input_pattern": inputs.get("pattern"),
+        "input_files": inputs.get("files"),
+        "methods": list(run["methods"]) if run and run.get("methods") is not None else None,
+    }
     return [
         {
             "window_start": window[0] if window else None,
@@ -75,26 +191,40 @@ def estimate_records(result: Mapping[str, Any], window: tuple[int, int] | None =
             "frequencies": [float(x) for x in freqs],
             "sigma": float(result.get("sigma", math.nan)),
             "pane": pane,
+            **extra,
         }
         for method, freqs in result["estimates"].items()
     ]
 
 def estimates_document(results: list[Mapping[str, Any]], dead_letters: Mapping[str, Any],
-                       dedup: bool) -> dict[str, Any]:
+                       dedup: bool, contribution: Mapping[str, Any] | None = None,
+                       run: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``estimates.json`` document: every key's result (sorted by oracle and
-    parameters) and the accounting of every input record."""
+    parameters) and the accounting of every input record:
+    ``records = reports_estimated + duplicates + capped + dead_letters.total``.
+
+    ``contribution`` (with a contribution cap): ``{"max_reports_per_user", "users",
+    "max_epsilon_per_user"}``, to which the document adds ``reports_capped``. ``run``
+    (:func:`run_metadata`, with ``"finished"``) becomes the document's ``"run"``.
+    """
     results = sorted(results, key=lambda r: (r["oracle"], json.dumps(r["parameters"],
                                                                      sort_keys=True)))
     estimated = sum(r["n"] for r in results)
     duplicates = sum(r.get("duplicates", 0) for r in results)
-    return {
+    capped = sum(r.get("capped", 0) for r in results)
+    document = {
         "results": list(results),
-        "records": estimated + duplicates + int(dead_letters.get("total", 0)),
+        "records": estimated + duplicates + capped + int(dead_letters.get("total", 0)),
         "reports_estimated": estimated,
         "duplicates": duplicates,
         "deduplication": "report_id" if dedup else "none",
         "dead_letters": dict(dead_letters),
     }
+    if contribution is not None:
+        document["contribution"] = {**contribution, "reports_capped": capped}
+    if run is not None:
+        document["run"] = dict(run)
+    return document
 
 
 def heavy_hitters_document(

@@ -1,4 +1,4 @@
-"""Tests of ``ldpflow.core.postprocess`` against ``../shared/spec/CONSISTENCY.md``.
+"""Tests of ``ldpflow.core.postprocess`` against ``docs/spec/consistency.md``.
 
 Tolerances: floating-point checks use a rounding bound (a few ulps per term summed);
 comparisons with a generic solver use the solver's stopping tolerance through the strong
@@ -27,15 +27,15 @@ EPS = np.finfo(np.float64).eps
 
 NON_NEGATIVE = {
     "base-pos", "base-cut", "norm-mul", "norm-sub", "norm-cut", "cls", "mle-apx", "power",
-    "power-ns",
+    "power-ns", "ibu",
 }
-SUMS_TO_ONE = {"norm", "norm-mul", "norm-sub", "cls", "mle-apx", "power-ns"}
+SUMS_TO_ONE = {"norm", "norm-mul", "norm-sub", "cls", "mle-apx", "power-ns", "ibu"}
 IDEMPOTENT = set(METHODS) - {"power", "power-ns"}  # a posterior mean is not a projection
 
 
 # -- helpers ---------------------------------------------------------------------------------
 def pure_estimate(freqs, *, n: int = 10_000, p: float = 0.5, q: float = 0.25, oracle="olh"):
-    """An Estimate of a pure protocol with the exact variance terms of ORACLES.md."""
+    """An Estimate of a pure protocol with the exact variance terms of docs/spec/oracles.md."""
     c = q * (1 - q) / (n * (p - q) ** 2)
     s = (1 - p - q) / (n * (p - q))
     return Estimate(np.asarray(freqs, dtype=float), n, math.sqrt(c), p, q, c, s, oracle, {}, None)
@@ -76,6 +76,7 @@ def run(method: str, freqs, *, n: int = 10_000, sigma: float = 0.02, slope: floa
         "mle-apx": {"var_const": sigma**2, "var_slope": slope},
         "power": {"n": n, "sigma": sigma},
         "power-ns": {"n": n, "sigma": sigma},
+        "ibu": {"p": 0.5, "q": 0.25},
     }.get(method, {})
     return postprocess(freqs, method, **stats, **kw)
 
@@ -91,7 +92,7 @@ vectors = arrays(
 def test_methods_are_the_spec_names():
     assert METHODS == (
         "base", "base-pos", "post-pos", "base-cut", "norm", "norm-mul", "norm-sub",
-        "norm-cut", "cls", "mle-apx", "power", "power-ns",
+        "norm-cut", "cls", "mle-apx", "power", "power-ns", "ibu",
     )
 
 
@@ -111,6 +112,7 @@ def test_estimate_and_plain_vector_agree(method):
         "mle-apx": {"var_const": est.var_const, "var_slope": est.var_slope},
         "power": {"n": est.n, "sigma": est.sigma},
         "power-ns": {"n": est.n, "sigma": est.sigma},
+        "ibu": {"p": est.p, "q": est.q},
     }.get(method, {})
     np.testing.assert_array_equal(
         postprocess(est, method), postprocess(est.frequencies, method, **stats)
@@ -179,6 +181,10 @@ def test_every_method_on_every_oracle_keeps_its_promises(oracle):
     fo = registry.make(oracle, epsilon=1.0, domain_size=d)
     est = fo.estimate(fo.aggregate(fo.perturb(values, rng=rng)))
     for method in METHODS:
+        if method == "ibu" and est.p is None:  # the one-bit scheme has no support channel
+            with pytest.raises(ValueError, match="method 'ibu' needs p\\* and q\\*"):
+                postprocess(est, method)
+            continue
         out = postprocess(est, method)
         assert out.shape == (d,) and np.all(np.isfinite(out)), method
         if method in NON_NEGATIVE:
@@ -530,7 +536,7 @@ def test_norm_sub_example_from_the_definition():
 
 # -- Power ------------------------------------------------------------------------------------
 def _power_brute_force(f, n, sigma):
-    """Seed 000 eq. 12 over every count x = 1..n (no window, no cells)."""
+    """The consistency paper's eq. 12 over every count x = 1..n (no window, no cells)."""
     y, s = n * np.asarray(f), n * sigma
     alpha = pp.fit_power_law_exponent(float(y.mean()), n)
     x = np.arange(1, n + 1, dtype=float)
@@ -592,8 +598,8 @@ def test_power_law_fit_conventions():
 
 
 def test_power_on_zipf_keeps_the_top_and_raises_the_small():
-    # Seed 000 Figure 2: Power changes the top estimates little and raises the small ones
-    # towards the prior. OLH at eps = 1, n = 10^6, d = 1000.
+    # The consistency paper's Figure 2: Power changes the top estimates little and raises the
+    # small ones towards the prior. OLH at eps = 1, n = 10^6, d = 1000.
     rng = np.random.default_rng(1000)
     p, q = olh_pq(1.0)
     n, d = 1_000_000, 1000
@@ -675,3 +681,173 @@ def test_base_cut_admits_alpha_false_positives_on_average():
     )
     tail = alpha / d
     assert abs(hits.mean() - zeros * tail) <= 4 * math.sqrt(zeros * tail * (1 - tail) / runs)
+
+
+# -- IBU ---------------------------------------------------------------------------------------
+def grr_counts_estimate(d: int, epsilon: float, n: int, seed: int, exponent: float = 1.1):
+    """A GRR estimate of n Zipf values and its support counts (the reports' histogram)."""
+    rng = np.random.default_rng(seed)
+    oracle = registry.make("grr", epsilon=epsilon, domain_size=d)
+    acc = oracle.aggregate(oracle.perturb(rng.choice(d, size=n, p=zipf(d, exponent)), rng=rng))
+    return oracle.estimate(acc), acc.counts.astype(float)
+
+
+def grr_log_likelihood(f, counts, p, q):
+    """The multinomial log-likelihood of GRR's report histogram, up to a constant."""
+    return float(np.sum(counts * np.log(q + (p - q) * np.asarray(f))))
+
+
+def _maximise_likelihood(counts, p, q):
+    """argmax sum c_v log(q + (p - q) f_v) on the simplex, by scipy's SLSQP."""
+    d = counts.size
+    n = counts.sum()
+    result = scipy.optimize.minimize(
+        lambda f: -grr_log_likelihood(f, counts, p, q) / n,
+        np.full(d, 1 / d),
+        jac=lambda f: -counts * (p - q) / (q + (p - q) * f) / n,
+        method="SLSQP",
+        bounds=[(0, 1)] * d,
+        constraints=[{"type": "eq", "fun": lambda f: f.sum() - 1, "jac": lambda f: np.ones(d)}],
+        options={"ftol": 1e-15, "maxiter": 1000},
+    )
+    assert result.success, result.message
+    return result.x
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_ibu_on_grr_is_the_maximum_likelihood_estimate(seed):
+    # Small domain, a skewed truth and few reports, so that some estimates are negative and
+    # the maximiser sits on the boundary of the simplex.
+    est, counts = grr_counts_estimate(d=6, epsilon=1.0, n=300, seed=seed, exponent=2.0)
+    p, q = est.p, est.q
+    mle = postprocess(est, "ibu")
+    direct = _maximise_likelihood(counts, p, q)
+    n = counts.sum()
+    best, found = grr_log_likelihood(mle, counts, p, q), grr_log_likelihood(direct, counts, p, q)
+    slack = 64 * EPS * n * max(1.0, abs(best) / n)  # rounding of the two sums
+    assert best >= found - slack  # nothing feasible does better
+    # Strong concavity on the simplex: l(f*) - l(x) >= (mu / 2) |x - f*|^2 with
+    # mu = min_v c_v (p-q)^2 / max D_v^2 >= min_v c_v (p-q)^2 / p^2.
+    mu = counts.min() * (p - q) ** 2 / p**2
+    assert mu > 0
+    assert np.linalg.norm(direct - mle) <= math.sqrt(2 * (best - found + slack) / mu)
+    # KKT, exactly up to rounding: the gradient is lam on the support and <= lam off it.
+    gradient = counts * (p - q) / (q + (p - q) * mle)
+    support = mle > 0
+    lam = gradient[support].mean()
+    np.testing.assert_allclose(gradient[support], lam, rtol=1e-12)
+    assert np.all(gradient[~support] <= lam * (1 + 1e-12))
+
+
+def test_ibu_is_a_fixed_point_of_the_em_update_and_the_iteration_converges_to_it():
+    est, _ = grr_counts_estimate(d=8, epsilon=2.0, n=2000, seed=3)
+    mle = pp.ibu(est.frequencies, p=est.p, q=est.q)
+    run_em = pp.iterative_bayesian_update(est.frequencies, p=est.p, q=est.q, tol=0.0,
+                                          max_iterations=20_000, trace=True)
+    # tol 0: it runs until the certificate is exactly 0 in floating point, or to the limit
+    assert run_em.gap == 0.0 or run_em.iterations == 20_000
+    # The EM objective is maximised by ibu (up to rounding), and EM approaches it: by strong
+    # concavity its distance to the maximiser is bounded by the objective's gap.
+    best = pp.ibu_log_likelihood(mle, est.frequencies, p=est.p, q=est.q)
+    last = float(run_em.log_likelihoods[-1])
+    assert last <= best + 16 * EPS
+    w = np.maximum(est.frequencies + est.q / (est.p - est.q), 0)
+    w /= w.sum()
+    mu = w.min() * (est.p - est.q) ** 2 / est.p**2
+    gap = max(best - last, 0.0) + 16 * EPS
+    assert np.linalg.norm(run_em.frequencies - mle) <= math.sqrt(2 * gap / mu)
+    # One EM update from the limit stays there: the KKT multiplier is 1 on the support.
+    ratio = w / (est.q + (est.p - est.q) * mle)
+    step = mle * ((est.p - est.q) * ratio + est.q * ratio.sum())
+    np.testing.assert_allclose(step, mle, rtol=0, atol=64 * EPS)
+
+
+@pytest.mark.parametrize("name", sorted(
+    name for name in registry.ORACLES
+    if registry.make(name, epsilon=1.0, domain_size=8).p is not None))  # the pure protocols
+def test_ibu_iteration_never_decreases_its_objective(name):
+    rng = np.random.default_rng(21)
+    d = 50
+    fo = registry.make(name, epsilon=1.0, domain_size=d)
+    est = fo.estimate(fo.aggregate(fo.perturb(rng.choice(d, size=5000, p=zipf(d)), rng=rng)))
+    result = pp.iterative_bayesian_update(est.frequencies, p=est.p, q=est.q, tol=0.0,
+                                          max_iterations=300, trace=True)
+    trail = result.log_likelihoods
+    assert trail.shape == (301,)
+    # EM's monotonicity, up to the rounding of an fsum of d terms of size ~|log D|.
+    bound = 8 * d * EPS * max(1.0, float(np.max(np.abs(trail))))
+    assert np.all(np.diff(trail) >= -bound)
+    assert trail[-1] > trail[0]
+    assert np.all(result.frequencies > 0) and abs(math.fsum(result.frequencies) - 1) <= 4 * EPS * d
+    best = pp.ibu_log_likelihood(pp.ibu(est.frequencies, p=est.p, q=est.q), est.frequencies,
+                                 p=est.p, q=est.q)
+    assert trail[-1] <= best + bound  # the limit is the maximum
+
+
+@pytest.mark.parametrize("name", ["grr", "oue", "olh"])
+def test_ibu_stops_at_a_certified_gap_in_its_objective(name):
+    rng = np.random.default_rng(8)
+    d = 16
+    fo = registry.make(name, epsilon=2.0, domain_size=d)
+    est = fo.estimate(fo.aggregate(fo.perturb(rng.choice(d, size=4000, p=zipf(d)), rng=rng)))
+    best = pp.ibu_log_likelihood(pp.ibu(est.frequencies, p=est.p, q=est.q), est.frequencies,
+                                 p=est.p, q=est.q)
+    bound = 8 * d * EPS * max(1.0, abs(best))  # rounding of the objectives' sums
+    for tol in (1e-4, 1e-7):
+        result = pp.iterative_bayesian_update(est.frequencies, p=est.p, q=est.q, tol=tol,
+                                              max_iterations=200_000)
+        assert result.converged and result.gap <= tol
+        # The certificate is a Frank-Wolfe gap: it bounds how far the objective is below max.
+        here = pp.ibu_log_likelihood(result.frequencies, est.frequencies, p=est.p, q=est.q)
+        assert 0 <= best - here + bound and best - here <= result.gap + bound
+        # It stopped at the first iterate within the tolerance.
+        before = pp.iterative_bayesian_update(est.frequencies, p=est.p, q=est.q, tol=0.0,
+                                              max_iterations=result.iterations - 1)
+        assert before.gap > tol and not before.converged
+    capped = pp.iterative_bayesian_update(est.frequencies, p=est.p, q=est.q, tol=1e-12,
+                                          max_iterations=5)
+    assert capped.iterations == 5 and not capped.converged and capped.log_likelihoods is None
+
+
+def test_ibu_certificate_bounds_the_gap_along_the_whole_iteration():
+    est, _ = grr_counts_estimate(d=10, epsilon=1.0, n=3000, seed=6)
+    best = pp.ibu_log_likelihood(pp.ibu(est.frequencies, p=est.p, q=est.q), est.frequencies,
+                                 p=est.p, q=est.q)
+    for steps in (1, 3, 10, 30, 100):
+        result = pp.iterative_bayesian_update(est.frequencies, p=est.p, q=est.q, tol=0.0,
+                                              max_iterations=steps, trace=True)
+        assert result.iterations == steps
+        gap = best - float(result.log_likelihoods[-1])
+        assert -16 * EPS <= gap <= result.gap + 16 * EPS
+
+
+def test_ibu_errors_name_the_problem():
+    est = Estimate(zipf(8), 5000, 0.02, None, None, 0.02**2, 0.0, "onebit", {}, None)
+    with pytest.raises(ValueError, match="method 'ibu' needs p\\* and q\\*.*one-bit"):
+        postprocess(est, "ibu")
+    with pytest.raises(TypeError, match="needs the keyword.*p, q"):
+        postprocess(zipf(8), "ibu")
+    with pytest.raises(ValueError, match="p and q must satisfy 0 < q < p <= 1, got p=0.2"):
+        postprocess(zipf(8), "ibu", p=0.2, q=0.5)
+    with pytest.raises(TypeError, match="p .* is taken from the Estimate"):
+        postprocess(pure_estimate(zipf(8)), "ibu", p=0.5)
+    with pytest.raises(TypeError, match="does not accept parameter.*tol"):
+        postprocess(pure_estimate(zipf(8)), "ibu", tol=1e-3)
+    with pytest.raises(ValueError, match="max_iterations must be"):
+        pp.iterative_bayesian_update(zipf(8), p=0.5, q=0.25, max_iterations=0)
+    with pytest.raises(ValueError, match="tol must be a finite number"):
+        pp.iterative_bayesian_update(zipf(8), p=0.5, q=0.25, tol=-1.0)
+
+
+def test_ibu_is_the_raw_estimate_scaled_about_minus_r_and_cut():
+    # f_v = max(t (f~_v + r) - r, 0): on a vector whose supports are all positive and whose
+    # raw estimates already sum to 1 with no negative value, t = 1 and nothing changes.
+    p, q = 0.5, 0.25
+    f = np.array([0.5, 0.3, 0.2, 0.0])
+    np.testing.assert_allclose(pp.ibu(f, p=p, q=q), f, rtol=0, atol=8 * EPS)
+    g = np.array([0.7, 0.4, -0.05, -0.05])  # r = 1: t = (1 + 2) / (1.7 + 1.4) = 3 / 3.1
+    t = 3 / 3.1
+    np.testing.assert_allclose(pp.ibu(g, p=p, q=q),
+                               [t * 1.7 - 1, t * 1.4 - 1, 0.0, 0.0], rtol=0, atol=8 * EPS)
+    # No positive support weight at all (only a vector no oracle made): uniform.
+    np.testing.assert_array_equal(pp.ibu([-2.0, -3.0], p=p, q=q), [0.5, 0.5])

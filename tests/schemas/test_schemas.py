@@ -68,3 +68,32 @@ def test_old_readers_read_records_with_fields_added_later():
     buffer.seek(0)
     (read,) = list(fastavro.reader(buffer, reader_schema=load_schema("report")))
     assert read["value"] == 2 and "collector" not in read
+
+
+def test_estimate_records_and_the_estimate_schema_of_before_read_each_other():
+    """The fields added for uncertainty and run metadata are nullable with defaults: a
+    reader of the schema without them reads new records, and a new reader reads old ones."""
+    current = schema_json("estimate")
+    added = {"base_standard_errors", "base_interval_low", "base_interval_high",
+             "interval_confidence", "ldpflow_version", "input_pattern", "input_files",
+             "methods"}
+    assert added <= {f["name"] for f in current["fields"]}
+    older = {**current, "fields": [f for f in current["fields"] if f["name"] not in added]}
+    old_record = {"window_start": None, "window_end": None, "oracle": "grr", "epsilon": 1.0,
+                  "domain_size": 2, "parameters": {"epsilon": "1.0"}, "n": 10,
+                  "dead_letters": 0, "method": "base", "frequencies": [0.4, 0.6],
+                  "sigma": 0.1, "pane": None}
+    new_record = {**old_record, "base_standard_errors": [0.1, 0.1],
+                  "base_interval_low": [0.2, 0.4], "base_interval_high": [0.6, 0.8],
+                  "interval_confidence": 0.95, "ldpflow_version": "0.1.0",
+                  "input_pattern": "/in/*.avro", "input_files": 3, "methods": ["base"]}
+    buffer = io.BytesIO()
+    fastavro.writer(buffer, load_schema("estimate"), [new_record])
+    buffer.seek(0)
+    (read,) = list(fastavro.reader(buffer, reader_schema=fastavro.parse_schema(older)))
+    assert read == old_record
+    buffer = io.BytesIO()
+    fastavro.writer(buffer, fastavro.parse_schema(older), [old_record])
+    buffer.seek(0)
+    (read,) = list(fastavro.reader(buffer, reader_schema=load_schema("estimate")))
+    assert read == {**old_record, **{name: None for name in added}}
