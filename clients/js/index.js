@@ -1,0 +1,34 @@
+/**
+ * ldpflow-client: the client side of ldpflow's local differential privacy protocols.
+ *
+ * Perturb a true value on the device with one of the frequency oracles (`grr oue sue olh blh
+ * hr ss onebit`) or with the PEM heavy-hitter protocol, wrap the report in ldpflow's
+ * envelope and send it as one JSON line. Randomness comes from `crypto.getRandomValues`
+ * unless a test passes a seeded `SplitMix64TestingRandom`.
+ *
+ * @module ldpflow-client
+ */
+
+export { VERSION } from "./src/version.js";
+export { makeOracle, ORACLES } from "./src/registry.js";
+export { FrequencyOracle } from "./src/oracle.js";
+export { DirectEncoding } from "./src/grr.js";
+export { OptimizedUnaryEncoding, SymmetricUnaryEncoding, UnaryEncoding } from "./src/unary.js";
+export {
+  BinaryLocalHashing, LocalHashing, OptimizedLocalHashing,
+} from "./src/localHashing.js";
+export { HadamardResponse, OneBitHadamard, hadamardOrder } from "./src/hadamard.js";
+export { SubsetSelection } from "./src/subset.js";
+export {
+  PrefixExtendingMethod, assignGroup, userKey, DEFAULT_QUERY_LIMIT,
+} from "./src/pem.js";
+export { encodeValue, CODECS } from "./src/codecs.js";
+export {
+  hashValue, optimalHashRange, splitmix64Mix, splitmix64Stream,
+} from "./src/hashing.js";
+export {
+  RandomSource, SecureRandom, SplitMix64TestingRandom,
+} from "./src/random.js";
+export {
+  envelope, newReportId, recordToJsonLine, toJsonLine, toJsonLines,
+} from "./src/envelope.js";

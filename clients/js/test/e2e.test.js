@@ -1,0 +1,200 @@
+// End to end: the JavaScript client's reports through ldpflow's own jobs (estimate,
+// heavy-hitters, audit). Skipped, with the reason, where the Python venv is absent.
+import assert from "node:assert/strict";
+import { execFile, spawnSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, describe, test } from "node:test";
+import { promisify } from "node:util";
+
+import {
+  ORACLES, PrefixExtendingMethod, SplitMix64TestingRandom, makeOracle,
+} from "../index.js";
+import { simulate } from "../tools/simulate.js";
+import { PACKAGE_DIR, REPO_DIR, upperQuantile, wireForm } from "../testing/helpers.js";
+
+const run = promisify(execFile);
+const VENV_BIN = process.env.LDPFLOW_VENV_BIN ?? path.join(REPO_DIR, ".venv", "bin");
+const LDPFLOW = path.join(VENV_BIN, "ldpflow");
+const PYTHON = path.join(VENV_BIN, "python");
+const SKIP = fs.existsSync(LDPFLOW) && fs.existsSync(PYTHON) ? false
+  : `the Python venv is absent (no ${LDPFLOW}): run ./dev setup for the end-to-end tests`;
+const AUDIT_SKIP = SKIP || (spawnSync(LDPFLOW, ["audit", "--help"], { stdio: "ignore" }).status === 0
+  ? false : "ldpflow audit not available");
+
+const USERS = 100000;
+const EPSILON = 2;
+const DOMAIN_SIZE = 64;
+const ESTIMATED = ["grr", "oue", "olh", "sue", "blh", "hr", "ss", "onebit"];
+const PEM_FLAGS = { k: "8", bits: "32", epsilon: "4", query_limit: "4096" };
+const AUDITED = ["grr", "olh", "oue"];
+const AUDIT_USERS = 20000;  // reports per value
+const options = { cwd: REPO_DIR, maxBuffer: 64 << 20, timeout: 240000 };
+
+async function ldpflow(args) {
+  try {
+    return await run(LDPFLOW, args, options);
+  } catch (error) {
+    assert.fail(`ldpflow ${args.join(" ")} failed (${error.code}):\n${error.stderr}`);
+  }
+}
+
+/** sigma of value v's estimated frequency: docs/oracles.md "Reported variance". */
+function sigmaOf(oracle, truth, v) {
+  const n = truth.users;
+  const f = truth.counts.map((c) => c / n);
+  if (oracle.name !== "onebit") return Math.sqrt(oracle.variance(n, f[v]));
+  // onebit, columns j mod K: randomisation 4e/(e-1)^2 h plus column sampling
+  // h (1 - f_v - sum_{x != v} f_x^2), h = sum_i 1/n_i / K^2.
+  const K = oracle.order;
+  let h = 0;
+  for (let i = 0; i < K; i++) h += 1 / (Math.floor(n / K) + (i < n % K ? 1 : 0));
+  h /= K * K;
+  const squares = f.reduce((s, x) => s + x * x, 0) - f[v] * f[v];
+  return Math.sqrt((4 * oracle.e) / (oracle.e - 1) ** 2 * h + h * (1 - f[v] - squares));
+}
+
+describe("the JavaScript client end to end with ldpflow", { skip: SKIP }, () => {
+  let work;
+  // The jobs run while the next population is simulated (two cores); each test awaits its own.
+  const jobs = {};
+  const truths = {};
+
+  const start = (name, args) => {
+    jobs[name] = ldpflow(args);
+    jobs[name].catch(() => {});  // awaited (and reported) by its test
+  };
+
+  before(() => {
+    work = fs.mkdtempSync(path.join(os.tmpdir(), "ldpflow-js-e2e-"));
+    ESTIMATED.forEach((name, i) => {
+      truths[name] = simulate({ oracle: name, epsilon: String(EPSILON), domain_size: String(DOMAIN_SIZE),
+        users: String(USERS), distribution: "zipf:1.1", seed: String(1000 + i), shards: "2",
+        output: path.join(work, "oracles", name) });
+    });
+    start("estimate", ["estimate", "--input", path.join(work, "oracles", "*", "*.jsonl"),
+      "--output", path.join(work, "estimate"), "--methods", "base"]);
+    truths.pem = simulate({ oracle: "pem", epsilon: PEM_FLAGS.epsilon, bits: PEM_FLAGS.bits,
+      k: PEM_FLAGS.k, query_limit: PEM_FLAGS.query_limit, distinct: "1000", users: String(USERS),
+      distribution: "zipf:1.1", seed: "2024", shards: "2", output: path.join(work, "pem") });
+    start("pem", ["heavy-hitters", "--input", path.join(work, "pem", "*.jsonl"), "--output",
+      path.join(work, "hh"), ...Object.entries(PEM_FLAGS).flatMap(([f, v]) => [`--${f}`, v])]);
+    if (AUDIT_SKIP) return;
+    for (const name of AUDITED) {
+      const dirs = [0, 1].map((v) => {
+        const output = path.join(work, "audit", name, `v${v}`);
+        simulate({ oracle: name, epsilon: "1", domain_size: "16", users: String(AUDIT_USERS),
+          distribution: `point:${v}`, seed: String(77 + v), shards: "1", output });
+        return output;
+      });
+      start(`audit-${name}`, ["audit", "--input", path.join(dirs[0], "*.jsonl"), "--value", "0",
+        "--other_input", path.join(dirs[1], "*.jsonl"), "--other_value", "1",
+        "--output", path.join(work, "audit", name, "audit.json")]);
+    }
+  });
+
+  after(async () => {
+    await Promise.allSettled(Object.values(jobs));
+    if (work) fs.rmSync(work, { recursive: true, force: true });
+  });
+
+  test("ldpflow estimate reads every JS report and recovers each value within k sigma", async (t) => {
+    await jobs.estimate;
+    const doc = JSON.parse(fs.readFileSync(path.join(work, "estimate", "estimates.json"), "utf8"));
+    assert.deepEqual(doc.dead_letters, { total: 0, by_reason: {} });
+    assert.equal(doc.records, USERS * ESTIMATED.length);
+    assert.equal(doc.reports_estimated, USERS * ESTIMATED.length);
+    assert.deepEqual(doc.results.map((r) => r.oracle).sort(), [...ESTIMATED].sort());
+    // Bonferroni over every value of every oracle: family-wise error 1e-3, two-sided.
+    const k = upperQuantile(1e-3 / (2 * DOMAIN_SIZE * ESTIMATED.length));
+    for (const result of doc.results) {
+      const truth = truths[result.oracle];
+      const oracle = makeOracle(result.oracle, { epsilon: EPSILON, domainSize: DOMAIN_SIZE });
+      assert.equal(result.n, USERS);
+      assert.deepEqual(result.parameters, { epsilon: EPSILON, domain_size: DOMAIN_SIZE,
+        ...(oracle.hashRange ? { hash_range: oracle.hashRange } : {}) });
+      if (oracle.p !== null) {  // ldpflow's sigma is the formula's, at f = 0
+        assert.ok(Math.abs(result.sigma / Math.sqrt(oracle.variance(USERS)) - 1) < 1e-9, result.oracle);
+      }
+      const estimates = result.estimates.base;
+      let worst = 0;
+      truth.counts.forEach((count, v) => {
+        const z = (estimates[v] - count / USERS) / sigmaOf(oracle, truth, v);
+        worst = Math.max(worst, Math.abs(z));
+        assert.ok(Math.abs(z) <= k, `${result.oracle} value ${v}: estimate ${estimates[v]}, ` +
+          `truth ${count / USERS}, z = ${z.toFixed(2)} > k = ${k.toFixed(2)}`);
+      });
+      t.diagnostic(`${result.oracle}: worst |z| ${worst.toFixed(2)} (k = ${k.toFixed(2)})`);
+    }
+  });
+
+  test("ldpflow heavy-hitters finds the known top values of JS pem reports", async () => {
+    await jobs.pem;
+    const doc = JSON.parse(fs.readFileSync(path.join(work, "hh", "heavy_hitters.json"), "utf8"));
+    assert.deepEqual(doc.dead_letters, { total: 0, by_reason: {} });
+    assert.equal(doc.reports, USERS);
+    const found = new Set(doc.top_k.map((t) => String(t.value)));
+    const top = [...truths.pem.top].sort((a, b) => b.count - a.count).slice(0, Number(PEM_FLAGS.k));
+    const missed = top.filter((t) => !found.has(t.value));
+    assert.deepEqual(missed, [], `top values not found; found ${[...found].join(", ")}`);
+  });
+
+  test("ldpflow audit passes the JS client's reports of two known values", { skip: AUDIT_SKIP }, async (t) => {
+    for (const name of AUDITED) {
+      await jobs[`audit-${name}`];  // exit status 0: the bound does not exceed the claim
+      const doc = JSON.parse(fs.readFileSync(path.join(work, "audit", name, "audit.json"), "utf8"));
+      assert.equal(doc.verdict, "pass", name);
+      assert.equal(doc.n.value, AUDIT_USERS);
+      assert.deepEqual([doc.source.dead_letters.count, doc.oracle], [0, name]);
+      assert.ok(doc.epsilon_lower_bound <= 1, `${name}: ${doc.epsilon_lower_bound}`);
+      // The law itself is checked by the estimate test (k-sigma, Bonferroni). The audit's
+      // per-cell conformance verdict (fatal with --strict) tests at alpha 0.01 per oracle, so
+      // with fixed seeds it is reported here, not asserted.
+      t.diagnostic(`${name}: epsilon lower bound ${doc.epsilon_lower_bound.toFixed(3)} <= 1; ` +
+        `conforms: ${doc.conforms}`);
+    }
+  });
+
+  test("ldpflow's clients make the same reports as the JS client from the same seed", async () => {
+    const rng = new SplitMix64TestingRandom(4242);
+    const cases = [];
+    for (const name of Object.keys(ORACLES)) {
+      for (let i = 0; i < 25; i++) {
+        const epsilon = [0.1, 0.5, 1, 2.5, 6][i % 5];
+        const domainSize = [2, 5, 64, 333, 4097][Math.floor(i / 5)];
+        const c = { oracle: name, parameters: { epsilon, domain_size: domainSize },
+          client_seed: rng.nextWord().toString(), value: rng.below(domainSize) };
+        if (name === "onebit") c.column = rng.below(makeOracle(name, { epsilon, domainSize }).order);
+        cases.push(c);
+      }
+    }
+    for (let i = 0; i < 40; i++) {
+      const valueBits = [8, 32, 64][i % 3];
+      cases.push({ oracle: "pem", parameters: { top_k: 4 + i, value_bits: valueBits, epsilon: 1 + (i % 4),
+        query_limit: 1 << (10 + (i % 6)) }, client_seed: rng.nextWord().toString(),
+      value: (rng.nextWord() >> BigInt(64 - valueBits)).toString(), user_id: `cross-user-${i}` });
+    }
+    const python = await new Promise((resolve, reject) => {
+      const child = execFile(PYTHON, [path.join(PACKAGE_DIR, "testing", "crosscheck.py")], options,
+        (error, stdout, stderr) => (error ? reject(new Error(stderr)) : resolve(JSON.parse(stdout))));
+      child.stdin.end(JSON.stringify(cases));
+    });
+    cases.forEach((c, i) => {
+      let report;
+      if (c.oracle === "pem") {
+        const p = c.parameters;
+        const pem = new PrefixExtendingMethod({ topK: p.top_k, valueBits: p.value_bits,
+          epsilon: p.epsilon, queryLimit: p.query_limit });
+        report = pem.perturb(BigInt(c.value), c.user_id, new SplitMix64TestingRandom(c.client_seed));
+      } else {
+        const oracle = makeOracle(c.oracle, { epsilon: c.parameters.epsilon,
+          domainSize: c.parameters.domain_size });
+        report = oracle.perturb(c.value, new SplitMix64TestingRandom(c.client_seed),
+          c.column === undefined ? undefined : { column: c.column });
+      }
+      const js = Object.fromEntries(Object.entries(wireForm(report)).map(([k, v]) => [k, String(v)]));
+      assert.deepEqual(js, python[i], JSON.stringify(c));
+    });
+  });
+});

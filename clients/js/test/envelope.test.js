@@ -1,0 +1,122 @@
+// The envelope and its JSON-lines form: the fields, order and encodings ldpflow reads.
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
+import { test } from "node:test";
+
+import * as client from "../index.js";
+import {
+  PrefixExtendingMethod, SecureRandom, SplitMix64TestingRandom, envelope, makeOracle,
+  optimalHashRange, toJsonLine, toJsonLines,
+} from "../index.js";
+import { PACKAGE_DIR, REPO_DIR } from "../testing/helpers.js";
+
+const META = { userId: "user-1", reportId: "r-1", eventTime: 1767225600000 };
+
+test("a grr report is one JSON line in the schema's field order", () => {
+  const grr = makeOracle("grr", { epsilon: 1, domainSize: 10 });
+  assert.equal(toJsonLine(grr, { value: 6 }, META),
+    '{"report_id":"r-1","user_id":"user-1","event_time":1767225600000,"oracle":"grr",' +
+    '"epsilon":1,"domain_size":10,"value":6}\n');
+});
+
+test("bits travel as hex and seeds as signed 64-bit integers", () => {
+  const oue = makeOracle("oue", { epsilon: 0.5, domainSize: 20 });
+  const line = toJsonLine(oue, { bits: new Uint8Array([0x18, 0x03, 0x09]) }, META);
+  assert.match(line, /"bits":"180309"}\n$/);
+  const olh = makeOracle("olh", { epsilon: 1, domainSize: 1024 });
+  const record = JSON.parse(toJsonLine(olh, { seed: 2n ** 64n - 2n, bucket: 3 }, META));
+  assert.equal(record.hash_range, 4);
+  assert.equal(record.seed, -2);
+  const big = toJsonLine(olh, { seed: 10451216379200822465n, bucket: 0 }, META);
+  assert.match(big, /"seed":-7995527694508729151,"bucket":0}/);  // exact, not a float
+});
+
+test("onebit carries its column; blh its hash range", () => {
+  const onebit = makeOracle("onebit", { epsilon: 1, domainSize: 100 });
+  const report = onebit.perturb(19, new SplitMix64TestingRandom(1), { column: 1 });
+  assert.match(toJsonLine(onebit, report, META), /"domain_size":100,"column":1,"bit":0}/);
+  assert.throws(() => onebit.perturb(19), /column must be an integer/);
+  const blh = makeOracle("blh", { epsilon: 1, domainSize: 100 });
+  assert.match(toJsonLine(blh, { seed: 5n, bucket: 1 }, META), /"hash_range":2,"seed":5,"bucket":1}/);
+});
+
+test("a pem report nests its group, prefix length and configuration", () => {
+  const pem = new PrefixExtendingMethod({ topK: 8, valueBits: 32, epsilon: 2 });
+  assert.deepEqual([pem.startBits, pem.stepBits, pem.numGroups, pem.hashRange],
+    [3, 17, 2, optimalHashRange(2)]);
+  const report = pem.perturb(2735729615, "user-0", new SplitMix64TestingRandom(3));
+  const record = JSON.parse(toJsonLine(pem, report, { ...META, userId: "user-0" }));
+  assert.deepEqual(Object.keys(record), ["report_id", "user_id", "event_time", "oracle", "epsilon",
+    "domain_size", "hash_range", "seed", "bucket", "pem"]);
+  assert.equal(record.domain_size, 2);  // pem: the number of groups
+  assert.deepEqual(record.pem, { group: pem.groupOf("user-0"), prefix_bits: pem.prefixBits[record.pem.group],
+    value_bits: 32, top_k: 8, query_limit: 1048576, start_bits: 3, step_bits: 17, codec: "int" });
+  // The group must be that of the user id in the envelope.
+  const other = ["a", "b", "c", "d"].find((id) => pem.groupOf(id) !== report.group);
+  assert.throws(() => toJsonLine(pem, report, { ...META, userId: other }), /is not the group of userId/);
+});
+
+test("pem: 64-bit values, the string codec and ldpflow's configuration errors", () => {
+  const wide = new PrefixExtendingMethod({ topK: 4, valueBits: 64, epsilon: 1 });
+  const report = wide.perturb(2n ** 64n - 1n, "u", new SplitMix64TestingRandom(1));
+  assert.ok(report.bucket >= 0 && report.bucket < wide.hashRange);
+  assert.throws(() => wide.perturb(2n ** 64n, "u"), /value must be in \[0, 2\*\*64\)/);
+  const strings = new PrefixExtendingMethod({ topK: 4, valueBits: 32, epsilon: 1, codec: "string" });
+  assert.equal(client.encodeValue("string", "ab", 32), 0x61620000n);
+  assert.throws(() => strings.perturb("hello", "u"), /at most 4 UTF-8 bytes/);
+  assert.equal(client.encodeValue("string", "hello", 32, { truncate: true }), 0x68656c6cn);
+  assert.equal(client.encodeValue("string", "aé€", 32, { truncate: true }), 0x61c3a900n);
+  assert.throws(() => new PrefixExtendingMethod({ topK: 8, valueBits: 32, epsilon: 1, stepBits: 17, numGroups: 5 }),
+    /numGroups must equal ceil\(\(valueBits - startBits\) \/ stepBits\) = ceil\(29 \/ 17\) = 2, got 5/);
+  assert.throws(() => new PrefixExtendingMethod({ topK: 8, valueBits: 65, epsilon: 1 }), /valueBits/);
+});
+
+test("parameters and values are checked with the parameter, constraint and value", () => {
+  assert.throws(() => makeOracle("grr", { epsilon: 0, domainSize: 10 }), /epsilon must be in \(0, inf\), got 0/);
+  assert.throws(() => makeOracle("grr", { epsilon: "1", domainSize: 10 }), TypeError);
+  assert.throws(() => makeOracle("oue", { epsilon: 1, domainSize: 1 }), /domainSize must be >= 2, got 1/);
+  assert.throws(() => makeOracle("olh", { epsilon: 1, domainSize: 10, hashRange: 3 }), /power of two/);
+  assert.throws(() => makeOracle("grr", { epsilon: 1, domainSize: 10, hashRange: 4 }), /olh and blh only/);
+  assert.throws(() => makeOracle("rappor", { epsilon: 1, domainSize: 10 }), /oracle must be one of/);
+  const grr = makeOracle("grr", { epsilon: 1, domainSize: 10 });
+  assert.throws(() => grr.perturb(10), /value must be in \[0, 10\), got 10/);
+  assert.throws(() => grr.perturb(1.5), TypeError);
+  assert.throws(() => grr.perturb(1, Math.random), /rng must be undefined \(secure\) or a RandomSource/);
+  assert.throws(() => toJsonLine(grr, { value: 1 }, { userId: "" }), /userId must be a non-empty string/);
+  assert.throws(() => toJsonLine(grr, { bits: new Uint8Array(2) }, META),
+    /a grr report has the fields value; got bits/);
+  const oue = makeOracle("oue", { epsilon: 1, domainSize: 20 });
+  assert.throws(() => toJsonLine(oue, { bits: new Uint8Array(2) }, META), /3 bytes, got 2/);
+});
+
+test("the default source is the platform CSPRNG; the seeded one says it is not secure", () => {
+  assert.equal(new SecureRandom().secure, true);
+  assert.equal(new SplitMix64TestingRandom(1).secure, false);
+  let calls = 0;
+  const fake = { getRandomValues: (array) => { calls++; array.fill(7); return array; } };
+  const source = new SecureRandom(fake);
+  assert.equal(source.nextWord(), (7n << 32n) | 7n);
+  assert.equal(calls, 1);
+  const grr = makeOracle("grr", { epsilon: 1, domainSize: 1000 });
+  const values = new Set(Array.from({ length: 50 }, () => grr.perturb(3).value));
+  assert.ok(values.size > 1);  // unseeded reports differ
+  const record = envelope(grr, { value: 3 }, { userId: "u" });
+  assert.match(record.report_id, /^[0-9a-f]{32}$/);
+  assert.ok(Math.abs(record.event_time - Date.now()) < 60000);
+  assert.equal(toJsonLines([record, record]).split("\n").length, 3);
+});
+
+test("the package: version of the Python package, no dependencies, ES module", () => {
+  const pkg = JSON.parse(fs.readFileSync(path.join(PACKAGE_DIR, "package.json"), "utf8"));
+  const setup = fs.readFileSync(path.join(REPO_DIR, "setup.py"), "utf8");
+  assert.equal(pkg.version, /version="([^"]+)"/.exec(setup)[1]);
+  assert.equal(client.VERSION, pkg.version);
+  assert.equal(pkg.name, "ldpflow-client");
+  assert.equal(pkg.type, "module");
+  assert.equal(pkg.scripts.test, "node --test");
+  assert.equal(pkg.dependencies, undefined);
+  for (const name of ["makeOracle", "PrefixExtendingMethod", "toJsonLine", "SecureRandom"]) {
+    assert.equal(typeof client[name], "function", name);
+  }
+});

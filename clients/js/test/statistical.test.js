@@ -1,0 +1,147 @@
+// The law of each oracle's reports, from a seeded generator: support rates within k-sigma of
+// p* and q* (binomial sigma, k from a Bonferroni bound over every band checked here).
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import {
+  PrefixExtendingMethod, SplitMix64TestingRandom, hashValue, makeOracle,
+} from "../index.js";
+import { popcount } from "../src/oracle.js";
+import { upperQuantile } from "../testing/helpers.js";
+
+const N = 20000;
+const BANDS = 60;  // at most this many bands are checked in this file
+const K = upperQuantile(1e-4 / (2 * BANDS));  // two-sided, family-wise error 1e-4 (~4.9)
+
+function assertRate(count, n, probability, label) {
+  const sigma = Math.sqrt(n * probability * (1 - probability));
+  const z = (count - n * probability) / sigma;
+  assert.ok(Math.abs(z) <= K,
+    `${label}: ${count} of ${n}, expected ${(n * probability).toFixed(1)} (z = ${z.toFixed(2)}, k = ${K.toFixed(2)})`);
+}
+
+const CASES = [
+  ["grr", { epsilon: 1.0, domainSize: 10 }],
+  ["oue", { epsilon: 1.5, domainSize: 21 }],
+  ["sue", { epsilon: 2.0, domainSize: 21 }],
+  ["olh", { epsilon: 2.0, domainSize: 1000 }],
+  ["blh", { epsilon: 0.5, domainSize: 1000 }],
+  ["hr", { epsilon: 1.0, domainSize: 100 }],
+  ["ss", { epsilon: 1.0, domainSize: 32 }],
+];
+
+for (const [name, parameters] of CASES) {
+  test(`${name}: a report supports its value with p* and another with q*`, () => {
+    const oracle = makeOracle(name, parameters);
+    const rng = new SplitMix64TestingRandom(20240611 + name.length);
+    const value = 7;
+    const others = [0, 9];
+    let own = 0;
+    const other = others.map(() => 0);
+    for (let i = 0; i < N; i++) {
+      const report = oracle.perturb(value, rng);
+      own += oracle.supports(report, value);
+      others.forEach((u, j) => { other[j] += oracle.supports(report, u); });
+      if (report.bits) {  // bitmaps: padding bits zero; ss: exactly omega members
+        const d = oracle.domainSize;
+        if (d % 8) assert.equal(report.bits[report.bits.length - 1] >> (d % 8), 0);
+        if (name === "ss") assert.equal(popcount(report.bits), oracle.subsetSize);
+      }
+    }
+    assertRate(own, N, oracle.p, `${name} p*`);
+    others.forEach((u, j) => assertRate(other[j], N, oracle.q, `${name} q* (value ${u})`));
+  });
+}
+
+test("the secure source gives the same law (oue through crypto.getRandomValues)", () => {
+  // Not seeded (it cannot be): a band of k ~ 4.9 sigma fails with probability ~1e-6.
+  const oracle = makeOracle("oue", { epsilon: 1.0, domainSize: 30 });
+  let own = 0;
+  let other = 0;
+  for (let i = 0; i < N; i++) {
+    const report = oracle.perturb(4);
+    own += oracle.supports(report, 4);
+    other += oracle.supports(report, 29);
+  }
+  assertRate(own, N, oracle.p, "oue p* (secure)");
+  assertRate(other, N, oracle.q, "oue q* (secure)");
+});
+
+test("grr: the other values are uniform", () => {
+  const oracle = makeOracle("grr", { epsilon: 2.0, domainSize: 6 });
+  const rng = new SplitMix64TestingRandom(99);
+  const counts = new Array(6).fill(0);
+  for (let i = 0; i < N; i++) counts[oracle.perturb(2, rng).value]++;
+  counts.forEach((c, u) => assertRate(c, N, u === 2 ? oracle.p : oracle.q, `grr value ${u}`));
+});
+
+test("epsilon-LDP: the likelihood ratio is e**epsilon (grr, oue, olh, hr)", () => {
+  const close = (ratio, label) => assert.ok(Math.abs(ratio / Math.exp(0.7) - 1) < 1e-12, `${label}: ${ratio}`);
+  const grr = makeOracle("grr", { epsilon: 0.7, domainSize: 50 });
+  close(grr.p / grr.q, "grr");
+  const oue = makeOracle("oue", { epsilon: 0.7, domainSize: 50 });
+  close((oue.p * (1 - oue.q)) / ((1 - oue.p) * oue.q), "oue");
+  const olh = makeOracle("olh", { epsilon: 0.7, domainSize: 50 });
+  close(olh.p / ((1 - olh.p) / (olh.hashRange - 1)), "olh");  // given the seed: g-ary RR
+  const hr = makeOracle("hr", { epsilon: 0.7, domainSize: 50 });
+  close(hr.p / (1 - hr.p), "hr");  // member vs non-member, K/2 of each
+});
+
+test("onebit: P[bit = 1] is e/(e+1) inside B_column and 1/(e+1) outside", () => {
+  const oracle = makeOracle("onebit", { epsilon: 1.0, domainSize: 100 });
+  const e = Math.exp(1.0);
+  const rng = new SplitMix64TestingRandom(5);
+  for (const [value, column, probability] of [[3, 4, e / (e + 1)], [3, 1, 1 / (e + 1)]]) {
+    let ones = 0;
+    for (let i = 0; i < N; i++) ones += oracle.perturb(value, rng, { column }).bit;
+    assertRate(ones, N, probability, `onebit value ${value} column ${column}`);
+  }
+});
+
+test("bit-sliced Bernoulli bits have rate p, deep expansions included", () => {
+  const rng = new SplitMix64TestingRandom(31337);
+  for (const p of [0.5, 1 / 3, 0.1, 1 / (Math.E + 1), 1 - 2 ** -40, 2 ** -12 + 2 ** -45]) {
+    let ones = 0;
+    const rows = 400;
+    for (let i = 0; i < rows; i++) ones += popcount(rng.bernoulliBits(p, 250));
+    assertRate(ones, rows * 250, p, `bernoulliBits(${p})`);
+  }
+  assert.deepEqual([...rng.bernoulliBits(1, 12)], [255, 15]);
+  assert.deepEqual([...rng.bernoulliBits(0, 12)], [0, 0]);
+});
+
+test("below() is uniform and uniform() lies in [0, 1)", () => {
+  const rng = new SplitMix64TestingRandom(8);
+  const counts = new Array(7).fill(0);
+  for (let i = 0; i < N; i++) counts[rng.below(7)]++;
+  counts.forEach((c, v) => assertRate(c, N, 1 / 7, `below(7) = ${v}`));
+  for (let i = 0; i < 1000; i++) {
+    const u = rng.uniform();
+    assert.ok(u >= 0 && u < 1);
+  }
+});
+
+test("pem: the group's prefix is reported through OLH with p* and q*", () => {
+  const pem = new PrefixExtendingMethod({ topK: 8, valueBits: 32, epsilon: 3.0 });
+  const rng = new SplitMix64TestingRandom(77);
+  const value = 0xdeadbeefn;
+  const own = new Array(pem.numGroups).fill(0);
+  const other = new Array(pem.numGroups).fill(0);
+  const seen = new Array(pem.numGroups).fill(0);
+  for (let i = 0; i < N; i++) {
+    const userId = `stat-user-${i}`;
+    const report = pem.perturb(value, userId, rng);
+    const bits = pem.prefixBits[report.group];
+    assert.equal(report.group, pem.groupOf(userId));
+    assert.equal(report.prefix_bits, bits);
+    const prefix = value >> BigInt(32 - bits);
+    seen[report.group]++;
+    own[report.group] += hashValue(report.seed, prefix, bits, pem.hashRange) === report.bucket;
+    other[report.group] += hashValue(report.seed, prefix ^ 1n, bits, pem.hashRange) === report.bucket;
+  }
+  for (let g = 0; g < pem.numGroups; g++) {
+    assertRate(seen[g], N, 1 / pem.numGroups, `pem group ${g} size`);
+    assertRate(own[g], seen[g], pem.p, `pem group ${g} p*`);
+    assertRate(other[g], seen[g], pem.q, `pem group ${g} q*`);
+  }
+});

@@ -1,0 +1,74 @@
+// The published test vectors (docs/testvectors) hold exactly in JavaScript.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import {
+  ORACLES, SplitMix64TestingRandom, assignGroup, hashValue, makeOracle, splitmix64Mix,
+  splitmix64Stream, userKey,
+} from "../index.js";
+import { blake2b } from "../src/blake2b.js";
+import { mixHalves } from "../src/hashing.js";
+import { fillRate } from "../src/subset.js";
+import { clientParameters, readVectors, wireForm } from "../testing/helpers.js";
+
+test("hash family matches hash_family.json bit for bit", () => {
+  const cases = readVectors("hash_family.json");
+  assert.ok(cases.length >= 30);
+  for (const c of cases) {
+    const bucket = hashValue(BigInt(c.seed), BigInt(c.value), c.value_bits, c.hash_range);
+    assert.equal(bucket, c.bucket, JSON.stringify(c));
+  }
+});
+
+test("client reports match client_reports.json for every oracle", () => {
+  const cases = readVectors("client_reports.json");
+  assert.deepEqual(new Set(cases.map((c) => c.oracle)), new Set(Object.keys(ORACLES)));
+  for (const c of cases) {
+    const oracle = makeOracle(c.oracle, clientParameters(c.parameters));
+    const rng = new SplitMix64TestingRandom(c.client_seed);
+    const extra = c.column === undefined ? undefined : { column: c.column };
+    assert.deepEqual(wireForm(oracle.perturb(c.value, rng, extra)), c.report, JSON.stringify(c));
+  }
+});
+
+test("the 32-bit splitmix64 equals the BigInt one", () => {
+  const rng = new SplitMix64TestingRandom(12345);
+  for (let i = 0; i < 2000; i++) {
+    const z = rng.nextWord();
+    const [high, low] = mixHalves(Number(z >> 32n), Number(z & 0xffffffffn));
+    assert.equal((BigInt(high) << 32n) | BigInt(low), splitmix64Mix(z));
+  }
+  // ldpflow's SplitMix64Source(1): output i is the finaliser of 1 + (i + 1) * gamma.
+  const words = [new SplitMix64TestingRandom(1).nextWord()];
+  assert.deepEqual(words, splitmix64Stream(1n, 1));
+  assert.equal(words[0], 10451216379200822465n);
+});
+
+test("seeded primitives replay ldpflow's SplitMix64Source", () => {
+  // Values printed by ldpflow (SplitMix64Source(1)): words(1), then uniform(1), below(10, 1).
+  const rng = new SplitMix64TestingRandom(1);
+  assert.equal(rng.nextWord(), 10451216379200822465n);
+  assert.equal(rng.uniform(), 0.7457817572627011);
+  assert.equal(rng.below(10), 9);
+});
+
+test("BLAKE2b matches RFC 7693 and the user keys of ldpflow", () => {
+  const abc = Buffer.from(blake2b(new TextEncoder().encode("abc"), 64)).toString("hex");
+  assert.equal(abc, "ba80a53f981c4d0d6a2797b69f12f6e94c212f14685ac4b74b12bb6fdbffa2d1"
+    + "7d87c5392aab792dc252d5de4533cc9518d38aa8dbf1925ab92386edd4009923");
+  // ldpflow.core.heavy_hitters.user_keys / assign_groups of the same ids.
+  const ids = ["", "user-0", "js-user-12345", "é漢字🙂", "x".repeat(200)];
+  assert.deepEqual(ids.map((id) => userKey(id).toString()), [
+    "13020603013274838756", "8188522848524297003", "6034145075336118184",
+    "12564752017436547020", "10205568089174323286"]);
+  assert.deepEqual(ids.map((id) => assignGroup(id, 7)), [4, 4, 6, 2, 5]);
+  assert.deepEqual(ids.map((id) => assignGroup(id, 2)), [0, 0, 1, 1, 1]);
+});
+
+test("the SS fill rate is ldpflow's", () => {
+  // ldpflow.core.oracles.subset._fill_rate(d, omega); it fixes the order of the draws.
+  const expected = [[2, 1, 0.59765625], [3, 1, 0.4296875], [20, 5, 0.19921875],
+    [32, 8, 0.20703125], [64, 8, 0.08203125], [100, 27, 0.24609375], [1000, 269, 0.26171875],
+    [1000, 12, 0.00390625], [4097, 1101, 0.265625], [50000, 13447, 0.265625]];
+  for (const [d, w, rate] of expected) assert.equal(fillRate(d, w), rate, `d=${d} omega=${w}`);
+});

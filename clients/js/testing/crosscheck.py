@@ -1,0 +1,34 @@
+"""Seeded reports of ldpflow's own clients, for the JavaScript client to replay exactly.
+
+Reads a JSON list of cases on standard input (``oracle``, ``parameters``, ``client_seed``,
+``value``; onebit ``column``; pem ``user_id`` and its configuration) and writes the reports
+ldpflow makes from ``SplitMix64Source(client_seed)``, in the test vectors' wire form.
+"""
+
+import json
+import sys
+
+import numpy as np
+
+from ldpflow.core.heavy_hitters import PrefixExtendingMethod
+from ldpflow.core.oracles import registry
+from ldpflow.core.randomness import SplitMix64Source
+
+
+def wire(report):
+    return {k: (v.hex() if isinstance(v, bytes) else str(v)) for k, v in report.items()}
+
+
+out = []
+for case in json.load(sys.stdin):
+    source = SplitMix64Source(int(case["client_seed"]))
+    if case["oracle"] == "pem":
+        pem = PrefixExtendingMethod(**case["parameters"])
+        reports = pem.perturb(np.array([int(case["value"])], dtype=np.uint64), [case["user_id"]],
+                              source)
+        out.append(wire(reports.to_records()[0]))
+    else:
+        oracle = registry.make(case["oracle"], **case["parameters"])
+        extra = {"column": case["column"]} if "column" in case else {}
+        out.append(wire(oracle.perturb_one(case["value"], source, **extra)))
+json.dump(out, sys.stdout)
