@@ -63,8 +63,25 @@ def test_version_lives_in_setup_py_only():
 
 
 def test_core_type_checks():
-    """mypy on the pure core (STYLE.md: complete type hints in core)."""
+    """mypy on the pure core (the house style: complete type hints in core)."""
     api = pytest.importorskip("mypy.api", reason="mypy is in the test extra")
-    out, err, status = api.run([str(ROOT / "ldpflow" / "core"), "--config-file", str(ROOT / "pyproject.toml"),
+    out, err, status = api.run([str(ROOT / "ldpflow" / "core"),
+                                "--config-file", str(ROOT / "pyproject.toml"),
                                 "--cache-dir", "/tmp/ldpflow-mypy-cache"])
     assert status == 0, out + err
+
+
+def test_every_pinned_beam_version_is_in_the_one_declared_range():
+    """setup.py declares the apache-beam range once; the images pin a version inside it."""
+    import re
+
+    from packaging.specifiers import SpecifierSet
+
+    setup = (ROOT / "setup.py").read_text(encoding="utf-8")
+    (declared,) = re.findall(r'"apache-beam(?:\[\w+\])?([^"]+)"', setup)
+    pins = [match for path in ROOT.glob("deploy/**/Dockerfile")
+            for match in re.findall(r"BEAM_VERSION=([\d.]+)", path.read_text(encoding="utf-8"))]
+    assert pins, "no Dockerfile pins BEAM_VERSION"
+    assert all(pin in SpecifierSet(declared) for pin in pins), (declared, pins)
+    apache_beam = pytest.importorskip("apache_beam")
+    assert apache_beam.__version__ in SpecifierSet(declared)

@@ -190,7 +190,8 @@ class SeenIds:
         # Merge while the newest run is at least half the size of the one before it.
         while len(self._runs) > 1 and self._runs[-1].size * 2 >= self._runs[-2].size:
             b, a = self._runs.pop(), self._runs.pop()
-            self._runs.append(np.sort(np.concatenate([a, b]), kind="stable"))  # disjoint runs: a linear merge
+            # Two sorted, disjoint runs: the stable sort merges them in linear time.
+            self._runs.append(np.sort(np.concatenate([a, b]), kind="stable"))
 
     def union(self, other: SeenIds) -> SeenIds:
         """Add every hash of ``other`` (mutates and returns ``self``)."""

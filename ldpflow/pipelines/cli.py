@@ -12,6 +12,12 @@ stream
     Reports from Pub/Sub -> windowed consistent estimates (Apache Beam, streaming).
 heavy-hitters
     PEM reports -> the most frequent values of a huge domain (Apache Beam).
+pubsub
+    Pub/Sub emulator helpers: create a topic and subscription, publish report files.
+audit
+    An empirical lower bound on a client's epsilon, from reports of known inputs.
+report
+    An estimates document -> one self-contained HTML page.
 
 Run ``ldpflow COMMAND --help`` for a command's flags.
 """
@@ -23,6 +29,22 @@ import logging
 import sys
 
 __all__ = ["main"]
+
+
+_SUMMARIES = {
+    "demo": "The main job on built-in data: simulate, estimate, print and plot the top values.",
+    "simulate": "Synthetic users -> perturbed report files and truth.json.",
+    "estimate": "Report files -> consistent frequency estimates (Apache Beam).",
+    "stream": "Reports from Pub/Sub -> windowed consistent estimates (Apache Beam).",
+    "heavy-hitters": "PEM reports -> the most frequent values of a huge domain (Apache Beam).",
+    "pubsub": "Pub/Sub emulator helpers: create a topic and subscription, publish reports.",
+    "audit": "An empirical lower bound on a client's epsilon, from reports of known inputs.",
+    "report": "An estimates document -> one self-contained HTML page.",
+}
+
+# The modules each command needs beyond numpy and scipy, and the extra that installs them.
+_NEEDS = {"apache_beam": "beam", "fastavro": "beam", "pyarrow": "beam", "polars": "beam",
+          "cramjam": "beam", "google": "gcp", "matplotlib": "plot"}
 
 
 def _demo(argv: list[str]) -> int:
@@ -39,14 +61,12 @@ def _simulate(argv: list[str]) -> int:
 
 
 def _estimate(argv: list[str]) -> int:
-    from apache_beam.options.pipeline_options import PipelineOptions
-
     from ldpflow.pipelines import estimate
-    from ldpflow.pipelines.options import EstimateOptions
+    from ldpflow.pipelines.common import job_options
 
-    document = estimate.run(argv)
-    limit = PipelineOptions(argv).view_as(EstimateOptions).max_dead_letter_fraction
-    failure = estimate.verdict(document, limit)
+    summary = estimate.run(argv)
+    limit = job_options("estimate", argv)[1].max_dead_letter_fraction
+    failure = estimate.verdict(summary, limit)
     if failure:
         print(f"ldpflow estimate: {failure}", file=sys.stderr)
         return 1
@@ -67,29 +87,44 @@ def _heavy_hitters(argv: list[str]) -> int:
     return 0
 
 
+def _pubsub(argv: list[str]) -> int:
+    from ldpflow.pipelines import pubsub
+
+    return pubsub.run(argv)
+
+
+def _report(argv: list[str]) -> int:
+    from ldpflow.pipelines import report
+
+    return report.run(argv)
+
+
+def _audit(argv: list[str]) -> int:
+    from ldpflow.pipelines import audit
+
+    return audit.run(argv)
+
+
 COMMANDS = {
     "demo": _demo,
     "simulate": _simulate,
     "estimate": _estimate,
     "stream": _stream,
     "heavy-hitters": _heavy_hitters,
+    "pubsub": _pubsub,
+    "audit": _audit,
+    "report": _report,
 }
 
 
-_JOB_OPTIONS = {"estimate": "EstimateOptions", "stream": "StreamOptions",
-                "heavy-hitters": "HeavyHittersOptions"}
-
-
-def _job_help(command: str) -> None:
-    """Print a Beam job's own flags (Beam's parser would only print a generic usage)."""
-    from ldpflow.pipelines import options
-
-    parser = argparse.ArgumentParser(
-        prog=f"ldpflow {command}",
-        epilog="Every Apache Beam pipeline option is accepted as well (--runner, --project, "
-               "--region, --temp_location, --setup_file, --direct_num_workers, ...).")
-    getattr(options, _JOB_OPTIONS[command])._add_argparse_args(parser)
-    parser.print_help()
+def _missing_extra(command: str, exc: ModuleNotFoundError) -> str | None:
+    """The one-line message for a command whose optional dependency is not installed."""
+    root = (exc.name or "").split(".")[0]
+    extra = _NEEDS.get(root)
+    if extra is None:
+        return None
+    return (f"ldpflow {command}: needs the Python module {root!r}, which is not installed: "
+            f"pip install 'ldpflow[{extra}]'")
 
 
 class _ImportNoise(logging.Filter):
@@ -109,25 +144,49 @@ def _configure_logging() -> None:
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
 
 
+def _top_parser() -> argparse.ArgumentParser:
+    from ldpflow import __version__
+
+    width = max(map(len, COMMANDS))
+    lines = "\n".join(f"  {name:<{width}}  {_SUMMARIES[name]}" for name in COMMANDS)
+    parser = argparse.ArgumentParser(
+        prog="ldpflow",
+        description="Local differential privacy: frequency estimation and heavy hitters, "
+                    "on Apache Beam.",
+        usage="ldpflow [--version] COMMAND [FLAGS]",
+        epilog=f"commands:\n{lines}\n\nRun 'ldpflow COMMAND --help' for a command's flags.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"ldpflow {__version__}")
+    parser.add_argument("command", choices=list(COMMANDS), metavar="COMMAND",
+                        help="One of the commands below.")
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The ``ldpflow`` command: returns the exit status (0 done, 1 the job failed, 2 usage)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="ldpflow", description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=sorted(COMMANDS))
+    parser = _top_parser()
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if argv else 2
-    args = parser.parse_args(argv[:1])
+    try:
+        args = parser.parse_args(argv[:1])
+    except SystemExit as exc:
+        return int(exc.code or 0)
     _configure_logging()
-    if args.command in _JOB_OPTIONS and {"-h", "--help"} & set(argv[1:]):
-        _job_help(args.command)
-        return 0
     try:
         return COMMANDS[args.command](argv[1:])
+    except ModuleNotFoundError as exc:
+        message = _missing_extra(args.command, exc)
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        return 2
     except SystemExit as exc:  # a usage error: one line, status 2 (argparse's convention)
         if isinstance(exc.code, str):
             print(exc.code, file=sys.stderr)
             return 2
-        raise
+        return int(exc.code or 0)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Simulates users on a Zipf(1.1) population, writes their perturbed reports as Avro files
 (``ldpflow simulate``), estimates on Beam (``ldpflow estimate``), prints the top values'
-true and estimated frequencies per post-processing method, and plots them::
+true and estimated frequencies per post-processing method, plots them and writes
+``OUTPUT/report.html`` (``ldpflow report``)::
 
     ldpflow demo [--oracle olh] [--users 1000000] [--epsilon 1.0] [--output demo-output]
 """
@@ -18,10 +19,13 @@ import time
 import numpy as np
 
 from ldpflow.core.oracles import registry
+from ldpflow.pipelines.usage import HelpFormatter
 
 __all__ = ["run"]
 
 _LOGGER = logging.getLogger(__name__)
+_SUMMARY = ("The main job on built-in data: simulate users, estimate their frequencies on "
+            "Beam, print and plot the top values.")
 TABLE_METHODS = ("base", "base-cut", "norm-sub", "power-ns")
 
 
@@ -52,7 +56,8 @@ def _plot(path: str, truth: np.ndarray, estimates: dict[str, list], top: np.ndar
 
 
 def run(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ldpflow demo", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="ldpflow demo", description=_SUMMARY,
+                                     formatter_class=HelpFormatter, allow_abbrev=False)
     parser.add_argument("--oracle", choices=sorted(registry.ORACLES), default="olh")
     parser.add_argument("--users", type=int, default=1_000_000)
     parser.add_argument("--domain_size", type=int, default=1024)
@@ -74,10 +79,12 @@ def run(argv: list[str] | None = None) -> int:
     simulated = time.perf_counter()
     methods = ",".join(dict.fromkeys(("base", "base-pos", "base-cut", "norm", "norm-sub",
                                       "mle-apx", "power-ns")))
-    document = estimate.run([
+    estimate.run([
         f"--input={reports_dir}/reports-*.avro", f"--output={estimates_dir}",
         f"--methods={methods}",
     ])
+    with open(os.path.join(estimates_dir, "estimates.json"), encoding="utf-8") as f:
+        document = json.load(f)
     estimated = time.perf_counter()
     with open(os.path.join(reports_dir, "truth.json"), encoding="utf-8") as f:
         counts = np.asarray(json.load(f)["counts"], dtype=float)
@@ -100,6 +107,12 @@ def run(argv: list[str] | None = None) -> int:
     if _plot(plot, truth, {m: result["estimates"][m] for m in TABLE_METHODS}, shown,
              f"{args.oracle}, epsilon={args.epsilon}, n={args.users}: top 50 values"):
         print(f"\nplot: {plot}")
+    page = os.path.join(args.output, "report.html")
+    from ldpflow.pipelines import report
+
+    report.run(["--input", estimates_dir, "--truth", os.path.join(reports_dir, "truth.json"),
+                "--output", page, "--title", f"ldpflow demo: {args.oracle}, epsilon "
+                                             f"{args.epsilon}, {args.users} users"])
     print(f"estimates: {estimates_dir}/estimates.json  (simulate {simulated - started:.1f}s, "
           f"estimate {estimated - simulated:.1f}s)")
     return 0

@@ -17,171 +17,156 @@ Production (any Beam runner; see ``deploy/README.md``)::
         --temp_location=gs://BUCKET/tmp --setup_file=./setup.py
 
 Reports of different oracles or parameter sets are estimated separately; each report id is
-counted once (``--dedup none`` counts every copy). Writes ``OUTPUT/estimates.json``
+counted once (``--dedup none`` counts every copy). :func:`run` returns the run's counts
+(from Beam's counters), which :func:`verdict` judges. Writes ``OUTPUT/estimates.json``
 (``{"results": [{"oracle", "epsilon", "domain_size", "n", "duplicates", "dead_letters",
-"estimates": {METHOD: [...]}}], "records", "duplicates", "dead_letters": {...}}``),
+"estimates": {METHOD: [...]}, "standard_errors", "intervals", "top", "significant", ...}],
+"records", "duplicates", "dead_letters": {...}, "run": {...}}``; ``docs/uncertainty.md``),
 ``OUTPUT/estimates.avro`` (``schemas/estimate.avsc``) and the refused records with their
 reasons under ``OUTPUT/dead_letters/``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import time
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from ldpflow.core import postprocess as postprocess_module
-from ldpflow.pipelines.options import (
-    EstimateOptions,
+from ldpflow.pipelines.common import (
     acceptance_policy,
-    expected_oracle,
-    require,
+    batch_runner,
+    check_inputs,
+    job_options,
+    parse_methods,
+    run_pipeline,
+    usage_error,
 )
+from ldpflow.transforms.caps import CAP_KEEP
+from ldpflow.transforms.dedup import RepeatedIds
 from ldpflow.transforms.estimate import DeadLetterSummaryFn, EstimateReports
 from ldpflow.transforms.io import (
     CommitOutputs,
     ReadReports,
-    SplitDeadLetters,
     WriteDeadLetters,
     WriteEstimates,
     staging_folder,
 )
-from ldpflow.wire import formats
+from ldpflow.transforms.poisoning import AttachPoisoning, DetectPoisoning
+from ldpflow.wire.results import run_metadata, utc_now
 
-__all__ = ["run", "parse_methods", "batch_runner", "check_inputs", "detached", "verdict"]
+__all__ = ["run", "build", "verdict"]
 
 _LOGGER = logging.getLogger(__name__)
 _PROG = "ldpflow estimate"
 
 
-def parse_methods(text: str) -> list[str]:
-    """Validate a comma-separated list of post-processing methods."""
-    methods = [m.strip().lower() for m in text.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in postprocess_module.METHODS]
-    if not methods or unknown:
-        raise ValueError(
-            f"--methods must name methods among {', '.join(postprocess_module.METHODS)}, "
-            f"got {text!r}"
-        )
-    return list(dict.fromkeys(methods))
-
-
-def check_inputs(pattern: str, fmt: str | None, job: str) -> int:
-    """Fail before any pipeline exists if ``pattern`` matches no file or a file whose format
-    cannot be told from its name; returns the number of files."""
-    from apache_beam.io.filesystems import FileSystems
-
-    try:
-        matched = FileSystems.match([pattern])[0].metadata_list
-    except (OSError, ValueError) as exc:  # BeamIOError is an IOError
-        raise SystemExit(f"{job}: error: cannot list --input {pattern!r}: {exc}") from None
-    if not matched:
-        raise SystemExit(f"{job}: error: --input {pattern!r} matched no files")
-    if fmt is None:
-        for metadata in matched:
-            try:
-                formats.detect_format(metadata.path)
-            except ValueError as exc:
-                raise SystemExit(f"{job}: error: {exc} (--input_format)") from None
-    return len(matched)
-
-
-def detached(options: PipelineOptions) -> bool:
-    """``--no_wait_until_finish``: submit and return (as a Flex Template launcher must)."""
-    return bool(options.view_as(StandardOptions).no_wait_until_finish)
-
-
-def batch_runner(options: PipelineOptions):
-    """The runner to use: as given, else the Python FnApiRunner (offline, no downloads).
-
-    ``--runner=DaskRunner`` (optionally with ``--dask_local_workers=N``) gets a DaskRunner
-    that closes its client and cluster after the run (``ldpflow.pipelines.runners``).
-    """
-    from ldpflow.pipelines import runners
-
-    dask = runners.dask_runner(options)
-    if dask is not None:
-        return dask
-    runner = options.view_as(StandardOptions).runner
-    if runner is None:
-        from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-
-        return FnApiRunner()
-    return runner
-
-
-def build(pipeline: beam.Pipeline, opts: EstimateOptions, methods: list[str], policy=None):
-    """Wire read -> estimate -> write into ``pipeline``; returns the commit step (which
-    moves the staged outputs into ``--output`` once both writers are done)."""
+def build(pipeline: beam.Pipeline, args, methods: list[str], policy=None, run=None):
+    """Wire read -> estimate -> write into ``pipeline`` (``args``: the job's flags, from
+    ``job_options``); returns the commit step (which moves the staged outputs into
+    ``--output`` once both writers are done). ``run``: the run's metadata
+    (:func:`~ldpflow.wire.results.run_metadata`, which :func:`run` passes) for
+    ``estimates.json`` and the Avro records; ``None`` leaves it out."""
     if policy is None:  # run() checks the flags first, before any pipeline exists
-        policy = acceptance_policy(opts, expected_oracle(opts, _PROG), _PROG)
-    dedup = opts.dedup != "none"
-    keep = ("id_hashes",) if dedup else ()
-    read = (pipeline
-            | "ReadReports" >> ReadReports(opts.input, opts.input_format, policy, keep)
-            | "Split" >> SplitDeadLetters())
-    results = read | "EstimateReports" >> EstimateReports(methods, dedup=dedup)
+        policy = acceptance_policy(args, _PROG)
+    dedup = args.dedup != "none"
+    cap = args.max_reports_per_user
+    keep = tuple(dict.fromkeys((("id_hashes",) if dedup else ())
+                               + (CAP_KEEP if cap is not None else ())))
+    output = args.output
+    repeated = None
+    if dedup:  # a first, light read: only report-id hashes go through the shuffle
+        ids = pipeline | "ReadReportIds" >> ReadReports(args.input, args.input_format, policy,
+                                                        ids_only=True)
+        repeated = ids["reports"] | "RepeatedIds" >> RepeatedIds()
+    read = pipeline | "ReadReports" >> ReadReports(args.input, args.input_format, policy, keep,
+                                                   repeated=repeated)
+    estimate = EstimateReports(methods, dedup=dedup, max_reports_per_user=cap)
+    inputs = {"reports": read["reports"], "dead_letters": read["dead_letters"]}
+    if dedup:
+        inputs["repeats"] = read["repeats"]
+    results = inputs | "EstimateReports" >> estimate
+    if args.poisoning == "detect":  # on the very batches counted (after dedup and caps)
+        sections = estimate.reports | "DetectPoisoning" >> DetectPoisoning()
+        results = ({"results": results, "poisoning": sections}
+                   | "AttachPoisoning" >> AttachPoisoning())
     summary = read["dead_letters"] | "SummariseDeadLetters" >> beam.CombineGlobally(
         DeadLetterSummaryFn())
-    staging = staging_folder(opts.output)  # written there, then moved into place
+    staging = staging_folder(output)  # written there, then moved into place
     written = (
-        results | "WriteEstimates" >> WriteEstimates(staging, summary, dedup),
+        results | "WriteEstimates" >> WriteEstimates(staging, summary, dedup,
+                                                     estimate.contribution, run),
         read["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(staging),
     )
-    return written | "CommitOutputs" >> CommitOutputs(opts.output, staging)
+    return written | "CommitOutputs" >> CommitOutputs(output, staging)
 
 
-def verdict(document: dict, max_dead_letter_fraction: float) -> str | None:
-    """Why a finished run failed (None: it did not): no valid report was estimated, or more
-    than ``max_dead_letter_fraction`` of the records were refused. One line, with counts."""
-    if document.get("submitted"):
+def verdict(summary: dict, max_dead_letter_fraction: float) -> str | None:
+    """Why a finished run failed (None: it did not, or its counts are unknown): no valid
+    report was estimated, or more than ``max_dead_letter_fraction`` of the records were
+    refused. One line, with counts."""
+    if summary.get("submitted") or "records" not in summary:
         return None
-    records, estimated = document["records"], document["reports_estimated"]
-    dead = document["dead_letters"]["total"]
-    summary = (f"{records} records: {estimated} estimated, {document.get('duplicates', 0)} "
-               f"duplicates, {dead} dead letters")
+    records, estimated = summary["records"], summary["reports_estimated"]
+    dead = summary["dead_letters"]
+    capped = f"{summary['capped']} capped, " if summary.get("capped") else ""
+    line = (f"{records} records: {estimated} estimated, {summary['duplicates']} duplicates, "
+            f"{capped}{dead} dead letters")
     if estimated == 0:
-        return f"no valid report was estimated ({summary})"
+        return f"no valid report was estimated ({line})"
     if records and dead / records > max_dead_letter_fraction:
         return (f"{dead / records:.1%} of the records were refused, more than "
-                f"--max_dead_letter_fraction {max_dead_letter_fraction} ({summary})")
+                f"--max_dead_letter_fraction {max_dead_letter_fraction} ({line})")
     return None
 
 
 def run(argv: list[str] | None = None) -> dict:
-    """Run the job; returns the ``estimates.json`` document (or, with
-    ``--no_wait_until_finish``, ``{"submitted": True, "output": ...}`` once submitted)."""
-    options = PipelineOptions(argv)
-    opts = options.view_as(EstimateOptions)
-    require(opts, "input", "output", prog="ldpflow estimate")
-    try:
-        methods = parse_methods(opts.methods)
-    except ValueError as exc:
-        raise SystemExit(f"ldpflow estimate: error: {exc}") from None
-    if not 0 <= opts.max_dead_letter_fraction <= 1:
-        raise SystemExit("ldpflow estimate: error: --max_dead_letter_fraction must be in "
-                         f"[0, 1], got {opts.max_dead_letter_fraction}")
-    check_inputs(opts.input, opts.input_format, "ldpflow estimate")
-    policy = acceptance_policy(opts, expected_oracle(opts, _PROG), _PROG)  # flags fail here
-    started = time.perf_counter()
-    pipeline = beam.Pipeline(runner=batch_runner(options), options=options)
-    build(pipeline, opts, methods, policy)
-    result = pipeline.run()
-    if detached(options):
-        _LOGGER.info("submitted; not waiting for the job (--no_wait_until_finish): %s", result)
-        return {"submitted": True, "output": opts.output}
-    result.wait_until_finish()
-    path = opts.output.rstrip("/") + "/estimates.json"
-    from apache_beam.io.filesystems import FileSystems
+    """Run the job; returns its counts ``{"records", "reports_estimated", "duplicates",
+    "capped", "dead_letters", "output", "seconds", "state", "timings_ms"}`` (from the run's Beam
+    metrics; without the counts when the runner reports none), or with
+    ``--no_wait_until_finish`` ``{"submitted": True, "output": ...}`` once submitted.
 
-    with FileSystems.open(path) as f:
-        document = json.loads(f.read().decode("utf-8"))
-    _LOGGER.info(
-        "estimated %d keys from %d records (%d duplicates, %d dead letters) in %.1fs -> %s",
-        len(document["results"]), document["records"], document["duplicates"],
-        document["dead_letters"]["total"], time.perf_counter() - started, path,
-    )
-    return document
+    Raises
+    ------
+    SystemExit
+        A one-line usage error, before any pipeline exists.
+    """
+    options, args = job_options("estimate", argv)
+    output = args.output
+    try:
+        methods = parse_methods(args.methods)
+    except ValueError as exc:
+        raise usage_error(_PROG, str(exc)) from None
+    if args.max_reports_per_user is not None and args.max_reports_per_user < 1:
+        raise usage_error(_PROG, "--max_reports_per_user must be a positive integer, got "
+                                 f"{args.max_reports_per_user}")
+    fraction = args.max_dead_letter_fraction
+    if not 0 <= fraction <= 1:
+        raise usage_error(_PROG, f"--max_dead_letter_fraction must be in [0, 1], got {fraction}")
+    files = check_inputs(args.input, args.input_format, _PROG)
+    policy = acceptance_policy(args, _PROG)
+    runner = batch_runner(options, _PROG)
+    metadata = run_metadata(inputs=args.input, files=files, policy=policy, methods=methods,
+                            runner=runner if isinstance(runner, str) else type(runner).__name__,
+                            started=utc_now())
+    pipeline = beam.Pipeline(runner=runner, options=options)
+    build(pipeline, args, methods, policy, metadata)
+    ran = run_pipeline(pipeline, options, _PROG)
+    if ran.get("submitted"):
+        return {"submitted": True, "output": output}
+    summary = {"output": output, "state": ran["state"], "seconds": ran["seconds"],
+               "timings_ms": {name: ran["distributions"][name] for name in
+                              ("range_read_ms", "estimate_ms") if name in ran["distributions"]}}
+    counts = ran["counters"]
+    if "records" in counts:
+        summary.update(records=counts["records"],
+                       reports_estimated=counts.get("reports_estimated", 0),
+                       duplicates=counts.get("duplicates", 0),
+                       capped=counts.get("reports_capped", 0),
+                       dead_letters=counts.get("dead_letters", 0))
+        _LOGGER.info("%s: %d records: %d estimated, %d duplicates, %d dead letters in %.1fs "
+                     "-> %s", _PROG, summary["records"], summary["reports_estimated"],
+                     summary["duplicates"], summary["dead_letters"], ran["seconds"], output)
+    else:
+        _LOGGER.info("%s: done in %.1fs -> %s (the runner reported no counters)", _PROG,
+                     ran["seconds"], output)
+    return summary

@@ -1,11 +1,20 @@
 """``ldpflow stream``: windowed, consistent estimates from a Pub/Sub subscription.
 
-Locally, against the Pub/Sub emulator (``docs/streaming.md``)::
+Locally, against the Pub/Sub emulator (``gcloud beta emulators pubsub start``, or the Debian
+package ``google-cloud-cli-pubsub-emulator``; ``docs/streaming.md``)::
 
     export PUBSUB_EMULATOR_HOST=127.0.0.1:8085
-    ldpflow stream --subscription projects/ldpflow-dev/subscriptions/reports \\
+    ldpflow simulate --oracle olh --epsilon 1 --domain_size 64 --users 20000 --output /tmp/r
+    ldpflow pubsub create --topic projects/ldpflow-dev/topics/reports \\
+        --subscription projects/ldpflow-dev/subscriptions/reports-stream \\
+        --output_topic projects/ldpflow-dev/topics/estimates \\
+        --output_subscription projects/ldpflow-dev/subscriptions/estimates-pull
+    ldpflow stream --subscription projects/ldpflow-dev/subscriptions/reports-stream \\
         --output_topic projects/ldpflow-dev/topics/estimates --output /tmp/panes \\
-        --window_size 60 --allowed_lateness 300 --early_firing 10
+        --window_size 10 --allowed_lateness 300 &
+    ldpflow pubsub publish --topic projects/ldpflow-dev/topics/reports --input '/tmp/r/*.avro'
+    ldpflow pubsub pull --subscription projects/ldpflow-dev/subscriptions/estimates-pull \\
+        --wake_topic projects/ldpflow-dev/topics/reports
 
 On Dataflow::
 
@@ -16,7 +25,11 @@ On Dataflow::
         --temp_location=gs://BUCKET/tmp --setup_file=./setup.py
 
 The default runner is Beam's BundleBasedDirectRunner (streaming, offline). The job runs
-until cancelled (Ctrl-C cancels it).
+until cancelled (Ctrl-C cancels it). Before it starts, a malformed subscription or topic name
+is a usage error (exit 2); on a local runner, Pub/Sub that cannot be reached (no emulator
+answering at ``PUBSUB_EMULATOR_HOST``, or no credentials without it) and a subscription or
+topic that does not exist are one line and exit status 1, as is a Pub/Sub failure while it
+runs.
 """
 
 from __future__ import annotations
@@ -27,11 +40,11 @@ import logging
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.transforms import window
 
-from ldpflow.pipelines.estimate import parse_methods
-from ldpflow.pipelines.options import StreamOptions, acceptance_policy, expected_oracle, require
+from ldpflow.pipelines import pubsub
+from ldpflow.pipelines.common import acceptance_policy, job_options, parse_methods, usage_error
 from ldpflow.transforms.streaming import EstimateStream, WindowSpec, result_to_message
 from ldpflow.wire import formats
 from ldpflow.wire.envelope import DeadLetter
@@ -40,6 +53,7 @@ from ldpflow.wire.results import estimate_records
 __all__ = ["run", "start", "build", "WritePanesFn"]
 
 _LOGGER = logging.getLogger(__name__)
+_PROG = "ldpflow stream"
 
 
 class WritePanesFn(beam.DoFn):
@@ -80,14 +94,15 @@ class WriteDeadLetterWindowsFn(beam.DoFn):
         yield path
 
 
-def _windows(opts: StreamOptions) -> WindowSpec:
+def _windows(opts) -> WindowSpec:
     return WindowSpec(opts.window_size, opts.window_period, opts.allowed_lateness,
                       opts.early_firing)
 
 
-def build(pipeline: beam.Pipeline, opts: StreamOptions, methods: list[str], messages=None):
-    """Wire source -> ``EstimateStream`` -> sinks. ``messages`` replaces the Pub/Sub source."""
-    policy = acceptance_policy(opts, expected_oracle(opts, "ldpflow stream"), "ldpflow stream")
+def build(pipeline: beam.Pipeline, opts, methods: list[str], messages=None):
+    """Wire source -> ``EstimateStream`` -> sinks (``opts``: the job's flags, from
+    ``job_options``). ``messages`` replaces the Pub/Sub source."""
+    policy = acceptance_policy(opts, _PROG)
     if messages is None:
         messages = pipeline | "ReadPubSub" >> beam.io.ReadFromPubSub(
             subscription=opts.subscription, with_attributes=True,
@@ -113,25 +128,60 @@ def build(pipeline: beam.Pipeline, opts: StreamOptions, methods: list[str], mess
     return out
 
 
-def _parse(argv: list[str] | None) -> tuple[PipelineOptions, StreamOptions, list[str]]:
-    options = PipelineOptions(argv)
-    opts = options.view_as(StreamOptions)
-    require(opts, "subscription", prog="ldpflow stream")
+def _parse(argv: list[str] | None):
+    options, opts = job_options("stream", argv)
     if not (opts.output_topic or opts.output):
-        raise SystemExit("ldpflow stream: error: give --output_topic and/or --output")
+        raise usage_error(_PROG, "give --output_topic and/or --output")
     try:
         methods = parse_methods(opts.methods)
         _windows(opts)
     except ValueError as exc:
-        raise SystemExit(f"ldpflow stream: error: {exc}") from None
+        raise usage_error(_PROG, str(exc)) from None
+    acceptance_policy(opts, _PROG)  # bad limits fail before any pipeline exists
     options.view_as(StandardOptions).streaming = True
     return options, opts, methods
 
 
+def _local(runner) -> bool:
+    """Whether the job runs on this machine (so its Pub/Sub can be checked from here)."""
+    if runner is None:
+        return True
+    name = runner if isinstance(runner, str) else type(runner).__name__
+    return name.rsplit(".", 1)[-1].endswith("DirectRunner")
+
+
+def _check_pubsub(opts, runner) -> None:
+    """Resource names, then (on a local runner) that they exist: before any pipeline."""
+    names = {"subscription": ("subscriptions", opts.subscription),
+             "output_topic": ("topics", opts.output_topic),
+             "dead_letter_topic": ("topics", opts.dead_letter_topic)}
+    for flag, (kind, path) in names.items():
+        if path:
+            try:
+                pubsub.check_name(path, kind, f"--{flag}")
+            except ValueError as exc:
+                raise usage_error(_PROG, str(exc)) from None
+    if _local(runner):
+        try:
+            pubsub.check_job_resources(opts.subscription, {
+                "output_topic": opts.output_topic, "dead_letter_topic": opts.dead_letter_topic})
+        except pubsub.PubSubFailure as exc:
+            raise pubsub.exit_failure(_PROG, str(exc)) from None
+
+
 def start(argv: list[str] | None = None):
-    """Build and start the streaming job; returns the running ``PipelineResult``."""
+    """Build and start the streaming job; returns the running ``PipelineResult``.
+
+    Raises
+    ------
+    SystemExit
+        With one line of text for a usage error (a malformed resource name); with code 1,
+        after one line on stderr, when Pub/Sub cannot be reached or a resource does not
+        exist (local runners).
+    """
     options, opts, methods = _parse(argv)
     runner = options.view_as(StandardOptions).runner
+    _check_pubsub(opts, runner)
     if runner is None:
         from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 
@@ -145,10 +195,22 @@ def start(argv: list[str] | None = None):
 
 
 def run(argv: list[str] | None = None) -> None:
-    """Run until the job ends or is interrupted (Ctrl-C cancels it)."""
+    """Run until the job ends or is interrupted (Ctrl-C cancels it).
+
+    Raises
+    ------
+    SystemExit
+        As :func:`start`; and with code 1, after one line on stderr, when a Pub/Sub call
+        fails while the job runs (the runner has logged the details).
+    """
     result = start(argv)
     try:
         result.wait_until_finish()
     except KeyboardInterrupt:
         _LOGGER.info("cancelling")
         result.cancel()
+    except Exception as exc:  # noqa: BLE001 - only Pub/Sub's failures are turned to a line
+        message = pubsub.failure_message(exc)
+        if message is None:
+            raise
+        raise pubsub.exit_failure(_PROG, message) from None

@@ -7,6 +7,10 @@
 The emulator is Google's Java emulator (Debian package ``google-cloud-cli-pubsub-emulator``;
 ``gcloud beta emulators pubsub start`` runs the same). It is started in its own process
 group and stopped with it; its state lives in memory only.
+
+:func:`ensure_topic` and :func:`ensure_subscription` create resources by their full names and
+accept ones that already exist (``ldpflow pubsub create`` uses them); :func:`emulator_answers`
+tells whether an emulator listens at a host.
 """
 
 from __future__ import annotations
@@ -20,7 +24,15 @@ import tempfile
 import time
 import urllib.request
 
-__all__ = ["EmulatorUnavailable", "PubSubEmulator", "find_emulator", "cancel_streaming"]
+__all__ = [
+    "EmulatorUnavailable",
+    "PubSubEmulator",
+    "find_emulator",
+    "emulator_answers",
+    "ensure_topic",
+    "ensure_subscription",
+    "cancel_streaming",
+]
 
 _CANDIDATES = (
     "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator",
@@ -41,6 +53,43 @@ def find_emulator() -> str:
     raise EmulatorUnavailable(
         "the Pub/Sub emulator is not installed (Debian package "
         "google-cloud-cli-pubsub-emulator; or set LDPFLOW_PUBSUB_EMULATOR to its launcher)")
+
+
+def emulator_answers(host: str, timeout: float = 1.0) -> bool:
+    """Whether a Pub/Sub emulator answers at ``host`` (``HOST:PORT``; it serves ``Ok`` on /)."""
+    try:
+        with urllib.request.urlopen(f"http://{host}/", timeout=timeout) as response:
+            return response.status == 200
+    except (OSError, ValueError):  # refused, timed out, or not a host:port
+        return False
+
+
+def ensure_topic(path: str) -> bool:
+    """Create the topic ``projects/P/topics/T`` unless it exists; returns whether it was
+    created."""
+    from google.api_core import exceptions
+    from google.cloud import pubsub_v1
+
+    try:
+        pubsub_v1.PublisherClient().create_topic(name=path, timeout=30)
+    except exceptions.AlreadyExists:
+        return False
+    return True
+
+
+def ensure_subscription(path: str, topic: str, ack_deadline_seconds: int = 60) -> bool:
+    """Create the subscription ``path`` to ``topic`` (full names) unless it exists; returns
+    whether it was created. An existing subscription is left as it is, whatever its topic."""
+    from google.api_core import exceptions
+    from google.cloud import pubsub_v1
+
+    with pubsub_v1.SubscriberClient() as client:
+        try:
+            client.create_subscription(name=path, topic=topic,
+                                       ack_deadline_seconds=ack_deadline_seconds, timeout=30)
+        except exceptions.AlreadyExists:
+            return False
+    return True
 
 
 def _free_port() -> int:
@@ -74,16 +123,10 @@ class PubSubEmulator:
         self._log = tempfile.NamedTemporaryFile(prefix="pubsub-emulator-", suffix=".log",
                                                 delete=False)
         self._process = subprocess.Popen(
-            [launcher, f"--host=127.0.0.1", f"--port={self.port}"],
+            [launcher, "--host=127.0.0.1", f"--port={self.port}"],
             stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + self._timeout
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://{self.host}/", timeout=1) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
+        while not emulator_answers(self.host):
             if self._process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise EmulatorUnavailable(f"the emulator did not start; see {self._log.name}")
@@ -115,19 +158,16 @@ class PubSubEmulator:
         return f"projects/{self.project}/subscriptions/{name}"
 
     def create_topic(self, name: str) -> str:
-        from google.cloud import pubsub_v1
-
+        """Create (or keep) the topic ``name`` of the emulator's project; returns its path."""
         path = self.topic(name)
-        pubsub_v1.PublisherClient().create_topic(name=path)
+        ensure_topic(path)
         return path
 
     def create_subscription(self, name: str, topic: str) -> str:
-        from google.cloud import pubsub_v1
-
+        """Create (or keep) the subscription ``name`` to the topic ``topic``; returns its
+        path."""
         path = self.subscription(name)
-        with pubsub_v1.SubscriberClient() as client:
-            client.create_subscription(name=path, topic=self.topic(topic),
-                                       ack_deadline_seconds=60)
+        ensure_subscription(path, self.topic(topic))
         return path
 
 

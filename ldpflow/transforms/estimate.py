@@ -1,19 +1,26 @@
 """Keyed estimation: count report batches per oracle/parameter key (deduplicated by report
-id, or not), estimate, post-process."""
+id, or not), estimate, post-process.
+
+Counter (namespace ``ldpflow``): ``reports_estimated``, the reports behind the results;
+distribution ``estimate_ms``: milliseconds to estimate and post-process one key.
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import apache_beam as beam
+from apache_beam.metrics import Metrics
 
 from ldpflow.core.postprocess import postprocess
+from ldpflow.transforms.caps import CapContributions
 from ldpflow.transforms.combine import FrequencyOracleCombineFn
 from ldpflow.transforms.dedup import DEFAULT_BUCKETS, DeduplicateReports, Tally, TallyCombineFn
 from ldpflow.wire.envelope import DeadLetter
 from ldpflow.wire.results import estimate_result
 
-__all__ = ["CountReports", "EstimateReports", "DeadLetterSummaryFn"]
+__all__ = ["CountReports", "EstimateReports", "EstimateFn", "DeadLetterSummaryFn"]
 
 
 class CountReports(beam.PTransform):
@@ -45,10 +52,24 @@ class DeadLetterSummaryFn(beam.CombineFn):
                 "by_reason": dict(sorted(counts.items(), key=lambda kv: -kv[1]))}
 
 
-def _result(element, methods: Sequence[str]):
-    key, tally = element
-    return estimate_result(key, tally.accumulator, tally.dead_letters, methods, postprocess,
-                           duplicates=tally.duplicates)
+class EstimateFn(beam.DoFn):
+    """``(key, Tally)`` -> the key's result dict (``estimate_result``), post-processed."""
+
+    def __init__(self, methods: Sequence[str]):
+        super().__init__()
+        self._methods = tuple(methods)
+        self._estimated = Metrics.counter("ldpflow", "reports_estimated")
+        self._estimate_ms = Metrics.distribution("ldpflow", "estimate_ms")
+
+    def process(self, element):
+        key, tally = element
+        started = time.perf_counter()
+        result = estimate_result(key, tally.accumulator, tally.dead_letters, self._methods,
+                                 postprocess, duplicates=tally.duplicates,
+                                 capped=tally.capped)
+        self._estimated.inc(result["n"])
+        self._estimate_ms.update(int(1000 * (time.perf_counter() - started)))
+        yield result
 
 
 def _dead_tally(letter: DeadLetter):
@@ -59,34 +80,72 @@ class EstimateReports(beam.PTransform):
     """Reports and their dead letters -> one result dict per key (see ``estimate_result``).
 
     Input: a dict ``{"reports": PCollection[(key, ReportBatch)], "dead_letters":
-    PCollection[DeadLetter]}``. Keys whose every report was refused still get a result (n = 0
+    PCollection[DeadLetter]}``; with dedup optionally ``"repeats"``, the rows of repeated
+    ids that the read split off (``ReadReports(..., repeated=RepeatedIds)``), so that only
+    those are shuffled and ``"reports"`` are counted where they were read.
+    Keys whose every report was refused still get a result (n = 0
     and their dead-letter count), so no record goes unaccounted for. With ``dedup`` (the
     batches must keep their id hashes) one copy of each report id is counted and the others
-    are counted as ``duplicates``. Counts, duplicates and dead letters of a key meet in one
-    exact combine (:class:`~ldpflow.transforms.dedup.TallyCombineFn`).
+    are counted as ``duplicates``. With ``max_reports_per_user`` (the batches must keep
+    ``CAP_KEEP``), each user's earliest reports up to the cap are counted and the others
+    as ``capped`` (:class:`~ldpflow.transforms.caps.CapContributions`; its summary is
+    ``self.contribution`` once expanded; ``self.reports`` is what is counted, after
+    deduplication and the cap). Counts, duplicates, capped reports and dead
+    letters of a key meet in one exact combine
+    (:class:`~ldpflow.transforms.dedup.TallyCombineFn`).
     """
 
     def __init__(self, methods: Sequence[str], dedup: bool = False,
-                 buckets: int = DEFAULT_BUCKETS):
+                 buckets: int = DEFAULT_BUCKETS, max_reports_per_user: int | None = None):
         super().__init__()
         self._methods = tuple(methods)
         self._dedup = dedup
         self._buckets = buckets
+        self._cap = max_reports_per_user
+        self.contribution = None
+        self._parts: list = []
+        self._counted = None
+
+    @property
+    def reports(self):
+        """What is counted (after deduplication and the cap), as one PCollection of
+        batches and tallies, for other analyses of the same reports; built on first use
+        (a Flatten no one reads would still hold every batch on some runners)."""
+        if self._counted is None and self._parts:
+            self._counted = (self._parts[0] if len(self._parts) == 1 else
+                             tuple(self._parts) | "Counted" >> beam.Flatten())
+        return self._counted
 
     def expand(self, inputs):
         reports = inputs["reports"]
+        parts = []  # counted separately, then gathered: a Flatten before the count would
+        # hold every batch in memory on some runners (the FnApiRunner buffers it whole)
         if self._dedup:
-            reports = reports | "Deduplicate" >> DeduplicateReports(self._buckets)
+            if "repeats" in inputs:  # the read split off the rows of repeated ids
+                resolved = inputs["repeats"] | "Deduplicate" >> DeduplicateReports(
+                    self._buckets)
+                if self._cap is None:
+                    parts.append(resolved)
+                else:  # the cap must see all of a user's reports at once
+                    reports = (reports, resolved) | "Rejoin" >> beam.Flatten()
+            else:
+                reports = reports | "Deduplicate" >> DeduplicateReports(self._buckets)
+        if self._cap is not None:  # after deduplication: a copy is not a second report
+            capped = reports | "CapContributions" >> CapContributions(self._cap)
+            reports, self.contribution = capped["reports"], capped["summary"]
+        parts.insert(0, reports)
+        self._parts, self._counted = parts, None
         # Counted where they arrive (combiner lifting): without dedup, where they are read.
-        counted = reports | "Count" >> beam.CombinePerKey(TallyCombineFn())
+        counted = [part | f"Count{'' if i == 0 else i}" >> beam.CombinePerKey(TallyCombineFn())
+                   for i, part in enumerate(parts)]
         dead = (
             inputs["dead_letters"]
             | "Keyed" >> beam.Filter(lambda letter: letter.key is not None)
             | "DeadTally" >> beam.Map(_dead_tally)
         )
         return (
-            (counted, dead)
+            (*counted, dead)
             | "Gather" >> beam.Flatten()
             | "Tally" >> beam.CombinePerKey(TallyCombineFn())  # a few tallies per key
-            | "Estimate" >> beam.Map(_result, self._methods)
+            | "Estimate" >> beam.ParDo(EstimateFn(self._methods))
         )

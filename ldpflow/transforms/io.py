@@ -3,11 +3,11 @@
 ``ReadReports`` matches a glob, cuts every file into byte ranges (Parquet at row groups;
 :func:`ldpflow.wire.formats.plan_ranges`), spreads the ranges over the workers and reads
 each one column by column through the wire layer's one parse path
-(:func:`ldpflow.wire.formats.read_reports`). It emits ``(key, ReportBatch)`` elements and
-:class:`DeadLetter` elements (with a reason) in one PCollection; ``SplitDeadLetters``
-separates them. (One output split by filters rather than tagged outputs: some runners,
-Dask among them, mishandle tagged outputs.) Counters (namespace ``ldpflow``): ``records``,
-``reports``, ``dead_letters``, ``files``, ``ranges``.
+(:func:`ldpflow.wire.formats.read_reports`). Its result has two tagged outputs:
+``result["reports"]``, ``(key, ReportBatch)`` elements, and ``result["dead_letters"]``,
+:class:`DeadLetter` elements with a reason. Counters (namespace ``ldpflow``): ``records``,
+``reports``, ``dead_letters``, ``files``, ``ranges``; distributions ``range_records`` and
+``range_read_ms`` (records and milliseconds per file range).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
+from ldpflow.transforms.dedup import split_repeated
 from ldpflow.wire import formats
-from ldpflow.wire.envelope import DeadLetter
 from ldpflow.wire.parse import AcceptancePolicy
-from ldpflow.wire.results import estimate_records, estimates_document
+from ldpflow.wire.results import estimate_records, estimates_document, utc_now
 
 __all__ = [
     "CommitOutputs",
@@ -37,7 +37,6 @@ __all__ = [
     "ReadReports",
     "PlanRangesFn",
     "ReadRangeFn",
-    "SplitDeadLetters",
     "WriteEstimates",
     "WriteDeadLetters",
     "as_policy",
@@ -85,20 +84,34 @@ class PlanRangesFn(beam.DoFn):
 
 
 class ReadRangeFn(beam.DoFn):
-    """Reads one range of one file into ``(key, ReportBatch)`` elements and dead letters."""
+    """Reads one range of one file into ``(key, ReportBatch)`` elements (main output) and
+    dead letters (tagged ``dead_letters``).
+
+    With ``ids_only`` it yields ``(key, id hashes)`` only (no dead letters), counted under
+    the namespace ``ldpflow-ids``: a second, light read for deduplication. Given the side
+    input ``repeated`` (``ldpflow.transforms.dedup.RepeatedIds``), the rows of repeated ids
+    go to the tagged output ``repeats`` instead of the main one.
+    """
+
+    DEAD_LETTERS = "dead_letters"
+    REPEATS = "repeats"
 
     def __init__(self, policy: AcceptancePolicy | Mapping[str, Any] | None = None,
-                 keep: Iterable[str] = ()):
+                 keep: Iterable[str] = (), ids_only: bool = False):
         super().__init__()
         self._policy = as_policy(policy)
-        self._keep = tuple(keep)
-        self._records = Metrics.counter("ldpflow", "records")
-        self._reports = Metrics.counter("ldpflow", "reports")
-        self._dead = Metrics.counter("ldpflow", "dead_letters")
-        self._ranges = Metrics.counter("ldpflow", "ranges")
-        self._files = Metrics.counter("ldpflow", "files")
+        self._ids_only = ids_only
+        self._keep = ("id_hashes",) if ids_only else tuple(keep)
+        space = "ldpflow-ids" if ids_only else "ldpflow"
+        self._records = Metrics.counter(space, "records")
+        self._reports = Metrics.counter(space, "reports")
+        self._dead = Metrics.counter(space, "dead_letters")
+        self._ranges = Metrics.counter(space, "ranges")
+        self._files = Metrics.counter(space, "files")
+        self._range_records = Metrics.distribution(space, "range_records")
+        self._range_ms = Metrics.distribution(space, "range_read_ms")
 
-    def process(self, element):
+    def process(self, element, repeated=None):
         path, fmt, start, end = element
         started = last_log = time.monotonic()
         records = reports = dead = 0
@@ -112,24 +125,40 @@ class ReadRangeFn(beam.DoFn):
                 self._records.inc(parsed.records)
                 self._reports.inc(parsed.reports)
                 self._dead.inc(refused)
+                if self._ids_only:
+                    for key, batch in parsed.batches.items():
+                        yield tuple(key), batch.id_hashes
+                    continue
                 for key, batch in parsed.batches.items():
-                    yield tuple(key), batch  # Beam keys: plain tuples encode deterministically
-                yield from parsed.dead_letters
+                    key = tuple(key)  # Beam keys: plain tuples encode deterministically
+                    if repeated is not None:
+                        batch, repeats = split_repeated(key, batch, repeated)
+                        if repeats is not None:
+                            yield beam.pvalue.TaggedOutput(self.REPEATS, (key, repeats))
+                    if batch is not None:
+                        yield key, batch
+                for letter in parsed.dead_letters:
+                    yield beam.pvalue.TaggedOutput(self.DEAD_LETTERS, letter)
                 now = time.monotonic()
                 if now - last_log >= _PROGRESS_SECONDS:
                     _LOGGER.info("%s [%d, %s): %d records so far (%.0f/s)", path, start, end,
                                  records, records / (now - started))
                     last_log = now
         self._ranges.inc()
+        self._range_records.update(records)
+        self._range_ms.update(int(1000 * (time.monotonic() - started)))
         if start == 0:
             self._files.inc()
-        _LOGGER.info("read %s [%d, %s): %d records, %d reports, %d dead letters in %.1fs", path,
-                     start, end if end is not None else "end", records, reports, dead,
-                     time.monotonic() - started)
+        _LOGGER.log(logging.DEBUG if self._ids_only else logging.INFO,
+                    "read %s [%d, %s)%s: %d records, %d reports, %d dead letters in %.1fs",
+                    path, start, end if end is not None else "end",
+                    " (report ids)" if self._ids_only else "", records, reports, dead,
+                    time.monotonic() - started)
 
 
 class ReadReports(beam.PTransform):
-    """Report files matching ``file_pattern`` -> ``(key, ReportBatch)`` and ``DeadLetter``s.
+    """Report files matching ``file_pattern`` -> ``result["reports"]``, ``(key, ReportBatch)``
+    elements, and ``result["dead_letters"]``, ``DeadLetter`` elements.
 
     Parameters
     ----------
@@ -141,52 +170,54 @@ class ReadReports(beam.PTransform):
         What to accept (a mapping: the parameters to expect).
     keep : iterable of str
         Envelope columns the batches keep (``id_hashes`` for deduplication, ...).
+    ids_only : bool
+        Yield ``(key, id hashes)`` of the valid reports instead (main output only; see
+        :mod:`ldpflow.transforms.dedup`).
+    repeated : PCollection, optional
+        ``(key text, repeated id hashes)`` (``RepeatedIds``): the rows of those ids go to
+        ``result["repeats"]`` instead of ``result["reports"]`` (needs ``id_hashes`` kept).
     """
 
     def __init__(self, file_pattern: str, fmt: str | None = None,
                  policy: AcceptancePolicy | Mapping[str, Any] | None = None,
-                 keep: Iterable[str] = (), range_bytes: int = formats.RANGE_BYTES):
+                 keep: Iterable[str] = (), range_bytes: int = formats.RANGE_BYTES,
+                 ids_only: bool = False, repeated=None):
         super().__init__()
         self._pattern = file_pattern
         self._plan = PlanRangesFn(fmt, range_bytes)
-        self._read = ReadRangeFn(policy, keep)
+        self._read = ReadRangeFn(policy, keep, ids_only)
+        self._repeated = repeated
 
     def expand(self, pbegin):
+        # The side input makes the read wait for it: ranges wait, reports stream through.
+        sides = [] if self._repeated is None else [beam.pvalue.AsDict(self._repeated)]
         return (
             pbegin
             | "Match" >> fileio.MatchFiles(self._pattern)
             | "Open" >> fileio.ReadMatches()
             | "PlanRanges" >> beam.ParDo(self._plan)
             | "SpreadRanges" >> beam.Reshuffle()  # ranges go to all workers, not one bundle
-            | "ReadRanges" >> beam.ParDo(self._read)
+            | "ReadRanges" >> beam.ParDo(self._read, *sides).with_outputs(
+                ReadRangeFn.DEAD_LETTERS, ReadRangeFn.REPEATS, main="reports")
         )
 
 
-def _is_dead_letter(element) -> bool:
-    return isinstance(element, DeadLetter)
-
-
-class SplitDeadLetters(beam.PTransform):
-    """Mixed elements -> ``{"reports": (key, ReportBatch)..., "dead_letters": DeadLetter...}``."""
-
-    def expand(self, mixed):
-        return {
-            "reports": mixed | "Reports" >> beam.Filter(lambda e: not _is_dead_letter(e)),
-            "dead_letters": mixed | "DeadLetters" >> beam.Filter(_is_dead_letter),
-        }
-
-
 class _WriteEstimateFilesFn(beam.DoFn):
-    def __init__(self, output: str, dedup: bool):
+    def __init__(self, output: str, dedup: bool, run: Mapping[str, Any] | None = None):
         super().__init__()
         self._output = output.rstrip("/")
         self._dedup = dedup
+        self._run = dict(run) if run is not None else None
 
-    def process(self, results, dead_letters):
-        document = estimates_document(results, dead_letters, self._dedup)
+    def process(self, results, dead_letters, contribution=None):
+        # "finished": when the estimates were written (the last step before the commit).
+        run = {**self._run, "finished": utc_now()} if self._run is not None else None
+        document = estimates_document(results, dead_letters, self._dedup, contribution, run)
         with FileSystems.create(f"{self._output}/estimates.json") as f:
             f.write(json.dumps(document, indent=1).encode("utf-8"))
-        records = [rec for result in document["results"] for rec in estimate_records(result)]
+        # The Avro records take the run's deterministic metadata only (no times).
+        records = [rec for result in document["results"]
+                   for rec in estimate_records(result, run=self._run)]
         with FileSystems.create(f"{self._output}/estimates.avro") as f:
             formats.write_records(f, "avro", records, schema="estimate")
         yield document
@@ -196,21 +227,32 @@ class WriteEstimates(beam.PTransform):
     """Write result dicts as ``OUTPUT/estimates.json`` and ``OUTPUT/estimates.avro``.
 
     ``dead_letter_summary`` is a singleton PCollection (``{"total", "by_reason"}``) merged into
-    the JSON document, with ``records = reports_estimated + duplicates + dead_letters.total``.
+    the JSON document, with ``records = reports_estimated + duplicates + capped +
+    dead_letters.total``; ``contribution`` (with a contribution cap) a singleton of
+    :class:`~ldpflow.transforms.caps.CapContributions`' summary. ``run``
+    (:func:`~ldpflow.wire.results.run_metadata`) becomes the document's ``"run"``, with
+    ``"finished"`` set when the files are written; the Avro records carry its deterministic
+    part only (version, inputs, methods), so a rerun on the same input writes the same bytes.
     """
 
-    def __init__(self, output: str, dead_letter_summary, dedup: bool = True):
+    def __init__(self, output: str, dead_letter_summary, dedup: bool = True,
+                 contribution=None, run: Mapping[str, Any] | None = None):
         super().__init__()
         self._output = output
         self._summary = dead_letter_summary
         self._dedup = dedup
+        self._contribution = contribution
+        self._run = run
 
     def expand(self, results):
+        sides = [beam.pvalue.AsSingleton(self._summary)]
+        if self._contribution is not None:
+            sides.append(beam.pvalue.AsSingleton(self._contribution))
         return (
             results
             | "Collect" >> beam.combiners.ToList()
-            | "WriteFiles" >> beam.ParDo(_WriteEstimateFilesFn(self._output, self._dedup),
-                                         beam.pvalue.AsSingleton(self._summary))
+            | "WriteFiles" >> beam.ParDo(_WriteEstimateFilesFn(self._output, self._dedup,
+                                                               self._run), *sides)
         )
 
 

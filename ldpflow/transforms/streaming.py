@@ -284,7 +284,7 @@ class EstimateStream(beam.PTransform):
             decoded.reports
             | "Cells" >> self._windows.cell_window_into()
             | "Deduplicate" >> beam.ParDo(DeduplicateReportsFn()).with_input_types(
-                typing.Tuple[str, typing.Any])
+                tuple[str, typing.Any])
             | "Windows" >> self._windows.window_into()
             | "Count" >> beam.CombinePerKey(FrequencyOracleCombineFn())
             | "Estimate" >> beam.ParDo(FormatPaneFn(self._methods))

@@ -200,6 +200,8 @@ class _Window:
 
 #: The largest block a reader accepts: a damaged size field claims anything.
 _MAX_BLOCK_BYTES = 1 << 28
+#: The data a block that ldpflow writes holds, about (rows are never split).
+BLOCK_BYTES = 16 << 20
 #: The most records a block may claim per byte of its data (a count beyond it is damage).
 _MAX_RECORDS_PER_BYTE = 256
 
@@ -448,8 +450,12 @@ class ContainerWriter:
                 raise ValueError(f"field {field['name']!r} is not nullable and the table has "
                                  "no such column")
         self._start()
-        for lo in range(0, table.num_rows, self._block_rows):
-            part = table.slice(lo, self._block_rows)
+        # At most block_rows rows and about BLOCK_BYTES of data per block, so that wide
+        # reports are encoded (and later decoded) in bounded memory.
+        row_bytes = max(1, table.nbytes // max(table.num_rows, 1))
+        step = max(1, min(self._block_rows, BLOCK_BYTES // row_bytes))
+        for lo in range(0, table.num_rows, step):
+            part = table.slice(lo, step)
             data = _encode_rows(part, self._schema)
             data = _compress(data, self._codec, self._level)
             mat, lengths = _zigzag_varints(np.array([part.num_rows, len(data)]))

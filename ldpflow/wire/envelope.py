@@ -52,7 +52,8 @@ def _fields() -> list[dict]:
 #: Envelope fields every report must carry (non-null in the schema).
 REQUIRED_FIELDS: tuple[str, ...] = tuple(f["name"] for f in _fields() if not _nullable(f["type"]))
 #: The top-level fields that name the protocol configuration (with the nested ones of PEM).
-PARAMETER_FIELDS: tuple[str, ...] = ("oracle", "epsilon", "domain_size", "hash_range")
+PARAMETER_FIELDS: tuple[str, ...] = ("oracle", "epsilon", "domain_size", "hash_range",
+                                     "num_hashes")
 #: The top-level payload fields: every nullable field that is no parameter.
 PAYLOAD_FIELDS: tuple[str, ...] = tuple(
     f["name"] for f in _fields() if _nullable(f["type"]) and f["name"] not in PARAMETER_FIELDS)
@@ -155,6 +156,9 @@ class ReportBatch:
         deduplication.
     user_ids : ndarray of object (str), or None
     event_times : ndarray of int64 (milliseconds since the epoch), or None
+    user_hashes : ndarray of uint64, or None
+        64-bit hashes of the user ids (the same hash), kept for contribution caps
+        (:mod:`ldpflow.core.contribution`).
     """
 
     key: ProtocolKey
@@ -162,8 +166,9 @@ class ReportBatch:
     id_hashes: np.ndarray | None = None
     user_ids: np.ndarray | None = None
     event_times: np.ndarray | None = None
+    user_hashes: np.ndarray | None = None
 
-    _ENVELOPE = ("id_hashes", "user_ids", "event_times")
+    _ENVELOPE = ("id_hashes", "user_ids", "event_times", "user_hashes")
 
     def __len__(self) -> int:
         return len(self.reports)

@@ -87,8 +87,10 @@ _SUFFIXES = {
 _COMPRESSED = (".gz", ".bz2", ".zst", ".deflate")
 #: A file larger than this is read as several ranges (by several workers).
 RANGE_BYTES = 64 << 20
-#: Rows handed to one parse call.
+#: Rows handed to one parse call, at most; and the bytes of data they may hold, at most
+#: (wide reports, e.g. unary encodings of a large domain, make fewer rows per chunk).
 CHUNK_ROWS = 1 << 19
+CHUNK_BYTES = 256 << 20
 _JSON_CHUNK_BYTES = 32 << 20
 _JSON_BLOCK_BYTES = 2 << 20  # pyarrow parses blocks in parallel; > the longest line
 _JSON_LINE_FALLBACK = 64  # a failing JSON chunk of at most this many lines: line by line
@@ -122,7 +124,7 @@ def _needed(keep: Iterable[str], policy: AcceptancePolicy) -> tuple[list[str], s
     file proves them present (heavy-hitter reports need their user ids, to check groups)."""
     keep = set(keep)
     wanted = {"report_id": "id_hashes" in keep,
-              "user_id": "user_ids" in keep or policy.checks_groups,
+              "user_id": bool({"user_ids", "user_hashes"} & keep) or policy.checks_groups,
               "event_time": "event_times" in keep}
     fields = [*PARAMETER_FIELDS, *PAYLOAD_FIELDS]
     optional = set()
@@ -239,7 +241,9 @@ def _parquet_reports(stream, source, start, end, policy, keep):
                                   known_present=known_present, constants=constants,
                                   protocols=cache)
                 continue
-            for batch in parquet.iter_batches(batch_size=CHUNK_ROWS, row_groups=[index],
+            row_bytes = max(1, row_group.total_byte_size // max(row_group.num_rows, 1))
+            rows = int(min(CHUNK_ROWS, max(1, CHUNK_BYTES // row_bytes)))
+            for batch in parquet.iter_batches(batch_size=rows, row_groups=[index],
                                               columns=columns, use_threads=False):
                 parsed = parse_table(pa.Table.from_batches([batch]), source=source,
                                      policy=policy, keep=keep, known_null=known_null,
@@ -336,12 +340,12 @@ def _avro_reports(stream, source, start, end, policy, keep):
     columns, known_present = _avro_projection(header.schema, fields, optional)
     cache: dict = {}
     pending: list[avro.Block] = []
-    rows = 0
+    rows = size = 0
     for item in avro.iter_blocks(stream, header, start, end):
         if isinstance(item, avro.Damage):
             yield from _avro_decode(header, pending, columns, known_present, source, policy,
                                     keep, cache)
-            pending, rows = [], 0
+            pending, rows, size = [], 0, 0
             lost = "" if item.count is None else f" ({item.count} records lost)"
             yield _damage(source, f"damaged Avro data at byte {item.offset}: {item.reason}; "
                                   f"skipped {item.skipped} bytes to the next block{lost}",
@@ -349,10 +353,11 @@ def _avro_reports(stream, source, start, end, policy, keep):
             continue
         pending.append(item)
         rows += item.count
-        if rows >= CHUNK_ROWS:
+        size += len(item.raw)
+        if rows >= CHUNK_ROWS or size >= CHUNK_BYTES // 4:  # compressed: leave room to expand
             yield from _avro_decode(header, pending, columns, known_present, source, policy,
                                     keep, cache)
-            pending, rows = [], 0
+            pending, rows, size = [], 0, 0
     yield from _avro_decode(header, pending, columns, known_present, source, policy, keep,
                             cache)
 
@@ -581,6 +586,8 @@ def _json_parse(chunk, number, source, policy, keep, cache, dead) -> Iterator[Pa
         return
     try:
         table = _json_read(chunk)
+        if table.num_rows != _nonblank_lines(chunk):  # e.g. two objects on one line
+            raise pa.ArrowInvalid("a line holds other than one JSON object")
     except (pa.ArrowInvalid, pa.ArrowException):
         lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
         if lines > _JSON_LINE_FALLBACK:  # halve: the failing lines are parsed one by one
@@ -598,6 +605,20 @@ def _json_parse(chunk, number, source, policy, keep, cache, dead) -> Iterator[Pa
     parsed.dead_letters[:0] = dead + bad
     parsed.records += len(dead) + len(bad)
     yield parsed
+
+
+def _nonblank_lines(chunk: bytes) -> int:
+    """The number of lines of ``chunk``, less the empty ones (cheap: no scan in Python).
+
+    A line of spaces also counts; a chunk holding one reads fewer rows than this and goes
+    the line-by-line way, which is right either way.
+    """
+    lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+    empty = int(chunk.startswith(b"\n"))
+    if b"\n\n" in chunk:  # runs of newlines: each newline after a newline ends an empty line
+        newline = np.frombuffer(chunk, dtype=np.uint8) == 10
+        empty += int(np.count_nonzero(newline[1:] & newline[:-1]))
+    return lines - empty
 
 
 def _json_lines_one_by_one(chunk, number, source, policy, keep, cache, dead):
@@ -728,6 +749,9 @@ def reports_table(
     hash_range = getattr(protocol, "hash_range", None)
     columns["hash_range"] = (pa.repeat(pa.scalar(int(hash_range), pa.int32()), n)
                              if hash_range is not None else pa.nulls(n, pa.int32()))
+    num_hashes = getattr(protocol, "num_hashes", None)
+    columns["num_hashes"] = (pa.repeat(pa.scalar(int(num_hashes), pa.int32()), n)
+                             if num_hashes is not None else pa.nulls(n, pa.int32()))
     schema = arrow_schema()
     nested: dict[str, pa.Array] = {}
     for column in payload_columns(protocol):

@@ -55,7 +55,7 @@ __all__ = ["AcceptancePolicy", "Parsed", "KEEP_FIELDS", "parse_table", "records_
            "arrow_schema", "accepts_kind"]
 
 #: What a parse can keep of the envelope besides the payload.
-KEEP_FIELDS = ("id_hashes", "user_ids", "event_times")
+KEEP_FIELDS = ("id_hashes", "user_ids", "event_times", "user_hashes")
 _INT64_MAX = 2**63 - 1
 
 
@@ -81,6 +81,11 @@ class AcceptancePolicy:
         The most parameter sets one chunk of a file may hold (the largest are kept; the rows
         of the others are refused), so that a hostile file cannot make the server build and
         count a configuration per row.
+    max_counters : int
+        The most counters the accumulators of one chunk's parameter sets may need together
+        (8 bytes each; the sets are taken largest first, and the rows of a set that would
+        pass the limit are refused), so that many large domains in one chunk cannot
+        exhaust memory: a chunk's counts take at most ``8 * max_counters`` bytes.
     max_dead_records : int
         Refused records kept whole per reason and chunk; the others of that reason are
         counted in one dead letter (record null), so refusing a whole file costs no memory.
@@ -95,6 +100,7 @@ class AcceptancePolicy:
     max_epsilon: float = 20.0
     max_id_bytes: int = 256
     max_keys: int = 1000
+    max_counters: int = 2**26
     max_dead_records: int = 1000
     check_groups: bool = True
 
@@ -450,6 +456,10 @@ def _protocol_for(values: tuple, paths: list[tuple[str, ...]], policy: Acceptanc
     return found
 
 
+_SKETCH_ORACLES = ("cms", "hcms")
+_HASH_RANGE_ORACLES = ("olh", "blh", *_SKETCH_ORACLES)
+
+
 def _build_protocol(fields: dict[str, Any], policy: AcceptancePolicy
                     ) -> tuple[Any, ProtocolKey] | str:
     name = fields["oracle"]
@@ -469,9 +479,16 @@ def _build_protocol(fields: dict[str, Any], policy: AcceptancePolicy
             return _pem_protocol(fields, policy)
         params: dict[str, Any] = {"epsilon": float(epsilon), "domain_size": int(size)}
         if hash_range is not None:
-            if name not in ("olh", "blh"):
+            if name not in _HASH_RANGE_ORACLES:
                 return f"invalid parameters: {name} takes no hash_range"
             params["hash_range"] = hash_range
+        num_hashes = fields.get("num_hashes")
+        if num_hashes is not None:
+            if name not in _SKETCH_ORACLES:
+                return f"invalid parameters: {name} takes no num_hashes"
+            params["num_hashes"] = num_hashes
+        elif name in _SKETCH_ORACLES:
+            return f"missing field 'num_hashes' for oracle {name}"
         protocol = registry.make(name, **params)
     except (TypeError, ValueError, OverflowError) as exc:
         return f"invalid parameters: {exc}"
@@ -644,6 +661,7 @@ def parse_table(
     params = [(name,) for name in PARAMETER_FIELDS]
     batches: dict[ProtocolKey, ReportBatch] = {}
     budget = [policy.max_keys]
+    counters = [policy.max_counters]
     for values, rows in _within_budget(_groups(cols, params, np.flatnonzero(refusals.alive)),
                                        budget, policy, refusals):
         if values[0] == PEM:
@@ -665,9 +683,10 @@ def parse_table(
             for sub, members in _within_budget(_groups(cols, nested, live), budget, policy,
                                                refusals):
                 _collect(cols, values + sub, params + nested, members, policy, cache,
-                         refusals, keep, batches)
+                         refusals, keep, batches, counters)
         else:
-            _collect(cols, values, params, rows, policy, cache, refusals, keep, batches)
+            _collect(cols, values, params, rows, policy, cache, refusals, keep, batches,
+                     counters)
     return Parsed(batches, refusals.letters(table, source, constants, policy.max_dead_records),
                   cols.n)
 
@@ -699,7 +718,7 @@ def _within_budget(groups: list, budget: list[int], policy: AcceptancePolicy,
                    refusals: _Refusals) -> list:
     """The largest groups while the chunk's budget of parameter sets lasts; the rows of the
     others are refused."""
-    groups = sorted(groups, key=lambda g: -g[1].size) if len(groups) > budget[0] else groups
+    groups = sorted(groups, key=lambda g: -g[1].size)  # stable: ties keep the input order
     kept = groups[: max(budget[0], 0)]
     for _, rows in groups[len(kept):]:
         refusals.refuse_rows(rows, f"policy: more than {policy.max_keys} parameter sets in one "
@@ -714,7 +733,7 @@ def _np_lengths(array: pa.Array) -> np.ndarray:
 
 def _collect(cols: _Table, values: tuple, paths: list, rows: np.ndarray,
              policy: AcceptancePolicy, cache: dict, refusals: _Refusals, keep: set,
-             batches: dict) -> None:
+             batches: dict, counters: list) -> None:
     found = _protocol_for(values, paths, policy, cache)
     if isinstance(found, str):  # no protocol: no key
         refusals.refuse_rows(rows, found)
@@ -723,6 +742,14 @@ def _collect(cols: _Table, values: tuple, paths: list, rows: np.ndarray,
     if isinstance(protocol, str):  # a valid protocol the policy refuses
         refusals.refuse_rows(rows, protocol, key)
         return
+    size = getattr(protocol, "_counts_size", None)  # a frequency oracle's accumulator length
+    if size is not None and key not in batches:
+        need = int(size())
+        if need > counters[0]:
+            refusals.refuse_rows(rows, f"policy: the chunk's parameter sets need more than "
+                                       f"{policy.max_counters} counters (--max_counters)", key)
+            return
+        counters[0] -= need
     payload = _payload(cols, protocol, key, rows, refusals)
     if payload is None:
         return
@@ -748,6 +775,8 @@ def _collect(cols: _Table, values: tuple, paths: list, rows: np.ndarray,
             cols.get(("user_id",)).take(pa.array(kept)).to_pylist(), dtype=object)
     if "event_times" in keep:
         envelope["event_times"] = _int_numpy(cols.get(("event_time",)))[kept].astype(np.int64)
+    if "user_hashes" in keep:
+        envelope["user_hashes"] = _id_hashes(cols.get(("user_id",)), kept)
     batch = ReportBatch(key, reports, **envelope)
     batches[key] = ReportBatch.concat([batches[key], batch]) if key in batches else batch
 

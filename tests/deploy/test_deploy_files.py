@@ -1,7 +1,8 @@
 """``deploy/`` cannot drift from the code: templates, flag files, schedules and Dockerfiles.
 
 Nothing here builds an image or calls a cloud API; the checks tie every parameter, flag and
-path in ``deploy/`` to the CLI's option classes and to the repository's files.
+path in ``deploy/`` to the jobs' flags (``ldpflow.pipelines.options.JOBS``, parsed as the
+CLI parses them) and to the repository's files.
 """
 
 from __future__ import annotations
@@ -19,56 +20,53 @@ import sys
 
 import pytest
 import yaml
-from apache_beam.options.pipeline_options import PipelineOptions
 
-from ldpflow.pipelines import options as job_options
+from ldpflow.pipelines import common
+from ldpflow.pipelines.options import JOBS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-JOBS = {
-    "estimate": job_options.EstimateOptions,
-    "stream": job_options.StreamOptions,
-    "heavy-hitters": job_options.HeavyHittersOptions,
-}
 FLAG_FILES = sorted(DEPLOY.glob("*/*.flags"))
+#: Plausible values of the flag files' variables, to parse their flags with.
+VARIABLES = {"PROJECT": "my-project", "REGION": "europe-west1", "BUCKET": "my-bucket",
+             "WORKER_IMAGE": "registry.example.com/ldpflow/worker:0.1.0",
+             "LDPFLOW_SETUP_FILE": str(ROOT / "setup.py"), "FLINK_MASTER": "flink:8081",
+             "FLINK_VERSION": "1.20", "PARALLELISM": "8",
+             "SPARK_MASTER_URL": "spark://spark-master:7077", "DIRECT_NUM_WORKERS": "2"}
+#: Values of each job's required flags, to parse a flag file's flags as that job's.
+REQUIRED_VALUES = {"input": "gs://b/reports/*.avro", "output": "gs://b/out", "k": "8",
+                   "bits": "32", "subscription": "projects/p/subscriptions/s"}
 
 
-def job_flags(cls) -> dict[str, argparse.Action]:
-    """The flags an options class defines, by name (without the dashes)."""
-    parser = argparse.ArgumentParser()
-    cls._add_argparse_args(parser)
+def job_flags(job: str) -> dict[str, argparse.Action]:
+    """The flags of ``ldpflow JOB`` (what its ``--help`` lists), by name without the dashes;
+    ``action.required`` marks the job's required ones."""
+    parser = common.job_help(JOBS[job])
     return {a.option_strings[0][2:]: a for a in parser._actions
             if a.option_strings and a.dest != "help"}
 
 
-def all_flag_names() -> set[str]:
-    """Every flag Beam's runners and ldpflow's jobs accept (what Pipeline.run parses)."""
-    import apache_beam.runners.dask.dask_runner  # noqa: F401  (registers DaskOptions)
-
-    import ldpflow.pipelines.runners  # noqa: F401  (registers DaskClusterOptions)
-
-    parser = argparse.ArgumentParser(conflict_handler="resolve")
-    for cls in {str(c): c for c in PipelineOptions.__subclasses__()}.values():
-        cls._add_argparse_args(parser)
-    return {name[2:] for name in parser._option_string_actions if name.startswith("--")}
+def job_accepts(job: str, argv: list[str]) -> argparse.Namespace:
+    """The job's own flags of ``argv``, parsed as ``ldpflow JOB`` parses them: a flag that is
+    neither Beam's nor the job's, a bad value or a missing required flag fails the test."""
+    try:
+        _, args = common.job_options(job, argv)
+    except SystemExit as exc:
+        pytest.fail(f"ldpflow {job} refuses {argv}: {exc.code}")
+    return args
 
 
 def check_command(argv: list[str], job: str = "heavy-hitters") -> dict[str, str]:
-    """``argv`` is ``ldpflow JOB --flag=value ...`` with known flags and the required ones."""
+    """``argv`` is ``ldpflow JOB --flag=value ...`` that the job accepts; returns the flags."""
     assert argv[:2] == ["ldpflow", job]
     given = {}
     for token in argv[2:]:
         assert token.startswith("--") and "=" in token, token
         name, value = token[2:].split("=", 1)
         given[name] = value
-    known = all_flag_names()
-    assert set(given) <= known, set(given) - known
-    flags = job_flags(JOBS[job])
-    required = {n for n, a in flags.items() if (a.help or "").startswith("(required)")}
-    assert required <= set(given), required - set(given)
-    opts = PipelineOptions(argv[2:]).view_as(JOBS[job])
-    for name in given.keys() & flags.keys():  # every job flag's value parses
-        assert getattr(opts, flags[name].dest) is not None
+    args = job_accepts(job, argv[2:])
+    for name in given.keys() & job_flags(job).keys():  # every job flag's value parses
+        assert getattr(args, job_flags(job)[name].dest) is not None, name
     return given
 
 
@@ -81,13 +79,12 @@ def test_template_parameters_are_exactly_the_job_flags(job):
     assert metadata["name"] == f"ldpflow {job}" and metadata["description"]
     params = {p["name"]: p for p in metadata["parameters"]}
     assert len(params) == len(metadata["parameters"])
-    flags = job_flags(JOBS[job])
+    flags = job_flags(job)
     assert set(params) == set(flags)
     for name, param in params.items():
         action = flags[name]
         assert param["label"] and param["helpText"]
-        required = (action.help or "").startswith("(required)")
-        assert param["isOptional"] is (not required), name
+        assert param["isOptional"] is (not action.required), name
         if "regexes" not in param:
             continue
         regex = re.compile(param["regexes"][0])
@@ -136,6 +133,18 @@ def test_dockerfiles_copy_existing_paths_the_dockerignore_lets_through(path):
             assert source.rstrip("/") in allowed, f"{source} is not in the .dockerignore"
 
 
+@pytest.mark.parametrize("path", ["deploy/docker/Dockerfile", "deploy/dataflow/flex/Dockerfile"])
+def test_dockerfiles_copy_every_file_the_package_build_reads(path):
+    """setup.py reads README.md (long_description) and ships its license_files."""
+    setup = (ROOT / "setup.py").read_text()
+    licenses = re.search(r"license_files=\[([^\]]*)\]", setup)
+    needed = {"setup.py", "pyproject.toml", "README.md", "ldpflow"}
+    needed |= set(re.findall(r'"([^"]+)"', licenses.group(1))) if licenses else set()
+    copied = {source.rstrip("/") for op, args in dockerfile(ROOT / path) if op == "COPY"
+              for source in args.split()[:-1]}
+    assert needed <= copied, needed - copied
+
+
 def test_docker_images_pin_the_same_python_and_beam():
     worker = dict(dockerfile(DEPLOY / "docker/Dockerfile"))
     launcher_lines = dockerfile(DEPLOY / "dataflow/flex/Dockerfile")
@@ -158,8 +167,8 @@ def test_flex_launcher_points_at_its_entry_point_and_setup_file():
     assert copies["./main.py"] == ["deploy/dataflow/flex/main.py"]
     assert env["FLEX_TEMPLATE_PYTHON_SETUP_FILE"] == "${SETUP_FILE}"
     assert "ARG SETUP_FILE=/template/setup.py" in (DEPLOY / "dataflow/flex/Dockerfile").read_text()
-    assert ("WORKDIR", "/template") in lines and copies["."] == ["setup.py", "pyproject.toml",
-                                                                  "README.md"]
+    assert ("WORKDIR", "/template") in lines
+    assert copies["."] == ["setup.py", "pyproject.toml", "README.md", "LICENSE"]
 
 
 @pytest.mark.parametrize("job", sorted(JOBS))
@@ -179,19 +188,28 @@ def test_flex_entry_point_runs_the_job(job, monkeypatch):
 # -- Runner flag files and deploy/launch.sh -----------------------------------------------
 
 
+def flag_file_jobs(path: pathlib.Path) -> list[str]:
+    """The jobs a flag file is for: ``streaming.flags`` the streaming job, the others the
+    batch jobs."""
+    return ["stream"] if path.name == "streaming.flags" else ["estimate", "heavy-hitters"]
+
+
 @pytest.mark.parametrize("path", FLAG_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_flag_files_name_known_flags_and_document_their_variables(path):
+def test_flag_files_name_flags_their_jobs_accept_and_document_their_variables(path):
     lines = [line.strip() for line in path.read_text().splitlines()]
     flags = [line for line in lines if line and not line.startswith("#")]
     comments = " ".join(line for line in lines if line.startswith("#"))
-    known = all_flag_names()
     for flag in flags:
         assert flag.startswith("--"), flag
-        assert flag[2:].split("=", 1)[0] in known, flag
-    variables = set(re.findall(r"\$\{(\w+)\}", "\n".join(flags))) - {"LDPFLOW_SETUP_FILE"}
+    variables = set(re.findall(r"\$\{(\w+)\}", "\n".join(flags)))
     needs = re.search(r"Needs: (.*?)\.(\s|$)", comments)
     assert needs, f"{path.name} does not say which variables it needs"
-    assert variables == set(re.findall(r"\b[A-Z][A-Z0-9_]+\b", needs.group(1))), path.name
+    documented = set(re.findall(r"\b[A-Z][A-Z0-9_]+\b", needs.group(1)))
+    assert variables - {"LDPFLOW_SETUP_FILE"} == documented, path.name  # launch.sh sets it
+    expanded = [re.sub(r"\$\{(\w+)\}", lambda m: VARIABLES[m.group(1)], f) for f in flags]
+    for job in flag_file_jobs(path):
+        required = [f"--{name}={REQUIRED_VALUES[name]}" for name in JOBS[job].required]
+        job_accepts(job, [*expanded, *required])
 
 
 def launch(flag_file: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
@@ -282,7 +300,11 @@ def test_kubernetes_cronjob_runs_heavy_hitters_on_the_previous_day(tmp_path, ove
     given = check_command(argv)
     assert given["input"] == f"{config_map['data']['REPORTS']}/dt={day}/*.avro"
     assert given["output"] == f"{config_map['data']['OUTPUT']}/dt={day}"
-    assert given["runner"] == "DaskRunner"
+    # By default the pod runs the job itself: one CPU per SDK worker process.
+    assert given["runner"] == "FnApiRunner"
+    assert given["direct_running_mode"] == "multi_processing"
+    cpu = container["resources"]["requests"]["cpu"]
+    assert int(given["direct_num_workers"]) == int(cpu) > 1, (given, cpu)
 
 
 def test_cloud_workflow_launches_the_heavy_hitters_template_with_its_parameters():

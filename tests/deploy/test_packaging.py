@@ -30,9 +30,10 @@ SCHEMAS = {"estimate.avsc", "report.avsc"}
 
 
 def copy_source(dst: pathlib.Path) -> pathlib.Path:
-    """The files a build reads (setup.py, pyproject.toml, README.md, ldpflow/) under ``dst``."""
+    """The files a build reads (setup.py, pyproject.toml, README.md, LICENSE, ldpflow/) under
+    ``dst``: those the Dockerfiles copy."""
     dst.mkdir(parents=True)
-    for name in ("setup.py", "pyproject.toml", "README.md"):
+    for name in ("setup.py", "pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(ROOT / name, dst / name)
     shutil.copytree(ROOT / "ldpflow", dst / "ldpflow",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))

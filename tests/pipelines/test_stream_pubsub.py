@@ -46,10 +46,20 @@ def pull_until(subscription, done, timeout=90.0):
     return received
 
 
+def batch_result(input_pattern, output):
+    """The one result of ``ldpflow estimate`` on the same reports (its estimates.json)."""
+    from ldpflow.pipelines import estimate
+
+    estimate.run([f"--input={input_pattern}", f"--output={output}", "--methods=base,norm-sub"])
+    with open(f"{output}/estimates.json") as f:
+        (result,) = json.load(f)["results"]
+    return result
+
+
 def test_stream_from_the_emulator_equals_a_batch_run(emulator, tmp_path):
     from google.cloud import pubsub_v1
 
-    from ldpflow.pipelines import estimate, stream
+    from ldpflow.pipelines import stream
 
     emulator.create_topic("reports")
     subscription = emulator.create_subscription("reports-stream", "reports")
@@ -95,9 +105,104 @@ def test_stream_from_the_emulator_equals_a_batch_run(emulator, tmp_path):
         assert abs(sum(pane["estimates"]["norm-sub"]) - 1) < 1e-9
         assert pane["n"] <= n
 
-    batch = estimate.run([f"--input={tmp_path}/reports.avro", f"--output={tmp_path}/batch",
-                          "--methods=base,norm-sub"])
-    (expected,) = batch["results"]
+    expected = batch_result(f"{tmp_path}/reports.avro", f"{tmp_path}/batch")
     assert expected["n"] == n
     assert final["estimates"]["base"] == expected["estimates"]["base"]  # exact: same counts
     assert final["estimates"]["norm-sub"] == expected["estimates"]["norm-sub"]
+
+
+# -- the local recipe: ldpflow pubsub create / stream / pubsub publish / pubsub pull -----------
+def test_local_recipe_create_stream_publish_pull_equals_a_batch_run(emulator, tmp_path, capsys):
+    from ldpflow.pipelines import pubsub, simulate, stream
+
+    topic, estimates = emulator.topic("recipe-reports"), emulator.topic("recipe-estimates")
+    subscription = emulator.subscription("recipe-stream")
+    checks = emulator.subscription("recipe-check")
+    create = ["create", f"--topic={topic}", f"--subscription={subscription}",
+              f"--output_topic={estimates}", f"--output_subscription={checks}"]
+    assert pubsub.run(create) == 0
+    assert pubsub.run(create) == 0  # idempotent: what exists is kept
+    created = capsys.readouterr().out.splitlines()
+    assert created[:4] == [f"created {topic}", f"created {subscription}",
+                           f"created {estimates}", f"created {checks}"]
+    assert created[4:] == [f"exists  {topic}", f"exists  {subscription}",
+                           f"exists  {estimates}", f"exists  {checks}"]
+    pull_sub = emulator.subscription("recipe-pull")
+    assert pubsub.run(["create", f"--topic={estimates}", f"--subscription={pull_sub}"]) == 0
+    capsys.readouterr()
+
+    users = 3000
+    simulate.run(["--oracle=olh", "--epsilon=1", "--domain_size=64", f"--users={users}",
+                  "--seed=11", "--shards=2", f"--output={tmp_path}/reports"])
+    result = stream.start([
+        f"--subscription={subscription}", f"--output_topic={estimates}",
+        "--window_size=5", "--allowed_lateness=3600", "--methods=base,norm-sub",
+    ])
+    try:
+        started_ms = int(time.time() * 1000)
+        assert pubsub.run(["publish", f"--topic={topic}", f"--input={tmp_path}/reports/*.avro",
+                           "--batch_size=500"]) == 0
+        assert capsys.readouterr().out.strip() == (
+            f"published {users} reports in 6 messages to {topic}")
+        # The direct runner's reader waits up to 30 s on an idle subscription before the
+        # watermark moves on; pull's --wake_topic nudges it, so the pane comes on time.
+        pulling = time.monotonic()
+        assert pubsub.run(["pull", f"--subscription={pull_sub}", "--max_messages=1",
+                           "--timeout=60", f"--wake_topic={topic}", "--wake_seconds=1"]) == 0
+        pulled = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert time.monotonic() - pulling < 25  # not the reader's 30 s wait
+        panes = pull_until(checks, lambda got: any(p["n"] >= users for p in got))
+    finally:
+        cancel_streaming(result, topic)
+    assert panes, "no estimates arrived from the streaming job"
+    final = max(panes, key=lambda p: p["n"])
+    assert final["n"] == users
+    # Every report was given one event time, of its publication: one current window.
+    assert started_ms - 5000 <= final["window_start"] <= int(time.time() * 1000)
+    assert final["window_end"] - final["window_start"] == 5000
+    assert len({(p["window_start"], p["window_end"]) for p in panes}) == 1
+    assert len(pulled) == 1 and pulled[0]["window_start"] == final["window_start"]
+
+    expected = batch_result(f"{tmp_path}/reports/*.avro", f"{tmp_path}/batch")
+    assert expected["n"] == users
+    assert final["estimates"]["base"] == expected["estimates"]["base"]  # exact: same counts
+    assert final["estimates"]["norm-sub"] == expected["estimates"]["norm-sub"]
+
+
+def test_stream_with_a_missing_subscription_fails_in_one_line(emulator, capsys):
+    from ldpflow.pipelines import stream
+
+    missing = emulator.subscription("no-such-subscription")
+    with pytest.raises(SystemExit) as excinfo:
+        stream.start([f"--subscription={missing}",
+                      f"--output_topic={emulator.topic('estimates')}"])
+    assert excinfo.value.code == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"ldpflow stream: error: --subscription {missing} does not exist on the "
+                    f"Pub/Sub emulator at {emulator.host}; create it: ldpflow pubsub create "
+                    f"--topic projects/{emulator.project}/topics/TOPIC --subscription {missing}")
+
+
+def test_stream_with_a_missing_output_topic_fails_in_one_line(emulator, capsys):
+    from ldpflow.pipelines import stream
+
+    emulator.create_topic("lonely")
+    subscription = emulator.create_subscription("lonely-stream", "lonely")
+    missing = emulator.topic("no-such-topic")
+    with pytest.raises(SystemExit) as excinfo:
+        stream.start([f"--subscription={subscription}", f"--output_topic={missing}"])
+    assert excinfo.value.code == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"ldpflow stream: error: --output_topic {missing} does not exist")
+
+
+def test_publish_to_a_missing_topic_fails_in_one_line(emulator, tmp_path, capsys):
+    from ldpflow.pipelines import pubsub
+
+    (tmp_path / "r.jsonl").write_text("")
+    missing = emulator.topic("no-such-topic")
+    with pytest.raises(SystemExit) as excinfo:
+        pubsub.run(["publish", f"--topic={missing}", f"--input={tmp_path}/r.jsonl"])
+    assert excinfo.value.code == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"ldpflow pubsub publish: error: --topic {missing} does not exist")

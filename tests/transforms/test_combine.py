@@ -25,7 +25,7 @@ def batches_of(name, n, d=16, seed=0, parts=5):
                                  [f"u{i}" for i in range(n)], np.zeros(n, dtype=int))
     cuts = np.linspace(0, n, parts + 1).astype(int)
     out = []
-    for a, b in zip(cuts[:-1], cuts[1:]):
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
         (batch,) = parse_records(records[a:b], trusted=True)[0].values()
         out.append(batch)
     return oracle, reports, out

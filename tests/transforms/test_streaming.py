@@ -66,9 +66,11 @@ def test_windows_follow_event_time_and_duplicates_change_nothing():
     def checks(out):
         assert_that(out["estimates"] | beam.Map(pane_view),
                     equal_to([(0, "ON_TIME", 60), (60, "ON_TIME", 40)]), label="panes")
-        assert_that(out["estimates"] | beam.Map(lambda r: (r["window_start"], r["estimates"]["base"])),
+        assert_that(out["estimates"]
+                    | beam.Map(lambda r: (r["window_start"], r["estimates"]["base"])),
                     equal_to([(0, first), (60000, second)]), label="exact")
-        assert_that(out["estimates"] | beam.Map(lambda r: math.isclose(sum(r["estimates"]["norm-sub"]), 1.0)),
+        assert_that(out["estimates"]
+                    | beam.Map(lambda r: math.isclose(sum(r["estimates"]["norm-sub"]), 1.0)),
                     equal_to([True, True]), label="consistent")
 
     run_stream(stream, WindowSpec(60), checks=checks)
@@ -201,3 +203,29 @@ def test_hostile_messages_are_dead_letters_and_the_windows_keep_firing():
                               "malformed record", "unreadable Avro file"]), label="dead")
 
     run_stream(stream, WindowSpec(60), checks=checks)
+
+
+def test_panes_carry_ibu_and_the_raw_estimates_intervals():
+    reports, records = make_reports("u", [5] * 50, seed=9)
+    stream = (TestStream().advance_watermark_to(0)
+              .add_elements([TimestampedValue(message(records), 1)])
+              .advance_watermark_to_infinity())
+    est = ORACLE.estimate(ORACLE.aggregate(reports))
+    from ldpflow.core import intervals
+    from ldpflow.core.postprocess import postprocess
+
+    want_ibu = tuple(postprocess(est, "ibu").tolist())
+    bounds = intervals.confidence_intervals(est)
+    want = (tuple(bounds.standard_errors.tolist()), tuple(bounds.low.tolist()),
+            tuple(bounds.high.tolist()))
+
+    def checks(out):
+        assert_that(out["estimates"] | beam.Map(lambda r: tuple(r["estimates"]["ibu"])),
+                    equal_to([want_ibu]), label="ibu")
+        assert_that(out["estimates"]
+                    | beam.Map(lambda r: (tuple(r["standard_errors"]),
+                                          tuple(r["intervals"]["low"]),
+                                          tuple(r["intervals"]["high"]))),
+                    equal_to([want]), label="intervals")
+
+    run_stream(stream, WindowSpec(60), checks=checks, methods=("base", "ibu"))

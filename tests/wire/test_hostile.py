@@ -151,3 +151,45 @@ def test_a_chunk_of_undecodable_lines_keeps_a_bounded_number_of_dead_letters():
     assert len(letters) == 1001
     assert letters[-1].record is None and "4000 more records refused" in \
         letters[-1].reason
+
+
+def test_two_objects_on_one_line_are_one_refused_record_on_every_path():
+    lines = formats.json_lines(_table(40)).splitlines(keepends=True)
+    joined = lines[:3] + [lines[3].rstrip(b"\n") + lines[4]] + lines[5:]  # 39 lines
+    for extra in ([], [b"{bad json\n"], [b"\n", b"\n"]):  # columnar, line by line, blank lines
+        records, reports, dead, reasons = _summary(formats.read_reports(
+            io.BytesIO(b"".join(joined + extra)), "json"))
+        bad = 1 if extra == [b"{bad json\n"] else 0
+        assert (records, reports, dead) == (39 + bad, 38, 1 + bad)
+        assert any(reason.startswith("malformed JSON") and "Extra data" in reason
+                   for reason in reasons)
+
+
+def test_a_chunk_cannot_claim_more_counters_than_the_policy_allows():
+    import pyarrow as pa
+
+    from ldpflow.wire.parse import AcceptancePolicy
+
+    rng = np.random.default_rng(8)
+    tables = []
+    for rows, size, epsilon in ((30, 2**20, 1.0), (20, 2**21, 1.0), (10, 2**20, 2.0),
+                                (5, 64, 1.0)):
+        grr = ldpflow.oracle("grr", epsilon=epsilon, domain_size=size)
+        reports = grr.perturb(rng.integers(0, 64, rows), rng=rng)
+        start = sum(t.num_rows for t in tables)
+        tables.append(formats.reports_table(grr, reports,
+                                            formats.numbered_ids("r-", start, start + rows),
+                                            formats.numbered_ids("u-", start, start + rows),
+                                            np.arange(rows)))
+    lines = formats.json_lines(pa.concat_tables(tables))
+    policy = AcceptancePolicy(max_counters=2**21 + 2**20 + 64)
+    chunks = list(formats.read_reports(io.BytesIO(lines), "json", policy=policy))
+    kept = {(key.parameters["domain_size"], key.parameters["epsilon"]): len(batch)
+            for p in chunks for key, batch in p.batches.items()}
+    # Largest sets first: 30 rows (2^20 counters), 20 rows (2^21), then 10 rows (2^20) would
+    # pass the limit and are refused; 5 rows of 64 counters still fit.
+    assert kept == {(2**20, 1.0): 30, (2**21, 1.0): 20, (64, 1.0): 5}
+    records, reports, dead, reasons = _summary(chunks)
+    assert (records, reports, dead) == (65, 55, 10)
+    assert set(reasons) == {f"policy: the chunk's parameter sets need more than "
+                            f"{policy.max_counters} counters (--max_counters)"}
