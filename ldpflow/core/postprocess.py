@@ -672,7 +672,7 @@ def _check_channel(p: Any, q: Any) -> tuple[float, float]:
     if p is None or q is None:
         raise ValueError(
             "method 'ibu' needs p* and q* (an estimate of a pure protocol: grr oue sue olh blh "
-            f"hr ss), got p={p!r}, q={q!r} (the one-bit scheme has no support channel)"
+            f"hr ss), got p={p!r}, q={q!r} (one-bit, cms and hcms have no support channel)"
         )
     p = _real(p, name="p", low=0.0, low_open=True)
     q = _real(q, name="q", low=0.0, low_open=True)

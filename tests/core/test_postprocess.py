@@ -181,7 +181,7 @@ def test_every_method_on_every_oracle_keeps_its_promises(oracle):
     fo = registry.make(oracle, epsilon=1.0, domain_size=d)
     est = fo.estimate(fo.aggregate(fo.perturb(values, rng=rng)))
     for method in METHODS:
-        if method == "ibu" and est.p is None:  # the one-bit scheme has no support channel
+        if method == "ibu" and est.p is None:  # one-bit, cms and hcms: no support channel
             with pytest.raises(ValueError, match="method 'ibu' needs p\\* and q\\*"):
                 postprocess(est, method)
             continue

@@ -446,7 +446,7 @@ def test_a_method_that_cannot_apply_to_a_key_is_reported_not_fatal(tmp_path):
                              "--methods=base,ibu"])
     (result,) = doc["results"]
     assert list(result["estimates"]) == ["base"]
-    assert "one-bit scheme has no support channel" in result["method_errors"]["ibu"]
+    assert "one-bit, cms and hcms have no support channel" in result["method_errors"]["ibu"]
     assert len(result["standard_errors"]) == 64  # the raw estimate's uncertainty is there
     records = list(fastavro.reader(open(f"{tmp_path}/est/estimates.avro", "rb")))
     assert [r["method"] for r in records] == ["base"]
