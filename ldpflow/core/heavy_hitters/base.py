@@ -419,6 +419,13 @@ class HeavyHitterProtocol(abc.ABC):
     def validate(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Reports:
         """The checked reports, or ``InvalidReportError`` naming the first bad row."""
 
+    def validate_some(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Reports:
+        """:meth:`validate`, and a ``ValueError`` if there are no reports."""
+        reports = self.validate(reports)
+        if len(reports) == 0:
+            raise ValueError("reports must hold at least one report, got none")
+        return reports
+
     @abc.abstractmethod
     def identify(self, reports: Reports | Mapping[str, npt.ArrayLike], *,
                  top_k: int | None = None,

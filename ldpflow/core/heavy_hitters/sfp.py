@@ -228,10 +228,8 @@ class SequenceFragmentPuzzle(HeavyHitterProtocol):
         k = check_top_k(top_k, self.top_k)
         cap = 4 * k if max_pairs is None else validation.check_positive_int(
             max_pairs, name="max_pairs")
-        reports = self.validate(reports)
+        reports = self.validate_some(reports)
         n = len(reports)
-        if n == 0:
-            raise ValueError("reports must hold at least one report, got none")
         cols, group = reports.columns, reports.columns["group"]
         g = self.hash_range
         frag_mask = (1 << self.fragment_bits) - 1
