@@ -22,6 +22,7 @@ __all__ = [
     "OutputOptions",
     "MethodsOptions",
     "EstimateOptions",
+    "ContributionOptions",
     "AcceptanceOptions",
     "StreamOptions",
     "HeavyHittersOptions",
@@ -75,11 +76,6 @@ class EstimateOptions(PipelineOptions):
         parser.add_argument("--dedup", choices=("report_id", "none"), default="report_id",
                             help="report_id: count each report id once, the other copies as "
                                  "duplicates; none: count every copy.")
-        parser.add_argument("--max_reports_per_user", type=int, default=None,
-                            help="Count at most N reports per user id in the run (its "
-                                 "earliest by event time, then report-id hash; the others are "
-                                 "counted as capped), so one user's privacy loss is at most "
-                                 "N epsilon. Default: no cap.")
         parser.add_argument("--poisoning", choices=("none", "detect"), default="none",
                             help="detect: test each parameter set's reports for data "
                                  "poisoning (fake users' crafted reports) and add a poisoning "
@@ -89,6 +85,19 @@ class EstimateOptions(PipelineOptions):
                             help="Exit with status 1 when more than this fraction of the "
                                  "records were refused, or when no report was estimated "
                                  "(the outputs are written either way).")
+
+
+class ContributionOptions(PipelineOptions):
+    """What one user may contribute."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument("--max_reports_per_user", type=int, default=None,
+                            help="Count at most N reports per user id: in a batch run its "
+                                 "earliest by event time, then report-id hash; in a stream "
+                                 "per window, its first to arrive. The others are counted as "
+                                 "capped, so one user's privacy loss is at most N epsilon. "
+                                 "Default: no cap.")
 
 
 class AcceptanceOptions(PipelineOptions):
@@ -217,9 +226,10 @@ class Job:
 JOBS = {
     "estimate": Job("estimate", "Report files -> consistent frequency estimates.",
                     (InputOptions, OutputOptions, MethodsOptions, EstimateOptions,
-                     AcceptanceOptions), ("input", "output")),
+                     ContributionOptions, AcceptanceOptions), ("input", "output")),
     "stream": Job("stream", "Reports from Pub/Sub -> windowed consistent estimates.",
-                  (StreamOptions, OutputOptions, MethodsOptions, AcceptanceOptions),
+                  (StreamOptions, OutputOptions, MethodsOptions, ContributionOptions,
+                   AcceptanceOptions),
                   ("subscription",)),
     "heavy-hitters": Job("heavy-hitters",
                          "PEM reports -> the most frequent values of a huge domain.",

@@ -107,8 +107,8 @@ def build(pipeline: beam.Pipeline, opts, methods: list[str], messages=None):
         messages = pipeline | "ReadPubSub" >> beam.io.ReadFromPubSub(
             subscription=opts.subscription, with_attributes=True,
             timestamp_attribute=opts.timestamp_attribute)
-    out = messages | "EstimateStream" >> EstimateStream(methods, _windows(opts), policy,
-                                                        opts.timestamp_attribute)
+    out = messages | "EstimateStream" >> EstimateStream(
+        methods, _windows(opts), policy, opts.timestamp_attribute, opts.max_reports_per_user)
     estimates, dead = out["estimates"], out["dead_letters"]
     if opts.output_topic:
         (estimates | "EstimateMessages" >> beam.Map(result_to_message)
@@ -138,6 +138,9 @@ def _parse(argv: list[str] | None):
     except ValueError as exc:
         raise usage_error(_PROG, str(exc)) from None
     acceptance_policy(opts, _PROG)  # bad limits fail before any pipeline exists
+    if opts.max_reports_per_user is not None and opts.max_reports_per_user < 1:
+        raise usage_error(_PROG, "--max_reports_per_user must be a positive integer, got "
+                                 f"{opts.max_reports_per_user}")
     options.view_as(StandardOptions).streaming = True
     return options, opts, methods
 

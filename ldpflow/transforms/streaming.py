@@ -15,8 +15,13 @@ message holds an Avro container of reports, or JSON) and returns ``{"estimates":
    from the merged counts of all the window's reports and is consistent on its own;
 5. ``FormatPaneFn`` estimates and post-processes, tagging window and pane.
 
+With ``max_reports_per_user``, ``CapUsersFn`` (stateful, per user-hash bucket and window)
+keeps each user's first reports in a window up to the cap, between 3 and 4: in arrival
+order across batches (a stream cannot wait for a window's earliest reports), by event time
+then report-id hash within a batch. Sliding windows cap each window on its own.
+
 Counters (namespace ``ldpflow``): ``messages``, ``records``, ``reports``, ``dead_letters``,
-``duplicates``.
+``duplicates``, ``reports_capped``.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ __all__ = [
     "split_cells",
     "DeduplicateReportsFn",
     "FormatPaneFn",
+    "CapUsersFn",
     "EstimateStream",
     "parse_event_time",
 ]
@@ -147,8 +153,9 @@ class DecodeMessagesFn(beam.DoFn):
 
     def __init__(self, cell_seconds: float,
                  expect: AcceptancePolicy | Mapping[str, Any] | None = None,
-                 timestamp_attribute: str | None = None):
+                 timestamp_attribute: str | None = None, keep: tuple[str, ...] = ()):
         super().__init__()
+        self._keep = _KEEP + tuple(keep)
         self._cell_ms = int(round(cell_seconds * 1000))
         self._policy = as_policy(expect)
         self._attribute = timestamp_attribute
@@ -168,7 +175,7 @@ class DecodeMessagesFn(beam.DoFn):
                 stamp = parse_event_time(str(attributes[self._attribute]))
             except (KeyError, ValueError, OverflowError) as exc:
                 problem = f"message attribute {self._attribute!r} missing or invalid: {exc!r}"
-        parsed = formats.decode_message(data, source, self._policy, _KEEP)
+        parsed = formats.decode_message(data, source, self._policy, self._keep)
         dead = [letter for p in parsed for letter in p.dead_letters]
         records = sum(p.records for p in parsed)
         self._records.inc(records)
@@ -188,6 +195,7 @@ class DecodeMessagesFn(beam.DoFn):
 
 
 _KEEP = ("id_hashes", "event_times")
+_USER_BUCKET_BITS = 4  # state cells per window for the contribution cap
 
 
 def split_cells(key: str, batch, cell_ms: int):
@@ -225,8 +233,9 @@ class DeduplicateReportsFn(beam.DoFn):
 
     SEEN = CombiningValueStateSpec("seen", PickleCoder(), SeenIdsCombineFn())
 
-    def __init__(self):
+    def __init__(self, count: bool = True):
         super().__init__()
+        self._count = count  # False: yield the new reports' batch, to be capped first
         self._duplicates = Metrics.counter("ldpflow", "duplicates")
 
     def process(self, element, seen=beam.DoFn.StateParam(SEEN)):
@@ -243,7 +252,78 @@ class DeduplicateReportsFn(beam.DoFn):
         if new.any():
             seen.add(hashes[new])
             fresh = batch if duplicates == 0 else batch[new]
-            yield key, batch.protocol.count_valid(fresh.reports)
+            yield key, (batch.protocol.count_valid(fresh.reports) if self._count else fresh)
+
+
+def _add_counts(a: tuple, b: tuple) -> tuple:
+    users = np.concatenate([a[0], b[0]])
+    distinct, inverse = np.unique(users, return_inverse=True)
+    sums = np.bincount(inverse.reshape(-1), weights=np.concatenate([a[1], b[1]]),
+                       minlength=distinct.size).astype(np.int64)
+    return distinct, sums
+
+
+class UserCountsCombineFn(beam.CombineFn):
+    """The state of :class:`CapUsersFn`: reports kept per user, as sorted user hashes and
+    their counts (two arrays)."""
+
+    def create_accumulator(self):
+        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+
+    def add_input(self, counts, update):
+        return _add_counts(counts, update)
+
+    def merge_accumulators(self, accumulators):
+        merged = self.create_accumulator()
+        for counts in accumulators:
+            merged = _add_counts(merged, counts)
+        return merged
+
+    def extract_output(self, counts):
+        return counts
+
+
+def _user_bucket(element, bits: int):
+    _, batch = element
+    buckets = (batch.user_hashes >> np.uint64(64 - bits)).astype(np.int64)
+    for b in np.unique(buckets).tolist():
+        yield b, batch[buckets == b]
+
+
+class CapUsersFn(beam.DoFn):
+    """``(bucket, ReportBatch)`` of one window -> ``(key, ReportBatch)`` of the reports
+    within their users' caps (state per bucket and window: the reports kept per user)."""
+
+    KEPT = CombiningValueStateSpec("kept", PickleCoder(), UserCountsCombineFn())
+
+    def __init__(self, cap: int):
+        super().__init__()
+        self._cap = cap
+        self._capped = Metrics.counter("ldpflow", "reports_capped")
+
+    def process(self, element, kept=beam.DoFn.StateParam(KEPT)):
+        _, batch = element
+        known, known_counts = kept.read()
+        distinct, inverse = np.unique(batch.user_hashes, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        room = np.full(distinct.size, self._cap, dtype=np.int64)
+        if known.size:
+            at = np.minimum(np.searchsorted(known, distinct), known.size - 1)
+            seen = known[at] == distinct
+            room[seen] -= known_counts[at[seen]]
+        order = np.lexsort((batch.id_hashes, batch.event_times, inverse))
+        ranked = inverse[order]
+        starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])
+        rank = np.arange(ranked.size) - np.repeat(starts, np.diff(np.r_[starts, ranked.size]))
+        keep = np.zeros(ranked.size, dtype=bool)
+        keep[order] = rank < room[ranked]
+        counts = np.bincount(inverse[keep], minlength=distinct.size)
+        kept.add((distinct[counts > 0], counts[counts > 0]))
+        dropped = int(keep.size - np.count_nonzero(keep))
+        if dropped:
+            self._capped.inc(dropped)
+        if keep.any():
+            yield tuple(batch.key), batch if dropped == 0 else batch[keep]
 
 
 class FormatPaneFn(beam.DoFn):
@@ -269,23 +349,40 @@ class EstimateStream(beam.PTransform):
 
     def __init__(self, methods: Sequence[str], windows: WindowSpec,
                  expect: AcceptancePolicy | Mapping[str, Any] | None = None,
-                 timestamp_attribute: str | None = None):
+                 timestamp_attribute: str | None = None,
+                 max_reports_per_user: int | None = None):
         super().__init__()
+        cap = max_reports_per_user
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise ValueError(f"max_reports_per_user must be a positive integer, got {cap!r}")
         self._methods = tuple(methods)
         self._windows = windows
         self._expect = expect
         self._attribute = timestamp_attribute
+        self._cap = cap
 
     def expand(self, messages):
-        decode = DecodeMessagesFn(self._windows.cell, self._expect, self._attribute)
+        capping = self._cap is not None
+        decode = DecodeMessagesFn(self._windows.cell, self._expect, self._attribute,
+                                  ("user_hashes",) if capping else ())
         decoded = messages | "Decode" >> beam.ParDo(decode).with_outputs(DEAD_LETTERS,
                                                                            main="reports")
-        estimates = (
+        windowed = (
             decoded.reports
             | "Cells" >> self._windows.cell_window_into()
-            | "Deduplicate" >> beam.ParDo(DeduplicateReportsFn()).with_input_types(
-                tuple[str, typing.Any])
+            | "Deduplicate" >> beam.ParDo(DeduplicateReportsFn(count=not capping)
+                                          ).with_input_types(tuple[str, typing.Any])
             | "Windows" >> self._windows.window_into()
+        )
+        if capping:
+            windowed = (
+                windowed
+                | "UserBuckets" >> beam.FlatMap(_user_bucket, _USER_BUCKET_BITS)
+                | "CapUsers" >> beam.ParDo(CapUsersFn(self._cap)).with_input_types(
+                    tuple[int, typing.Any])
+            )
+        estimates = (
+            windowed
             | "Count" >> beam.CombinePerKey(FrequencyOracleCombineFn())
             | "Estimate" >> beam.ParDo(FormatPaneFn(self._methods))
         )

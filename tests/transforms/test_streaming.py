@@ -229,3 +229,49 @@ def test_panes_carry_ibu_and_the_raw_estimates_intervals():
                     equal_to([want]), label="intervals")
 
     run_stream(stream, WindowSpec(60), checks=checks, methods=("base", "ibu"))
+
+
+def test_max_reports_per_user_caps_each_window_on_its_own():
+    rng = np.random.default_rng(12)
+    n = 60
+    users = np.repeat(np.arange(20), 3)  # 20 users, 3 reports each, in each window
+    records = []
+    for window_start in (0, 60):
+        reports = ORACLE.perturb(rng.integers(0, 32, n), rng=rng)
+        times = window_start + rng.integers(0, 50, n)
+        records.append(reports_to_records(
+            ORACLE, reports, [f"w{window_start}-{i}" for i in range(n)],
+            [f"user-{u}" for u in users], (times * 1000).astype(np.int64)))
+    # Arrival: a first batch with each user's first report, then the rest.
+    first, rest = records[0][::3], [r for i, r in enumerate(records[0]) if i % 3]
+    stream = (TestStream().advance_watermark_to(0)
+              .add_elements([TimestampedValue(message(first), 1)])
+              .add_elements([TimestampedValue(message(rest + records[1]), 2)])
+              .advance_watermark_to_infinity())
+
+    def kept(recs, cap):
+        by_user: dict = {}
+        for r in sorted(recs, key=lambda r: r["event_time"]):
+            by_user.setdefault(r["user_id"], []).append(r)
+        return [r for rs in by_user.values() for r in rs[:cap]]
+
+    # Window 0: the first batch fills each user's cap of 1; window 60: earliest per user.
+    want = {0: first, 60000: kept(records[1], 1)}
+    expected = []
+    for start, recs in want.items():
+        batches, _ = formats.parse_records(recs)
+        (batch,) = batches.values()
+        estimate = ORACLE.estimate(ORACLE.aggregate(batch.reports)).frequencies.tolist()
+        expected.append((start, len(recs), estimate))
+    options = PipelineOptions([])
+    options.view_as(StandardOptions).streaming = True
+    with beam.Pipeline(runner=BundleBasedDirectRunner(), options=options) as p:
+        out = p | stream | EstimateStream(["base"], WindowSpec(60), max_reports_per_user=1)
+        assert_that(out["estimates"]
+                    | beam.Map(lambda r: (r["window_start"], r["n"], r["estimates"]["base"])),
+                    equal_to(expected))
+
+
+def test_a_bad_streaming_cap_is_refused():
+    with pytest.raises(ValueError, match="max_reports_per_user must be a positive integer"):
+        EstimateStream(["base"], WindowSpec(60), max_reports_per_user=0)
