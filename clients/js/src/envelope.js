@@ -4,10 +4,12 @@
  *
  * One report is one JSON object on one line, fields in the schema's order, null fields left
  * out: `report_id`, `user_id`, `event_time` (milliseconds since the epoch), `oracle`,
- * `epsilon`, `domain_size`, `hash_range` (olh/blh/pem), then the payload: `value` (grr, hr),
- * `bits` (oue/sue/ss: hex of the packed bytes), `seed` (olh/blh/pem: the 64-bit seed as a
- * signed two's-complement integer) and `bucket`, `column` and `bit` (onebit), `pem` (the
- * group, prefix length and configuration of a PEM report).
+ * `epsilon`, `domain_size`, `hash_range` (olh/blh/pem; cms/hcms: the sketch width `m`),
+ * `num_hashes` (cms/hcms: `k`), then the payload: `value` (grr, hr; hcms: the coordinate
+ * `l`), `bits` (oue/sue/ss/cms: hex of the packed bytes), `seed` (olh/blh/pem: the 64-bit
+ * seed as a signed two's-complement integer) and `bucket`, `column` and `bit` (onebit;
+ * cms/hcms: the hash function `j`, hcms's sign bit), `pem` (the group, prefix length and
+ * configuration of a PEM report).
  *
  * @module envelope
  */
@@ -68,9 +70,11 @@ export function envelope(protocol, report, { userId, reportId, eventTime } = {})
     throw new TypeError(`a ${protocol.name} report has the fields ${expected.join(", ")}; ` +
       `got ${Object.keys(report ?? {}).join(", ") || "none"}`);
   }
-  if (report.bits !== undefined && report.bits.length !== Math.ceil(protocol.domainSize / 8)) {
-    throw new RangeError(`a ${protocol.name} report's bits must be ceil(domainSize / 8) = ` +
-      `${Math.ceil(protocol.domainSize / 8)} bytes, got ${report.bits.length}`);
+  const width = protocol.bitWidth ?? protocol.domainSize;
+  if (report.bits !== undefined && report.bits.length !== Math.ceil(width / 8)) {
+    const of = width === protocol.domainSize ? "domainSize" : "hashRange";
+    throw new RangeError(`a ${protocol.name} report's bits must be ceil(${of} / 8) = ` +
+      `${Math.ceil(width / 8)} bytes, got ${report.bits.length}`);
   }
   for (const name of PAYLOAD_ORDER) {
     if (report[name] === undefined || report[name] === null) continue;

@@ -4,7 +4,8 @@
  *
  * A client perturbs one true value into one report: a plain object whose fields are the
  * payload fields of ldpflow's report envelope (`ldpflow/schemas/report.avsc`): `value`,
- * `bits` (a `Uint8Array`), `seed` (a BigInt) and `bucket`, or `column` and `bit`.
+ * `bits` (a `Uint8Array`), `seed` (a BigInt) and `bucket`, `column` and `bit`, or the
+ * sketches' `column` with `bits` (cms) or with `value` and `bit` (hcms).
  *
  * @module oracle
  */
@@ -30,6 +31,11 @@ export class FrequencyOracle {
   /** The payload fields of this oracle's reports (`value`, `bits`, ...). */
   get reportFields() {
     return this.constructor.reportFields;
+  }
+
+  /** The width in bits of a `bits` report field (unary encoding, SS: `d`; CMS: `m`). */
+  get bitWidth() {
+    return this.domainSize;
   }
 
   /** `e**epsilon`. */

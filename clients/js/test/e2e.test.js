@@ -12,7 +12,9 @@ import {
   ORACLES, PrefixExtendingMethod, SplitMix64TestingRandom, makeOracle,
 } from "../index.js";
 import { simulate } from "../tools/simulate.js";
-import { PACKAGE_DIR, REPO_DIR, upperQuantile, wireForm } from "../testing/helpers.js";
+import {
+  PACKAGE_DIR, REPO_DIR, clientParameters, upperQuantile, wireForm,
+} from "../testing/helpers.js";
 
 const run = promisify(execFile);
 const VENV_BIN = process.env.LDPFLOW_VENV_BIN ?? path.join(REPO_DIR, ".venv", "bin");
@@ -26,7 +28,12 @@ const AUDIT_SKIP = SKIP || (spawnSync(LDPFLOW, ["audit", "--help"], { stdio: "ig
 const USERS = 100000;
 const EPSILON = 2;
 const DOMAIN_SIZE = 64;
-const ESTIMATED = ["grr", "oue", "olh", "sue", "blh", "hr", "ss", "onebit"];
+const ESTIMATED = ["grr", "oue", "olh", "sue", "blh", "hr", "ss", "onebit", "cms", "hcms"];
+// The sketches at small sizes: m = 64 buckets, k = 16 hash functions.
+const SKETCH = { hash_range: 64, num_hashes: 16 };
+const SKETCHES = ["cms", "hcms"];
+const clientOptions = (name) => (SKETCHES.includes(name)
+  ? { hashRange: SKETCH.hash_range, numHashes: SKETCH.num_hashes } : {});
 const PEM_FLAGS = { k: "8", bits: "32", epsilon: "4", query_limit: "4096" };
 const AUDITED = ["grr", "olh", "oue"];
 const AUDIT_USERS = 20000;  // reports per value
@@ -71,7 +78,9 @@ describe("the JavaScript client end to end with ldpflow", { skip: SKIP }, () => 
     ESTIMATED.forEach((name, i) => {
       truths[name] = simulate({ oracle: name, epsilon: String(EPSILON), domain_size: String(DOMAIN_SIZE),
         users: String(USERS), distribution: "zipf:1.1", seed: String(1000 + i), shards: "2",
-        output: path.join(work, "oracles", name) });
+        output: path.join(work, "oracles", name),
+        ...(SKETCHES.includes(name) ? Object.fromEntries(
+          Object.entries(SKETCH).map(([flag, v]) => [flag, String(v)])) : {}) });
     });
     start("estimate", ["estimate", "--input", path.join(work, "oracles", "*", "*.jsonl"),
       "--output", path.join(work, "estimate"), "--methods", "base"]);
@@ -110,17 +119,31 @@ describe("the JavaScript client end to end with ldpflow", { skip: SKIP }, () => 
     const k = upperQuantile(1e-3 / (2 * DOMAIN_SIZE * ESTIMATED.length));
     for (const result of doc.results) {
       const truth = truths[result.oracle];
-      const oracle = makeOracle(result.oracle, { epsilon: EPSILON, domainSize: DOMAIN_SIZE });
+      const oracle = makeOracle(result.oracle, { epsilon: EPSILON, domainSize: DOMAIN_SIZE,
+        ...clientOptions(result.oracle) });
       assert.equal(result.n, USERS);
+      assert.equal(result.dead_letters, 0, result.oracle);
       assert.deepEqual(result.parameters, { epsilon: EPSILON, domain_size: DOMAIN_SIZE,
-        ...(oracle.hashRange ? { hash_range: oracle.hashRange } : {}) });
+        ...(oracle.hashRange ? { hash_range: oracle.hashRange } : {}),
+        ...(oracle.numHashes ? { num_hashes: oracle.numHashes } : {}) });
+      const estimates = result.estimates.base;
+      const sketch = SKETCHES.includes(result.oracle);
       if (oracle.p !== null) {  // ldpflow's sigma is the formula's, at f = 0
         assert.ok(Math.abs(result.sigma / Math.sqrt(oracle.variance(USERS)) - 1) < 1e-9, result.oracle);
+      } else if (sketch) {
+        // The reports' noise at f = 0 plus the collision term of the clipped estimate.
+        const squares = estimates.reduce((sum, f) => sum + Math.min(Math.max(f, 0), 1) ** 2, 0);
+        const expected = Math.sqrt(oracle.variance(USERS) + oracle.collisionVariance(squares));
+        assert.ok(Math.abs(result.sigma / expected - 1) < 1e-9, `${result.oracle}: sigma ` +
+          `${result.sigma}, the JS formula gives ${expected}`);
+        assert.equal(result.standard_errors.length, DOMAIN_SIZE);
       }
-      const estimates = result.estimates.base;
       let worst = 0;
       truth.counts.forEach((count, v) => {
-        const z = (estimates[v] - count / USERS) / sigmaOf(oracle, truth, v);
+        // The sketches: ldpflow's standard error of each value (its noise and the fixed hash
+        // functions' collisions, from the estimate).
+        const sigma = sketch ? result.standard_errors[v] : sigmaOf(oracle, truth, v);
+        const z = (estimates[v] - count / USERS) / sigma;
         worst = Math.max(worst, Math.abs(z));
         assert.ok(Math.abs(z) <= k, `${result.oracle} value ${v}: estimate ${estimates[v]}, ` +
           `truth ${count / USERS}, z = ${z.toFixed(2)} > k = ${k.toFixed(2)}`);
@@ -169,6 +192,20 @@ describe("the JavaScript client end to end with ldpflow", { skip: SKIP }, () => 
         cases.push(c);
       }
     }
+    for (const name of SKETCHES) {  // widths and numbers of hash functions other than the defaults
+      for (let i = 0; i < 30; i++) {
+        const domainSize = [2, 7, 100, 65536, 2 ** 40 + 3][i % 5];
+        const c = { oracle: name, parameters: { epsilon: [0.2, 1, 3, 8][i % 4], domain_size: domainSize,
+          hash_range: 2 ** (1 + (i % 11)), num_hashes: [1, 2, 16, 300, 4096][Math.floor(i / 6)] },
+        client_seed: rng.nextWord().toString(),
+        value: Number(rng.nextWord() % BigInt(domainSize)) };
+        cases.push(c);
+      }
+    }
+    // h_j(v) itself against ldpflow's sketch hashing, values of more than 32 bits included.
+    const wide = 2 ** 40 + 3;
+    const buckets = { parameters: { epsilon: 1, domain_size: wide, hash_range: 1024, num_hashes: 5000 },
+      pairs: Array.from({ length: 300 }, () => [rng.below(5000), Number(rng.nextWord() % BigInt(wide))]) };
     for (let i = 0; i < 40; i++) {
       const valueBits = [8, 32, 64][i % 3];
       cases.push({ oracle: "pem", parameters: { top_k: 4 + i, value_bits: valueBits, epsilon: 1 + (i % 4),
@@ -178,8 +215,11 @@ describe("the JavaScript client end to end with ldpflow", { skip: SKIP }, () => 
     const python = await new Promise((resolve, reject) => {
       const child = execFile(PYTHON, [path.join(PACKAGE_DIR, "testing", "crosscheck.py")], options,
         (error, stdout, stderr) => (error ? reject(new Error(stderr)) : resolve(JSON.parse(stdout))));
-      child.stdin.end(JSON.stringify(cases));
+      child.stdin.end(JSON.stringify([...cases, { buckets }]));
     });
+    const pythonBuckets = python.pop();
+    const sketch = makeOracle("cms", clientParameters(buckets.parameters));
+    assert.deepEqual(buckets.pairs.map(([j, v]) => String(sketch.bucket(j, v))), pythonBuckets);
     cases.forEach((c, i) => {
       let report;
       if (c.oracle === "pem") {
@@ -188,8 +228,7 @@ describe("the JavaScript client end to end with ldpflow", { skip: SKIP }, () => 
           epsilon: p.epsilon, queryLimit: p.query_limit });
         report = pem.perturb(BigInt(c.value), c.user_id, new SplitMix64TestingRandom(c.client_seed));
       } else {
-        const oracle = makeOracle(c.oracle, { epsilon: c.parameters.epsilon,
-          domainSize: c.parameters.domain_size });
+        const oracle = makeOracle(c.oracle, clientParameters(c.parameters));
         report = oracle.perturb(c.value, new SplitMix64TestingRandom(c.client_seed),
           c.column === undefined ? undefined : { column: c.column });
       }

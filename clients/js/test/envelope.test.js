@@ -41,6 +41,25 @@ test("onebit carries its column; blh its hash range", () => {
   assert.match(toJsonLine(blh, { seed: 5n, bucket: 1 }, META), /"hash_range":2,"seed":5,"bucket":1}/);
 });
 
+test("cms and hcms carry hash_range = m and num_hashes = k; cms bits are m bits as hex", () => {
+  const cms = makeOracle("cms", { epsilon: 2, domainSize: 100, hashRange: 16, numHashes: 8 });
+  const report = cms.perturb(5, new SplitMix64TestingRandom(1));  // sketch_reports.json
+  assert.equal(toJsonLine(cms, report, META),
+    '{"report_id":"r-1","user_id":"user-1","event_time":1767225600000,"oracle":"cms",' +
+    '"epsilon":2,"domain_size":100,"hash_range":16,"num_hashes":8,"bits":"8042","column":4}\n');
+  assert.throws(() => toJsonLine(cms, { column: 4, bits: new Uint8Array(13) }, META),
+    /ceil\(hashRange \/ 8\) = 2 bytes, got 13/);
+  const hcms = makeOracle("hcms", { epsilon: 1, domainSize: 100, hashRange: 16, numHashes: 8 });
+  assert.equal(toJsonLine(hcms, hcms.perturb(5, new SplitMix64TestingRandom(1)), META),
+    '{"report_id":"r-1","user_id":"user-1","event_time":1767225600000,"oracle":"hcms",' +
+    '"epsilon":1,"domain_size":100,"hash_range":16,"num_hashes":8,"value":11,"column":4,"bit":0}\n');
+  const defaults = JSON.parse(toJsonLine(makeOracle("hcms", { epsilon: 1, domainSize: 10 }),
+    { column: 0, value: 0, bit: 1 }, META));
+  assert.deepEqual([defaults.hash_range, defaults.num_hashes], [1024, 256]);
+  assert.throws(() => toJsonLine(hcms, { column: 4, bit: 1 }, META),
+    /a hcms report has the fields column, value, bit/);
+});
+
 test("a pem report nests its group, prefix length and configuration", () => {
   const pem = new PrefixExtendingMethod({ topK: 8, valueBits: 32, epsilon: 2 });
   assert.deepEqual([pem.startBits, pem.stepBits, pem.numGroups, pem.hashRange],
@@ -77,7 +96,15 @@ test("parameters and values are checked with the parameter, constraint and value
   assert.throws(() => makeOracle("grr", { epsilon: "1", domainSize: 10 }), TypeError);
   assert.throws(() => makeOracle("oue", { epsilon: 1, domainSize: 1 }), /domainSize must be >= 2, got 1/);
   assert.throws(() => makeOracle("olh", { epsilon: 1, domainSize: 10, hashRange: 3 }), /power of two/);
-  assert.throws(() => makeOracle("grr", { epsilon: 1, domainSize: 10, hashRange: 4 }), /olh and blh only/);
+  assert.throws(() => makeOracle("grr", { epsilon: 1, domainSize: 10, hashRange: 4 }),
+    /hashRange applies to olh, blh, cms and hcms only/);
+  assert.throws(() => makeOracle("olh", { epsilon: 1, domainSize: 10, numHashes: 4 }),
+    /numHashes applies to cms and hcms only/);
+  assert.throws(() => makeOracle("cms", { epsilon: 1, domainSize: 10, hashRange: 100 }), /power of two/);
+  assert.throws(() => makeOracle("hcms", { epsilon: 1, domainSize: 10, numHashes: 0 }),
+    /numHashes must be >= 1/);
+  assert.throws(() => makeOracle("hcms", { epsilon: 1, domainSize: 10, numHashes: 2 ** 16 + 1 }),
+    /numHashes must be an integer in \[1, 65536\]/);
   assert.throws(() => makeOracle("rappor", { epsilon: 1, domainSize: 10 }), /oracle must be one of/);
   const grr = makeOracle("grr", { epsilon: 1, domainSize: 10 });
   assert.throws(() => grr.perturb(10), /value must be in \[0, 10\), got 10/);

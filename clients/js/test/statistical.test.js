@@ -10,7 +10,7 @@ import { popcount } from "../src/oracle.js";
 import { upperQuantile } from "../testing/helpers.js";
 
 const N = 20000;
-const BANDS = 60;  // at most this many bands are checked in this file
+const BANDS = 80;  // at most this many bands are checked in this file
 const K = upperQuantile(1e-4 / (2 * BANDS));  // two-sided, family-wise error 1e-4 (~4.9)
 
 function assertRate(count, n, probability, label) {
@@ -143,5 +143,84 @@ test("pem: the group's prefix is reported through OLH with p* and q*", () => {
     assertRate(seen[g], N, 1 / pem.numGroups, `pem group ${g} size`);
     assertRate(own[g], seen[g], pem.p, `pem group ${g} p*`);
     assertRate(other[g], seen[g], pem.q, `pem group ${g} q*`);
+  }
+});
+
+// The sketches: a report picks hash function j uniformly, so whether it supports a value u
+// is Bernoulli with the mean over j of its chance given j: for CMS P = 1 - flip where
+// h_j(u) = h_j(v) and flip elsewhere; for HCMS e/(e+1) where the buckets collide and 1/2
+// elsewhere (two distinct rows of H_m agree on half the coordinates).
+const SKETCH_CASES = [
+  ["cms", { epsilon: 2.0, domainSize: 1000, hashRange: 16, numHashes: 8 }],
+  ["hcms", { epsilon: 1.0, domainSize: 1000, hashRange: 16, numHashes: 8 }],
+];
+
+for (const [name, parameters] of SKETCH_CASES) {
+  test(`${name}: support rates from the public hash functions; column and coordinate uniform`, () => {
+    const oracle = makeOracle(name, parameters);
+    const { numHashes: k, hashRange: m } = oracle;
+    const rng = new SplitMix64TestingRandom(20240611 + name.length);
+    const value = 7;
+    const buckets = (u) => Array.from({ length: k }, (_, j) => oracle.bucket(j, u));
+    const own = buckets(value);
+    const collisions = (u) => buckets(u).filter((b, j) => b === own[j]).length;
+    // A value colliding with 7 under some of the functions and one colliding under none.
+    const colliding = Array.from({ length: 1000 }, (_, u) => u).find((u) => u !== value && collisions(u) > 0);
+    const apart = Array.from({ length: 1000 }, (_, u) => u).find((u) => u !== value && collisions(u) === 0);
+    const [hit, miss] = name === "cms" ? [1 - oracle.flip, oracle.flip] : [oracle.e / (oracle.e + 1), 0.5];
+    const rate = (u) => (collisions(u) * hit + (k - collisions(u)) * miss) / k;
+    const others = [colliding, apart];
+    let supported = 0;
+    const other = others.map(() => 0);
+    const columns = new Array(k).fill(0);
+    let lowHalf = 0;
+    for (let i = 0; i < N; i++) {
+      const report = oracle.perturb(value, rng);
+      assert.ok(Number.isInteger(report.column) && report.column >= 0 && report.column < k);
+      columns[report.column]++;
+      supported += oracle.supports(report, value);
+      others.forEach((u, j) => { other[j] += oracle.supports(report, u); });
+      if (name === "cms") assert.equal(report.bits.length, m / 8);
+      else {
+        assert.ok(report.value >= 0 && report.value < m && (report.bit === 0 || report.bit === 1));
+        lowHalf += report.value < m / 2;
+      }
+    }
+    assertRate(supported, N, hit, `${name} own value`);
+    others.forEach((u, j) => assertRate(other[j], N, rate(u),
+      `${name} value ${u} (${collisions(u)} of ${k} collide)`));
+    assertRate(columns[0], N, 1 / k, `${name} column 0`);
+    assertRate(columns[k - 1], N, 1 / k, `${name} column ${k - 1}`);
+    if (name === "hcms") assertRate(lowHalf, N, 0.5, "hcms coordinate l < m/2");
+  });
+}
+
+test("cms: the other m-1 bits are set at the flip rate; narrow sketches pad with zeros", () => {
+  const cms = makeOracle("cms", { epsilon: 1.5, domainSize: 50, hashRange: 64, numHashes: 4 });
+  const rng = new SplitMix64TestingRandom(606);
+  const rows = 2000;
+  let others = 0;
+  for (let i = 0; i < rows; i++) {
+    const report = cms.perturb(11, rng);
+    others += popcount(report.bits) - cms.supports(report, 11);
+  }
+  assertRate(others, rows * 63, cms.flip, "cms other bits");
+  const narrow = makeOracle("cms", { epsilon: 1.0, domainSize: 10, hashRange: 4, numHashes: 3 });
+  for (let i = 0; i < 500; i++) {
+    const { bits } = narrow.perturb(i % 10, rng);
+    assert.equal(bits.length, 1);
+    assert.equal(bits[0] >> 4, 0);
+  }
+});
+
+test("epsilon-LDP of the sketches: the likelihood ratio is e**epsilon", () => {
+  for (const epsilon of [0.3, 1, 4]) {
+    const cms = makeOracle("cms", { epsilon, domainSize: 100 });
+    // Two values' vectors differ in at most two bits, each a ratio (1 - flip) / flip.
+    const ratio = ((1 - cms.flip) / cms.flip) ** 2;
+    assert.ok(Math.abs(ratio / Math.exp(epsilon) - 1) < 1e-12, `cms ${epsilon}: ${ratio}`);
+    const hcms = makeOracle("hcms", { epsilon, domainSize: 100 });
+    const keep = hcms.e / (hcms.e + 1);
+    assert.ok(Math.abs(keep / (1 - keep) / Math.exp(epsilon) - 1) < 1e-12, `hcms ${epsilon}`);
   }
 });

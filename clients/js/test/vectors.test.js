@@ -1,10 +1,11 @@
-// The published test vectors (docs/testvectors) hold exactly in JavaScript.
+// The published test vectors (docs/testvectors) hold exactly in JavaScript: client_reports.json
+// for the eight oracles of that file, sketch_reports.json for cms and hcms.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  ORACLES, SplitMix64TestingRandom, assignGroup, hashValue, makeOracle, splitmix64Mix,
-  splitmix64Stream, userKey,
+  ORACLES, SplitMix64TestingRandom, assignGroup, hashValue, makeOracle, sketchSeeds,
+  splitmix64Mix, splitmix64Stream, userKey,
 } from "../index.js";
 import { blake2b } from "../src/blake2b.js";
 import { mixHalves } from "../src/hashing.js";
@@ -20,15 +21,45 @@ test("hash family matches hash_family.json bit for bit", () => {
   }
 });
 
+const SKETCHES = ["cms", "hcms"];
+
+function replay(c) {
+  const oracle = makeOracle(c.oracle, clientParameters(c.parameters));
+  const rng = new SplitMix64TestingRandom(c.client_seed);
+  const extra = c.column === undefined ? undefined : { column: c.column };
+  assert.deepEqual(wireForm(oracle.perturb(c.value, rng, extra)), c.report, JSON.stringify(c));
+}
+
 test("client reports match client_reports.json for every oracle", () => {
   const cases = readVectors("client_reports.json");
-  assert.deepEqual(new Set(cases.map((c) => c.oracle)), new Set(Object.keys(ORACLES)));
-  for (const c of cases) {
-    const oracle = makeOracle(c.oracle, clientParameters(c.parameters));
-    const rng = new SplitMix64TestingRandom(c.client_seed);
-    const extra = c.column === undefined ? undefined : { column: c.column };
-    assert.deepEqual(wireForm(oracle.perturb(c.value, rng, extra)), c.report, JSON.stringify(c));
+  assert.deepEqual(new Set(cases.map((c) => c.oracle)),
+    new Set(Object.keys(ORACLES).filter((name) => !SKETCHES.includes(name))));
+  cases.forEach(replay);
+});
+
+test("cms and hcms reports match sketch_reports.json exactly", () => {
+  // The file may hold oracles this client does not implement (skipped); cms and hcms it must.
+  const cases = readVectors("sketch_reports.json").filter((c) => Object.hasOwn(ORACLES, c.oracle));
+  for (const name of SKETCHES) {
+    assert.ok(cases.filter((c) => c.oracle === name).length >= 3, `${name} cases`);
   }
+  cases.forEach(replay);
+});
+
+test("the sketches' public seeds are mix(GOLDEN_GAMMA * (j + 1)) and h_j the hash family", () => {
+  const seeds = sketchSeeds(300);
+  // ldpflow.core.oracles.sketch.sketch_seeds(3)
+  assert.deepEqual(seeds.slice(0, 3), [16294208416658607535n, 7960286522194355700n,
+    487617019471545679n]);
+  seeds.forEach((s, j) => assert.equal(s, splitmix64Mix((0x9e3779b97f4a7c15n * BigInt(j + 1)) % 2n ** 64n)));
+  const cms = makeOracle("cms", { epsilon: 1, domainSize: 1000, hashRange: 64, numHashes: 300 });
+  assert.equal(cms.valueBits, 10);
+  for (const [j, v] of [[0, 0], [1, 999], [299, 512], [17, 3]]) {
+    assert.equal(cms.bucket(j, v), hashValue(seeds[j], BigInt(v), 10, 64));
+  }
+  assert.deepEqual([cms.hashRange, cms.numHashes], [64, 300]);
+  const defaults = makeOracle("hcms", { epsilon: 1, domainSize: 2 });
+  assert.deepEqual([defaults.hashRange, defaults.numHashes, defaults.valueBits], [1024, 256, 1]);
 });
 
 test("the 32-bit splitmix64 equals the BigInt one", () => {

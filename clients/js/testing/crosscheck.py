@@ -2,7 +2,9 @@
 
 Reads a JSON list of cases on standard input (``oracle``, ``parameters``, ``client_seed``,
 ``value``; onebit ``column``; pem ``user_id`` and its configuration) and writes the reports
-ldpflow makes from ``SplitMix64Source(client_seed)``, in the test vectors' wire form.
+ldpflow makes from ``SplitMix64Source(client_seed)``, in the test vectors' wire form. A case
+``{"buckets": {"parameters": ..., "pairs": [[j, v], ...]}}`` gets the buckets ``h_j(v)`` of
+a sketch with those parameters instead.
 """
 
 import json
@@ -21,6 +23,11 @@ def wire(report):
 
 out = []
 for case in json.load(sys.stdin):
+    if "buckets" in case:  # h_j(v) of a sketch for the given (j, v) pairs
+        sketch = registry.make("cms", **case["buckets"]["parameters"])
+        j, v = (np.array(column, dtype=np.int64) for column in zip(*case["buckets"]["pairs"]))
+        out.append([str(b) for b in sketch._hash(j, v)])
+        continue
     source = SplitMix64Source(int(case["client_seed"]))
     if case["oracle"] == "pem":
         pem = PrefixExtendingMethod(**case["parameters"])

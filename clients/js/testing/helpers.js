@@ -26,6 +26,7 @@ export function wireForm(report) {
 export function clientParameters(parameters) {
   const out = { epsilon: parameters.epsilon, domainSize: parameters.domain_size };
   if (parameters.hash_range !== undefined) out.hashRange = parameters.hash_range;
+  if (parameters.num_hashes !== undefined) out.numHashes = parameters.num_hashes;
   return out;
 }
 

@@ -5,6 +5,8 @@
  *
  *   node tools/simulate.js --oracle olh --epsilon 4 --domain_size 64 --users 100000 \
  *       --distribution zipf:1.1 --seed 7 --output /tmp/js-olh
+ *   node tools/simulate.js --oracle cms --epsilon 2 --domain_size 64 --hash_range 64 \
+ *       --num_hashes 16 --users 100000 --seed 7 --output /tmp/js-cms
  *   node tools/simulate.js --oracle pem --epsilon 4 --bits 32 --k 8 --query_limit 4096 \
  *       --distinct 1000 --users 100000 --seed 7 --output /tmp/js-pem
  *
@@ -111,7 +113,8 @@ class ShardWriter {
  *
  * @param {object} options the command's flags as strings (`oracle`, `epsilon`, `users`,
  *   `output`; `domain_size` or pem's `bits` and `k`; optional `seed`, `shards`,
- *   `distribution`, `hash_range`, `query_limit`, `distinct`)
+ *   `distribution`, `hash_range` (olh, blh, cms, hcms, pem), `num_hashes` (cms, hcms),
+ *   `query_limit`, `distinct`)
  */
 export function simulate(options) {
   options = { shards: "1", distribution: "zipf:1.1", distinct: "1000", ...options };
@@ -151,6 +154,7 @@ export function simulate(options) {
     const domainSize = Number(options.domain_size);
     const oracle = makeOracle(options.oracle, {
       epsilon, domainSize, ...(options.hash_range ? { hashRange: Number(options.hash_range) } : {}),
+      ...(options.num_hashes ? { numHashes: Number(options.num_hashes) } : {}),
     });
     const counts = exactCounts(distribution(options.distribution, domainSize), users);
     const order = shuffled(counts, source);
@@ -170,7 +174,7 @@ function main() {
   const { values } = parseArgs({
     options: {
       oracle: { type: "string" }, epsilon: { type: "string" }, domain_size: { type: "string" },
-      hash_range: { type: "string" }, users: { type: "string" },
+      hash_range: { type: "string" }, num_hashes: { type: "string" }, users: { type: "string" },
       distribution: { type: "string", default: "zipf:1.1" }, seed: { type: "string" },
       output: { type: "string" }, shards: { type: "string", default: "1" },
       bits: { type: "string" }, k: { type: "string" }, query_limit: { type: "string" },
