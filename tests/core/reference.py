@@ -123,4 +123,12 @@ def output_distribution(oracle, value: int, seeds: list[int] | None = None) -> d
                     kept = (bit == 1) == (hadamard(h, col) == 1)
                     dist[(j, col, bit)] = (e if kept else 1.0) / (e + 1) / (k * m)
         return dist
+    if name == "pgr":  # hyperplanes of P^{t-1}(F_q); weight e on those through v's point
+        q, t = oracle.geometry
+        vectors = [x for x in product(range(q), repeat=t) if next((c for c in x if c), 0) == 1]
+        vectors.sort(key=lambda x: sum(c * q ** (t - 1 - i) for i, c in enumerate(x)))
+        point = vectors[value]
+        weights = [e if sum(a * b for a, b in zip(u, point, strict=True)) % q == 0 else 1.0
+                   for u in vectors]
+        return {y: w / sum(weights) for y, w in enumerate(weights)}
     raise KeyError(name)

@@ -39,7 +39,8 @@ def order_of(d):
 
 
 def test_registry_has_the_spec_keys():
-    assert set(NAMES) == {"grr", "oue", "sue", "olh", "blh", "hr", "ss", "onebit", "cms", "hcms"}
+    assert set(NAMES) == {"grr", "oue", "sue", "olh", "blh", "hr", "ss", "onebit", "cms", "hcms",
+                          "pgr"}
     assert ldpflow.oracle is registry.make
 
 
@@ -67,7 +68,7 @@ def test_bad_domain_size_is_named(name, domain_size, error):
 
 def test_unknown_oracle_lists_known_names():
     with pytest.raises(ValueError, match="oracle must be one of grr oue sue olh blh hr ss "
-                                         "onebit cms hcms, got 'rappor'"):
+                                         "onebit cms hcms pgr, got 'rappor'"):
         registry.make("rappor", epsilon=1.0, domain_size=8)
 
 
@@ -128,6 +129,7 @@ def test_report_bits_follow_the_spec(name):
         "ss": max(1, math.floor(d / (e + 1) + 0.5)) * 7,
         "cms": 1024 + 8,  # m bits and j among k = 256
         "hcms": 1 + 8 + 10,  # one bit, j among 256, l among m = 1024
+        "pgr": 7,  # q = 3, t = 5: K = 121 hyperplanes
     }[name]
     assert oracle.report_bits == expected
 
@@ -175,6 +177,7 @@ def test_unary_wire_form_is_little_endian_packbits():
 @pytest.mark.parametrize("name,columns,reason", [
     ("grr", {"value": [0, 9, 3]}, r"value outside \[0, 8\)"),
     ("hr", {"value": [0, 16]}, r"value outside \[0, 16\)"),
+    ("pgr", {"value": [0, 8]}, r"value outside \[0, 8\)"),  # q = 7, t = 2: K = 8
     ("olh", {"seed": [1, 2], "bucket": [0, 7]}, r"bucket outside"),
     ("oue", {"bits": [[1], [0]]}, None),
     ("onebit", {"column": [0, 1, 16], "bit": [0, 1, 1]}, r"column outside \[0, 16\)"),
@@ -357,7 +360,7 @@ def test_onebit_estimate_equals_the_explicit_matrix_formula():
 # -- exact privacy ------------------------------------------------------------------------
 
 SMALL = {"grr": 5, "oue": 4, "sue": 4, "olh": 6, "blh": 6, "hr": 6, "ss": 6, "onebit": 6,
-         "cms": 6, "hcms": 6}
+         "cms": 6, "hcms": 6, "pgr": 7}  # pgr at d = 7: (q, t) = (2, 3), (3, 3), (7, 2)
 #: Sketches small enough to enumerate: m = 4 buckets, k = 3 hash functions.
 SMALL_SKETCH = {"hash_range": 4, "num_hashes": 3}
 
@@ -385,10 +388,10 @@ def test_worst_case_likelihood_ratio_is_exactly_e_to_the_epsilon(name, epsilon):
     assert not ratio < math.exp(epsilon) * (1 - 1e-9)  # and not only bounded
 
 
-@pytest.mark.parametrize("name", ["grr", "oue", "sue", "hr", "ss", "onebit"])
+@pytest.mark.parametrize("name", ["grr", "oue", "sue", "hr", "ss", "onebit", "pgr"])
 def test_sampled_reports_follow_the_exact_distribution(name):
     """Chi-square goodness of fit of 40k reports of one value against the spec's law."""
-    eps = math.log(2)  # ss: omega = 2 of d = 6
+    eps = math.log(2)  # ss: omega = 2 of d = 6; pgr: q = 3, t = 3 (13 hyperplanes)
     oracle = registry.make(name, epsilon=eps, domain_size=SMALL[name])
     value, n = 2, 40_000
     rng = np.random.default_rng(20240611)

@@ -29,7 +29,8 @@ def test_hash_family_vectors():
 
 def test_client_report_vectors():
     cases = json.loads((VECTORS / "client_reports.json").read_text())
-    sketches = json.loads((VECTORS / "sketch_reports.json").read_text())  # cms, hcms
+    # sketch_reports.json: cms, hcms and pgr (the JavaScript client covers cms and hcms)
+    sketches = json.loads((VECTORS / "sketch_reports.json").read_text())
     assert {c["oracle"] for c in cases} | {c["oracle"] for c in sketches} == set(registry.ORACLES)
     cases += sketches
     for case in cases:

@@ -25,7 +25,8 @@ out = []
 for case in json.load(sys.stdin):
     if "buckets" in case:  # h_j(v) of a sketch for the given (j, v) pairs
         sketch = registry.make("cms", **case["buckets"]["parameters"])
-        j, v = (np.array(column, dtype=np.int64) for column in zip(*case["buckets"]["pairs"]))
+        pairs = case["buckets"]["pairs"]
+        j, v = (np.array(column, dtype=np.int64) for column in zip(*pairs, strict=True))
         out.append([str(b) for b in sketch._hash(j, v)])
         continue
     source = SplitMix64Source(int(case["client_seed"]))

@@ -8,6 +8,7 @@ from ldpflow.core.oracles.local_hashing import (
     OptimizedLocalHashing,
     optimal_hash_range,
 )
+from ldpflow.core.oracles.pgr import ProjectiveGeometryResponse
 from ldpflow.core.oracles.registry import ORACLES, make
 from ldpflow.core.oracles.sketch import CountMeanSketch, HadamardCountMeanSketch
 from ldpflow.core.oracles.subset import SubsetSelection
@@ -28,6 +29,7 @@ __all__ = [
     "SubsetSelection",
     "CountMeanSketch",
     "HadamardCountMeanSketch",
+    "ProjectiveGeometryResponse",
     "ORACLES",
     "make",
     "optimal_hash_range",

@@ -9,6 +9,7 @@ from ldpflow.core.oracles.base import FrequencyOracle
 from ldpflow.core.oracles.grr import DirectEncoding
 from ldpflow.core.oracles.hadamard import HadamardResponse, OneBitHadamard
 from ldpflow.core.oracles.local_hashing import BinaryLocalHashing, OptimizedLocalHashing
+from ldpflow.core.oracles.pgr import ProjectiveGeometryResponse
 from ldpflow.core.oracles.sketch import CountMeanSketch, HadamardCountMeanSketch
 from ldpflow.core.oracles.subset import SubsetSelection
 from ldpflow.core.oracles.unary import OptimizedUnaryEncoding, SymmetricUnaryEncoding
@@ -26,12 +27,13 @@ ORACLES: dict[str, type[FrequencyOracle]] = {
     "onebit": OneBitHadamard,
     "cms": CountMeanSketch,
     "hcms": HadamardCountMeanSketch,
+    "pgr": ProjectiveGeometryResponse,
 }
 
 
 def make(name: str, **parameters: Any) -> FrequencyOracle:
     """Build the oracle registered under ``name`` (``grr oue sue olh blh hr ss onebit cms
-    hcms``).
+    hcms pgr``).
 
     Raises
     ------
