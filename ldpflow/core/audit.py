@@ -67,6 +67,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ldpflow.core import hashing, randomness, validation
+from ldpflow.core.oracles import pgr
 from ldpflow.core.oracles.base import FrequencyOracle, Reports
 
 __all__ = [
@@ -329,6 +330,87 @@ def _onebit_map(oracle: Any, v: int, w: int) -> CellMap:
                    np.stack([pattern_law, pattern_law]), compute)
 
 
+def _row_bit(bits: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Bit ``positions[i]`` of row ``i`` of little-endian packed ``bits``."""
+    positions = np.asarray(positions, dtype=np.int64)
+    rows = np.arange(bits.shape[0])
+    return (bits[rows, positions >> 3] >> (positions & 7).astype(np.uint8)) & np.uint8(1)
+
+
+def _sketch_buckets(oracle: Any, x: int) -> np.ndarray:
+    """``h_j(x)`` for every hash function ``j`` of a sketch oracle."""
+    k = oracle.num_hashes
+    return oracle._hash(np.arange(k), np.full(k, x, dtype=np.int64))
+
+
+def _cms_map(oracle: Any, v: int, w: int) -> CellMap:
+    big, small = 1 - oracle.flip, oracle.flip  # P(bit set): the true bucket, another
+    table_v, table_w = _sketch_buckets(oracle, v), _sketch_buckets(oracle, w)
+
+    def compute(reports: Reports) -> np.ndarray:
+        j, bits = reports.columns["column"], reports.columns["bits"]
+        h, h_other = table_v[j], table_w[j]
+        pair = _pair_cells(_row_bit(bits, h), _row_bit(bits, h_other))
+        # A column whose hashes collide cannot tell v from v': its bit is cell 4 or 5.
+        return np.where(h == h_other, 4 + _row_bit(bits, h).astype(np.int64), pair)
+
+    labels = (*_pair_labels("column separates v and v', bits set:"),
+              "column hashes v and v' together, bit not set",
+              "column hashes v and v' together, bit set")
+    # Given a separating column: bit h_j(input) is set w.p. 1 - flip, the other one w.p.
+    # flip, independently; "v, not v'" has ratio ((1 - flip)/flip)^2 = e^epsilon.
+    separating = _pair_law(big * small, big * (1 - small), (1 - big) * small)
+    collide = np.array([1 - big, big])
+    claimed = np.concatenate([separating, np.stack([collide, collide])], axis=1)
+    share = float(np.mean(table_v == table_w))  # j uniform over the k public functions
+    return CellMap("reduced", labels, np.array([0, 2, 1, 3, 4, 5]),
+                   np.array([0, 0, 0, 0, 1, 1]), claimed,
+                   np.array([[1 - share, share]] * 2), compute)
+
+
+def _hcms_map(oracle: Any, v: int, w: int) -> CellMap:
+    high = oracle.e / (oracle.e + 1)  # the reported sign is H_m[h_j(input), l]
+    table_v, table_w = _sketch_buckets(oracle, v), _sketch_buckets(oracle, w)
+
+    def compute(reports: Reports) -> np.ndarray:
+        j, index, bit = (reports.columns[name] for name in ("column", "value", "bit"))
+        # bit 1 is the sign +1: bit = 1 - parity(h & l) when the sign is kept
+        sign_v = 1 - (np.bitwise_count(table_v[j] & index) & 1)
+        sign_w = 1 - (np.bitwise_count(table_w[j] & index) & 1)
+        bit = np.asarray(bit, dtype=np.int64)
+        return np.where(sign_v != sign_w, np.where(bit == sign_v, 0, 1),
+                        np.where(bit == sign_v, 3, 2))
+
+    labels = ("(j, l) separates v and v', the bit points to v",
+              "(j, l) separates v and v', the bit points to v'",
+              "(j, l) does not separate v and v', the bit is the opposite sign",
+              "(j, l) does not separate v and v', the bit is their common sign")
+    claimed = np.array([[high, 1 - high, 1 - high, high], [1 - high, high, 1 - high, high]])
+    # Rows h != h' of H_m differ in half of the columns l (l uniform); equal rows in none.
+    share = float(np.mean(table_v != table_w)) / 2
+    return CellMap("reduced", labels, np.array([1, 0, 2, 3]), np.array([0, 0, 1, 1]),
+                   claimed, np.array([[share, 1 - share]] * 2), compute)
+
+
+def _pgr_map(oracle: Any, v: int, w: int) -> CellMap:
+    q, t = oracle.geometry
+    K, h, h2, _, _ = pgr.geometry_constants(q, t, oracle.epsilon)
+    points = pgr._digits(pgr.vector_codes(np.array([v, w]), q, t), q, t)
+
+    def compute(reports: Reports) -> np.ndarray:
+        planes = pgr._digits(pgr.vector_codes(reports.columns["value"], q, t), q, t)
+        incidence = (planes @ points.T) % q == 0  # <u, x> = 0: the hyperplane holds x
+        return _pair_cells(incidence[:, 0], incidence[:, 1])
+
+    # P(y | x) = e/Z for the h hyperplanes through x, 1/Z for the others; h2 of them go
+    # through both points. "v, not v'" has (h - h2) e/Z against (h - h2)/Z: e^epsilon.
+    e = oracle.e
+    z = h * e + K - h
+    law = _pair_law(h2 * e / z, (h - h2) * e / z, (h - h2) / z)
+    return CellMap("reduced", _pair_labels("hyperplane holds"), _PAIR_MIRROR,
+                   np.zeros(4, dtype=np.int64), law, np.ones((2, 1)), compute)
+
+
 _MAPS: dict[str, Callable[[Any, int, int], CellMap]] = {
     "grr": _grr_map,
     "oue": _unary_map,
@@ -338,6 +420,9 @@ _MAPS: dict[str, Callable[[Any, int, int], CellMap]] = {
     "hr": _hadamard_map,
     "ss": _subset_map,
     "onebit": _onebit_map,
+    "cms": _cms_map,
+    "hcms": _hcms_map,
+    "pgr": _pgr_map,
 }
 #: The registry keys the audit knows the events of.
 AUDITED_ORACLES: tuple[str, ...] = tuple(_MAPS)

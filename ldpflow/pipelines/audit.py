@@ -51,7 +51,11 @@ PROG = "ldpflow audit"
 _SUMMARY = ("An empirical lower bound on a client's epsilon (Clopper-Pearson), from reports "
             "of two known inputs: ldpflow's own perturbation (--oracle ...) or report files "
             "of any client (--input ... --other_input ...).")
-_ORACLE_FLAGS = ("oracle", "epsilon", "domain_size", "hash_range", "reports", "seed")
+_ORACLE_FLAGS = ("oracle", "epsilon", "domain_size", "hash_range", "num_hashes", "reports",
+                 "seed")
+#: The oracles that take --hash_range, and --num_hashes.
+_HASH_RANGE_ORACLES = ("olh", "blh", "cms", "hcms")
+_NUM_HASHES_ORACLES = ("cms", "hcms")
 _PROGRESS_SECONDS = 10.0
 
 
@@ -79,7 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     own.add_argument("--epsilon", type=float, default=None, help="The claimed epsilon.")
     own.add_argument("--domain_size", type=int, default=None, help="d.")
     own.add_argument("--hash_range", type=int, default=None,
-                     help="olh: g, a power of two (default: the optimum for epsilon).")
+                     help="olh, blh: g, a power of two (default: the optimum for epsilon); "
+                          "cms, hcms: the sketch width m, a power of two (default 1024).")
+    own.add_argument("--num_hashes", type=int, default=None,
+                     help="cms, hcms: k, the number of hash functions (default 256).")
     own.add_argument("--reports", type=int, default=None,
                      help="Reports per value (10^6 resolves epsilon to about 0.02, see "
                           "docs/audit.md).")
@@ -175,9 +182,15 @@ def _audit_own(parser: argparse.ArgumentParser,
         parser.error("--format applies to --input and --other_input only")
     params: dict[str, Any] = {"epsilon": args.epsilon, "domain_size": args.domain_size}
     if args.hash_range is not None:
-        if args.oracle not in ("olh", "blh"):
-            parser.error(f"--hash_range applies to olh and blh only, not {args.oracle}")
+        if args.oracle not in _HASH_RANGE_ORACLES:
+            parser.error(f"--hash_range applies to {', '.join(_HASH_RANGE_ORACLES)} only, "
+                         f"not {args.oracle}")
         params["hash_range"] = args.hash_range
+    if args.num_hashes is not None:
+        if args.oracle not in _NUM_HASHES_ORACLES:
+            parser.error(f"--num_hashes applies to {', '.join(_NUM_HASHES_ORACLES)} only, "
+                         f"not {args.oracle}")
+        params["num_hashes"] = args.num_hashes
     value = 0 if args.value is None else args.value
     other = 1 if args.other_value is None else args.other_value
     try:

@@ -17,10 +17,13 @@ from scipy import stats
 from ldpflow.core import audit, hashing, randomness
 from ldpflow.core.oracles import DirectEncoding, Reports, registry
 from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing
+from ldpflow.core.oracles.pgr import ProjectiveGeometryResponse, geometry_constants
 from ldpflow.core.oracles.unary import OptimizedUnaryEncoding
 from tests.core import reference
 
 ORACLES = list(audit.AUDITED_ORACLES)
+#: Parameters small enough to enumerate every report (cms: 2^m bit vectors per column).
+SMALL = {"cms": {"hash_range": 4, "num_hashes": 4}, "hcms": {"hash_range": 4, "num_hashes": 4}}
 
 
 # -- Clopper-Pearson ---------------------------------------------------------------------------
@@ -73,6 +76,18 @@ def _reports_of(oracle, keys) -> Reports:
         seeds, buckets = zip(*keys, strict=True)
         return Reports(name, {"seed": np.array(seeds, dtype=np.uint64),
                               "bucket": np.array(buckets, dtype=np.int64)})
+    if name == "pgr":
+        return Reports(name, {"value": np.array(keys, dtype=np.int64)})
+    if name == "cms":
+        columns, rows = zip(*keys, strict=True)
+        return Reports(name, {"column": np.array(columns, dtype=np.int64),
+                              "bits": np.packbits(np.array(rows, dtype=np.uint8), axis=1,
+                                                  bitorder="little")})
+    if name == "hcms":
+        columns, index, bits = zip(*keys, strict=True)
+        return Reports(name, {"column": np.array(columns, dtype=np.int64),
+                              "value": np.array(index, dtype=np.int64),
+                              "bit": np.array(bits, dtype=np.int64)})
     columns, bits = zip(*keys, strict=True)
     return Reports(name, {"column": np.array(columns, dtype=np.int64),
                           "bit": np.array(bits, dtype=np.int64)})
@@ -93,7 +108,7 @@ def _exact_cell_law(oracle, v, w, seeds=None):
 @pytest.mark.parametrize("name", ORACLES)
 @pytest.mark.parametrize("epsilon", [0.5, 2.0])
 def test_cell_law_is_the_exact_output_law(name, epsilon):
-    oracle = registry.make(name, epsilon=epsilon, domain_size=6)
+    oracle = registry.make(name, epsilon=epsilon, domain_size=6, **SMALL.get(name, {}))
     seeds = list(range(1, 400)) if name in ("olh", "blh") else None
     cmap, law = _exact_cell_law(oracle, 2, 5, seeds)
     if seeds is None:
@@ -125,6 +140,50 @@ def test_the_audits_best_event_attains_epsilon_exactly(name, epsilon):
     oracle = registry.make(name, epsilon=epsilon, domain_size=1024)
     best = audit.resolution(oracle, 10**6)
     assert best["true_log_ratio"] == pytest.approx(epsilon, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ORACLES)
+@pytest.mark.parametrize("epsilon", [0.5, 1.0, 4.0])
+def test_the_designed_event_has_ratio_e_epsilon_in_the_exact_output_law(name, epsilon):
+    """The designed event's likelihood ratio, summed over the enumerated output
+    distribution of the spec (not the claimed law the audit computes), is e^epsilon."""
+    oracle = registry.make(name, epsilon=epsilon, domain_size=6, **SMALL.get(name, {}))
+    seeds = list(range(1, 200)) if name in ("olh", "blh") else None
+    cmap, law = _exact_cell_law(oracle, 2, 5, seeds)
+    designed = audit.resolution(oracle, 10**6, 2, 5)["cells"]
+    num, den = law[0][designed].sum(), law[1][designed].sum()
+    assert num > 0 and math.log(num / den) == pytest.approx(epsilon, rel=1e-9)
+    mirrored = cmap.mirror[designed]  # and the mirrored event under v'
+    assert math.log(law[1][mirrored].sum() / law[0][mirrored].sum()) == pytest.approx(
+        epsilon, rel=1e-9)
+
+
+@pytest.mark.parametrize("name,event", [
+    ("cms", ("column separates v and v', bits set: v, not v'",)),
+    ("hcms", ("(j, l) separates v and v', the bit points to v",)),
+    ("pgr", ("hyperplane holds v, not v'",)),
+])
+@pytest.mark.parametrize("epsilon", [0.5, 1.0, 4.0])
+def test_the_new_oracles_designed_events(name, event, epsilon):
+    """cms: bit h_j(v) set and bit h_j(v') not (each bit e^(eps/2)); hcms: the bit points to
+    v in a (j, l) that separates v and v'; pgr: the hyperplane holds v's point, not v''s."""
+    oracle = registry.make(name, epsilon=epsilon, domain_size=1024)
+    best = audit.resolution(oracle, 10**6)
+    assert tuple(best["labels"]) == event
+    assert best["true_log_ratio"] == pytest.approx(epsilon, rel=1e-12)
+
+
+def test_sketch_columns_that_hash_v_and_v_together_are_neutral():
+    """A cms column with h_j(v) = h_j(v') (an hcms (j, l) with equal signs) has the same
+    law under both inputs: it is never in the designed event."""
+    for name in ("cms", "hcms"):
+        oracle = registry.make(name, epsilon=1.0, domain_size=64, hash_range=4, num_hashes=64)
+        cmap = audit.cell_map(oracle, 2, 5)
+        neutral = np.flatnonzero(cmap.stratum == 1)
+        np.testing.assert_allclose(cmap.claimed[0][neutral], cmap.claimed[1][neutral])
+        assert 0 < cmap.stratum_probability[0][1] < 1  # both kinds of columns occur
+        designed = audit.resolution(oracle, 10**6, 2, 5)["cells"]
+        assert not set(designed) & set(neutral.tolist())
 
 
 def test_resolution_at_a_million_reports():
@@ -204,8 +263,19 @@ def test_unequal_samples_are_cut_to_the_smaller():
 
 
 # -- planted bugs ---------------------------------------------------------------------------------
+class _DoubledPGR(ProjectiveGeometryResponse):
+    """PGR of the claimed geometry ``(q, t)`` whose member hyperplanes weigh e^(2 epsilon):
+    a PGR of 2 epsilon would choose another geometry, whose indices mean other hyperplanes."""
+
+    @property
+    def p(self) -> float:
+        return geometry_constants(*self.geometry, 2 * self.epsilon)[3]
+
+
 def doubled_epsilon(oracle):
     """``oracle`` whose perturbation uses 2 epsilon while its reports claim epsilon."""
+    if oracle.name == "pgr":
+        return _DoubledPGR(**oracle.parameters)
     base = type(oracle)
 
     class Doubled(base):  # type: ignore[misc, valid-type]
@@ -312,7 +382,8 @@ def test_the_search_finds_a_leak_the_designed_event_misses():
 
 def test_an_oracle_without_cells_is_refused_by_name():
     assert set(audit.AUDITED_ORACLES) <= set(registry.ORACLES)
-    assert {"grr", "oue", "sue", "olh", "blh", "hr", "ss", "onebit"} <= set(ORACLES)
+    assert {"grr", "oue", "sue", "olh", "blh", "hr", "ss", "onebit", "cms", "hcms",
+            "pgr"} <= set(ORACLES)
     for name in set(registry.ORACLES) - set(audit.AUDITED_ORACLES):
         with pytest.raises(ValueError, match=f"oracle must be one of .*, got '{name}'"):
             audit.cell_map(registry.make(name, epsilon=1.0, domain_size=8), 0, 1)

@@ -56,6 +56,25 @@ def test_own_perturbation_passes_and_writes_the_document(tmp_path, capsys):
     assert len(document["cell_counts"]["reduced"]["labels"]) == 8
 
 
+@pytest.mark.parametrize("name,extra", [
+    ("cms", ["--hash_range", "64", "--num_hashes", "16"]),
+    ("hcms", ["--hash_range", "64", "--num_hashes", "16"]),
+    ("pgr", []),
+])
+def test_own_perturbation_of_the_sketches_and_pgr_passes(tmp_path, capsys, name, extra):
+    out = tmp_path / "audit.json"
+    status = audit_job.run(["--oracle", name, "--epsilon", "1", "--domain_size", "256",
+                            "--reports", "20000", "--seed", "4", "--output", str(out), *extra])
+    assert status == 0
+    assert capsys.readouterr().out.startswith(f"PASS: {name} epsilon lower bound ")
+    document = json.loads(out.read_text())
+    assert 0.0 <= document["epsilon_lower_bound"] <= 1.0
+    assert document["selected_event"]["cell_map"] == "reduced"
+    if extra:
+        assert document["parameters"]["hash_range"] == 64
+        assert document["parameters"]["num_hashes"] == 16
+
+
 def test_the_json_goes_to_stdout_and_the_verdict_to_stderr_without_output(capsys):
     status = cli.main(["audit", "--oracle", "grr", "--epsilon", "2", "--domain_size", "4",
                        "--reports", "2000"])  # unseeded: the OS CSPRNG
@@ -81,7 +100,8 @@ def test_a_conforming_clients_files_pass(tmp_path, capsys, fmt, suffix):
     assert document["conforms"]
 
 
-@pytest.mark.parametrize("name,d", [("grr", 16), ("olh", 16), ("ss", 4), ("onebit", 16)])
+@pytest.mark.parametrize("name,d", [("grr", 16), ("olh", 16), ("ss", 4), ("onebit", 16),
+                                    ("cms", 16), ("hcms", 16), ("pgr", 16)])
 def test_a_client_with_doubled_epsilon_fails(tmp_path, capsys, name, d):
     # ss at d = 4: the subset size is 1 at epsilon 1 and 2, so the reports stay valid
     oracle = doubled_epsilon(registry.make(name, epsilon=1.0, domain_size=d))
@@ -154,7 +174,9 @@ def test_simulated_files_of_one_value_can_be_audited(tmp_path, capsys):
     (["--oracle", "grr", "--epsilon", "1", "--domain_size", "4", "--reports", "10"],
      "--reports must be >= 20, got 10"),
     (["--oracle", "oue", "--epsilon", "1", "--domain_size", "4", "--reports", "100",
-      "--hash_range", "4"], "--hash_range applies to olh and blh only"),
+      "--hash_range", "4"], "--hash_range applies to olh, blh, cms, hcms only"),
+    (["--oracle", "olh", "--epsilon", "1", "--domain_size", "4", "--reports", "100",
+      "--num_hashes", "4"], "--num_hashes applies to cms, hcms only"),
     (["--oracle", "grr", "--epsilon", "1", "--domain_size", "4", "--reports", "100",
       "--alpha", "1.5"], "--alpha"),
     (["--input", "x.avro", "--other_input", "y.avro", "--other_value", "1"],
