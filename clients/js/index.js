@@ -2,7 +2,7 @@
  * ldpflow-client: the client side of ldpflow's local differential privacy protocols.
  *
  * Perturb a true value on the device with one of the frequency oracles (`grr oue sue olh blh
- * hr ss onebit cms hcms`) or with the PEM heavy-hitter protocol, wrap the report in ldpflow's
+ * hr ss onebit cms hcms pgr`) or with the PEM heavy-hitter protocol, wrap the report in ldpflow's
  * envelope and send it as one JSON line. Randomness comes from `crypto.getRandomValues`
  * unless a test passes a seeded `SplitMix64TestingRandom`.
  *
@@ -19,6 +19,9 @@ export {
 } from "./src/localHashing.js";
 export { HadamardResponse, OneBitHadamard, hadamardOrder } from "./src/hadamard.js";
 export { SubsetSelection } from "./src/subset.js";
+export {
+  ProjectiveGeometryResponse, chooseGeometry, geometryConstants,
+} from "./src/pgr.js";
 export {
   CountMeanSketch, HadamardCountMeanSketch, Sketch, sketchSeeds,
 } from "./src/sketch.js";

@@ -5,7 +5,7 @@
  * One report is one JSON object on one line, fields in the schema's order, null fields left
  * out: `report_id`, `user_id`, `event_time` (milliseconds since the epoch), `oracle`,
  * `epsilon`, `domain_size`, `hash_range` (olh/blh/pem; cms/hcms: the sketch width `m`),
- * `num_hashes` (cms/hcms: `k`), then the payload: `value` (grr, hr; hcms: the coordinate
+ * `num_hashes` (cms/hcms: `k`), then the payload: `value` (grr, hr, pgr; hcms: the coordinate
  * `l`), `bits` (oue/sue/ss/cms: hex of the packed bytes), `seed` (olh/blh/pem: the 64-bit
  * seed as a signed two's-complement integer) and `bucket`, `column` and `bit` (onebit;
  * cms/hcms: the hash function `j`, hcms's sign bit), `pem` (the group, prefix length and

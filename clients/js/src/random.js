@@ -14,6 +14,7 @@
  * - `uniform()`: `(word >> 11) / 2**53`;
  * - `bernoulli(p)`: `uniform() < p`;
  * - `below(bound)`: uniform in `[0, bound)`, Lemire's multiply-shift with rejection (exact);
+ * - `belowArray(bound, size)`: `size` of them drawn as one batch (ldpflow's `below(bound, size)`);
  * - `bernoulliBits(p, nbits)`: a packed little-endian bit vector of independent Bernoulli(p)
  *   bits, bit-sliced: one random word decides one binary digit of 64 uniform variates.
  *
@@ -78,6 +79,33 @@ export class RandomSource {
       const m = BigInt(this.nextHalves()[0]) * b;  // (word >> 32) * bound < 2**64: exact
       if ((m & 0xffffffffn) >= threshold) return Number(m >> 32n);
     }
+  }
+
+  /**
+   * `size` uniform integers in `[0, bound)`, drawn as ldpflow's `below(bound, size)`: one
+   * word per entry in order, then one more word for each rejected entry (in order), round
+   * after round. Not `size` calls of `below`, whose words differ after a rejection.
+   *
+   * @returns {number[]}
+   */
+  belowArray(bound, size) {
+    if (!Number.isSafeInteger(bound) || bound < 1 || bound > 2 ** 32) {
+      throw new RangeError(`bound must be an integer in [1, 2**32], got ${bound}`);
+    }
+    const b = BigInt(bound);
+    const threshold = (TWO32 - b) % b;
+    const out = new Array(size);
+    let todo = Array.from({ length: size }, (_, i) => i);
+    while (todo.length) {
+      const rejected = [];
+      for (const i of todo) {
+        const m = BigInt(this.nextHalves()[0]) * b;
+        if ((m & 0xffffffffn) >= threshold) out[i] = Number(m >> 32n);
+        else rejected.push(i);
+      }
+      todo = rejected;
+    }
+    return out;
   }
 
   /**

@@ -1,5 +1,5 @@
 /**
- * The registry keys of ldpflow (`grr oue sue olh blh hr ss onebit cms hcms`) and their
+ * The registry keys of ldpflow (`grr oue sue olh blh hr ss onebit cms hcms pgr`) and their
  * client classes.
  *
  * @module registry
@@ -8,6 +8,7 @@
 import { DirectEncoding } from "./grr.js";
 import { HadamardResponse, OneBitHadamard } from "./hadamard.js";
 import { BinaryLocalHashing, OptimizedLocalHashing } from "./localHashing.js";
+import { ProjectiveGeometryResponse } from "./pgr.js";
 import { CountMeanSketch, HadamardCountMeanSketch } from "./sketch.js";
 import { SubsetSelection } from "./subset.js";
 import { OptimizedUnaryEncoding, SymmetricUnaryEncoding } from "./unary.js";
@@ -23,6 +24,7 @@ export const ORACLES = Object.freeze({
   onebit: OneBitHadamard,
   cms: CountMeanSketch,
   hcms: HadamardCountMeanSketch,
+  pgr: ProjectiveGeometryResponse,
 });
 
 const HASH_RANGE_ORACLES = ["olh", "blh", "cms", "hcms"];

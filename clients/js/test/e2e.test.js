@@ -28,7 +28,7 @@ const AUDIT_SKIP = SKIP || (spawnSync(LDPFLOW, ["audit", "--help"], { stdio: "ig
 const USERS = 100000;
 const EPSILON = 2;
 const DOMAIN_SIZE = 64;
-const ESTIMATED = ["grr", "oue", "olh", "sue", "blh", "hr", "ss", "onebit", "cms", "hcms"];
+const ESTIMATED = ["grr", "oue", "olh", "sue", "blh", "hr", "ss", "onebit", "cms", "hcms", "pgr"];
 // The sketches at small sizes: m = 64 buckets, k = 16 hash functions.
 const SKETCH = { hash_range: 64, num_hashes: 16 };
 const SKETCHES = ["cms", "hcms"];
@@ -128,6 +128,12 @@ describe("the JavaScript client end to end with ldpflow", { skip: SKIP }, () => 
         ...(oracle.numHashes ? { num_hashes: oracle.numHashes } : {}) });
       const estimates = result.estimates.base;
       const sketch = SKETCHES.includes(result.oracle);
+      // pgr: sigma at f = 0 is the base formula's, and each value's is ldpflow's standard error.
+      const fromServer = sketch || result.oracle === "pgr";
+      if (result.oracle === "pgr") {
+        assert.equal(result.standard_errors.length, DOMAIN_SIZE);
+        assert.deepEqual(oracle.geometry, [11, 3]);  // q = 11, t = 3: K = 133 hyperplanes
+      }
       if (oracle.p !== null) {  // ldpflow's sigma is the formula's, at f = 0
         assert.ok(Math.abs(result.sigma / Math.sqrt(oracle.variance(USERS)) - 1) < 1e-9, result.oracle);
       } else if (sketch) {
@@ -140,9 +146,9 @@ describe("the JavaScript client end to end with ldpflow", { skip: SKIP }, () => 
       }
       let worst = 0;
       truth.counts.forEach((count, v) => {
-        // The sketches: ldpflow's standard error of each value (its noise and the fixed hash
-        // functions' collisions, from the estimate).
-        const sigma = sketch ? result.standard_errors[v] : sigmaOf(oracle, truth, v);
+        // The sketches and pgr: ldpflow's standard error of each value (the sketches: their
+        // noise and the fixed hash functions' collisions, from the estimate).
+        const sigma = fromServer ? result.standard_errors[v] : sigmaOf(oracle, truth, v);
         const z = (estimates[v] - count / USERS) / sigma;
         worst = Math.max(worst, Math.abs(z));
         assert.ok(Math.abs(z) <= k, `${result.oracle} value ${v}: estimate ${estimates[v]}, ` +
@@ -202,6 +208,22 @@ describe("the JavaScript client end to end with ldpflow", { skip: SKIP }, () => 
         cases.push(c);
       }
     }
+    // pgr where rounds are drawn again (w = 0: q = 2, t = 2 for d <= 3), with t = 2 over a
+    // large field, and many values.
+    for (let i = 0; i < 60; i++) {
+      const [epsilon, domainSize] = [[1, 2], [0.3, 3], [12, 20000], [9, 5000],
+        [3, 100000], [0.8, 50000]][i % 6];
+      cases.push({ oracle: "pgr", parameters: { epsilon, domain_size: domainSize },
+        client_seed: rng.nextWord().toString(), value: Number(rng.nextWord() % BigInt(domainSize)) });
+    }
+    // pgr's geometry (q, t, K) over a grid of (epsilon, d), from ldpflow's rule.
+    const grid = [];
+    for (const epsilon of [0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10, 14]) {
+      for (const d of [2, 3, 4, 5, 6, 7, 10, 16, 31, 64, 100, 128, 333, 1000, 1024, 4097, 10000,
+        65536, 100003, 1 << 20, 5000000]) grid.push([epsilon, d]);
+    }
+    const below = [[1610612741, 7, "1"], [1610612741, 40, "99"], [1300000003, 25, "5"], [11, 3, "8"],
+      [2 ** 32, 5, "3"], [1, 4, "2"], [3221225473, 30, "12"]];
     // h_j(v) itself against ldpflow's sketch hashing, values of more than 32 bits included.
     const wide = 2 ** 40 + 3;
     const buckets = { parameters: { epsilon: 1, domain_size: wide, hash_range: 1024, num_hashes: 5000 },
@@ -215,9 +237,19 @@ describe("the JavaScript client end to end with ldpflow", { skip: SKIP }, () => 
     const python = await new Promise((resolve, reject) => {
       const child = execFile(PYTHON, [path.join(PACKAGE_DIR, "testing", "crosscheck.py")], options,
         (error, stdout, stderr) => (error ? reject(new Error(stderr)) : resolve(JSON.parse(stdout))));
-      child.stdin.end(JSON.stringify([...cases, { buckets }]));
+      child.stdin.end(JSON.stringify([...cases, { below }, { geometry: grid }, { buckets }]));
     });
     const pythonBuckets = python.pop();
+    const pythonGeometry = python.pop();
+    // belowArray(bound, size) is ldpflow's below(bound, size), rejected words redrawn in
+    // rounds: bounds near 1.5 * 2**30 reject a quarter of the words.
+    const pythonBelow = python.pop();
+    assert.deepEqual(below.map(([bound, size, seed]) =>
+      new SplitMix64TestingRandom(seed).belowArray(bound, size).map(String)), pythonBelow);
+    assert.deepEqual(grid.map(([epsilon, d]) => {
+      const pgr = makeOracle("pgr", { epsilon, domainSize: d });
+      return [...pgr.geometry, pgr.order].map(String);
+    }), pythonGeometry);
     const sketch = makeOracle("cms", clientParameters(buckets.parameters));
     assert.deepEqual(buckets.pairs.map(([j, v]) => String(sketch.bucket(j, v))), pythonBuckets);
     cases.forEach((c, i) => {

@@ -41,6 +41,19 @@ test("onebit carries its column; blh its hash range", () => {
   assert.match(toJsonLine(blh, { seed: 5n, bucket: 1 }, META), /"hash_range":2,"seed":5,"bucket":1}/);
 });
 
+test("a pgr report is its hyperplane's index as value, with no field of its own", () => {
+  const pgr = makeOracle("pgr", { epsilon: 2, domainSize: 100 });
+  assert.equal(toJsonLine(pgr, pgr.perturb(5, new SplitMix64TestingRandom(1)), META),
+    '{"report_id":"r-1","user_id":"user-1","event_time":1767225600000,"oracle":"pgr",' +
+    '"epsilon":2,"domain_size":100,"value":107}\n');
+  assert.throws(() => toJsonLine(pgr, { bits: new Uint8Array(13) }, META), /a pgr report has the fields value/);
+  assert.throws(() => makeOracle("pgr", { epsilon: 1, domainSize: 10, hashRange: 4 }),
+    /hashRange applies to olh, blh, cms and hcms only/);
+  assert.throws(() => pgr.perturb(100), /value must be in \[0, 100\)/);
+  assert.throws(() => pgr.supports({ value: 133 }, 0), /report value must be in \[0, 133\)/);
+  assert.equal(pgr.reportBits, 8);
+});
+
 test("cms and hcms carry hash_range = m and num_hashes = k; cms bits are m bits as hex", () => {
   const cms = makeOracle("cms", { epsilon: 2, domainSize: 100, hashRange: 16, numHashes: 8 });
   const report = cms.perturb(5, new SplitMix64TestingRandom(1));  // sketch_reports.json

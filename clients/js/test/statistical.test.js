@@ -28,6 +28,7 @@ const CASES = [
   ["blh", { epsilon: 0.5, domainSize: 1000 }],
   ["hr", { epsilon: 1.0, domainSize: 100 }],
   ["ss", { epsilon: 1.0, domainSize: 32 }],
+  ["pgr", { epsilon: 2.0, domainSize: 100 }],  // q = 11, t = 3
 ];
 
 for (const [name, parameters] of CASES) {
@@ -53,6 +54,27 @@ for (const [name, parameters] of CASES) {
   });
 }
 
+test("pgr: the hyperplane contains the true point with p* and another with q* (t = 7; t = 2 with redraws)", () => {
+  // q = 3, t = 7 (K = 1093); q = 2, t = 2 (K = 3), where a member's round is drawn again
+  // with chance 1/2.
+  for (const [parameters, geometry, value, other] of [[{ epsilon: 1.0, domainSize: 1000 }, [3, 7], 999, 5],
+    [{ epsilon: 0.5, domainSize: 3 }, [2, 2], 1, 2]]) {
+    const oracle = makeOracle("pgr", parameters);
+    assert.deepEqual(oracle.geometry, geometry);
+    const rng = new SplitMix64TestingRandom(4711 + value);
+    let own = 0;
+    let others = 0;
+    for (let i = 0; i < N; i++) {
+      const report = oracle.perturb(value, rng);
+      assert.ok(Number.isInteger(report.value) && report.value >= 0 && report.value < oracle.order);
+      own += oracle.supports(report, value);
+      others += oracle.supports(report, other);
+    }
+    assertRate(own, N, oracle.p, `pgr ${geometry} p*`);
+    assertRate(others, N, oracle.q, `pgr ${geometry} q* (value ${other})`);
+  }
+});
+
 test("the secure source gives the same law (oue through crypto.getRandomValues)", () => {
   // Not seeded (it cannot be): a band of k ~ 4.9 sigma fails with probability ~1e-6.
   const oracle = makeOracle("oue", { epsilon: 1.0, domainSize: 30 });
@@ -75,7 +97,7 @@ test("grr: the other values are uniform", () => {
   counts.forEach((c, u) => assertRate(c, N, u === 2 ? oracle.p : oracle.q, `grr value ${u}`));
 });
 
-test("epsilon-LDP: the likelihood ratio is e**epsilon (grr, oue, olh, hr)", () => {
+test("epsilon-LDP: the likelihood ratio is e**epsilon (grr, oue, olh, hr, pgr)", () => {
   const close = (ratio, label) => assert.ok(Math.abs(ratio / Math.exp(0.7) - 1) < 1e-12, `${label}: ${ratio}`);
   const grr = makeOracle("grr", { epsilon: 0.7, domainSize: 50 });
   close(grr.p / grr.q, "grr");
@@ -85,6 +107,12 @@ test("epsilon-LDP: the likelihood ratio is e**epsilon (grr, oue, olh, hr)", () =
   close(olh.p / ((1 - olh.p) / (olh.hashRange - 1)), "olh");  // given the seed: g-ary RR
   const hr = makeOracle("hr", { epsilon: 0.7, domainSize: 50 });
   close(hr.p / (1 - hr.p), "hr");  // member vs non-member, K/2 of each
+  for (const d of [3, 50, 1000]) {  // a member hyperplane's chance p*/h against a non-member's
+    const pgr = makeOracle("pgr", { epsilon: 0.7, domainSize: d });
+    const [q, t] = pgr.geometry;
+    const h = (q ** (t - 1) - 1) / (q - 1);
+    close((pgr.p / h) / ((1 - pgr.p) / (pgr.order - h)), `pgr d=${d}`);
+  }
 });
 
 test("onebit: P[bit = 1] is e/(e+1) inside B_column and 1/(e+1) outside", () => {

@@ -1,10 +1,10 @@
 // The published test vectors (docs/testvectors) hold exactly in JavaScript: client_reports.json
-// for the eight oracles of that file, sketch_reports.json for cms and hcms.
+// for the eight oracles of that file, sketch_reports.json for cms, hcms and pgr.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  ORACLES, SplitMix64TestingRandom, assignGroup, hashValue, makeOracle, sketchSeeds,
+  ORACLES, SplitMix64TestingRandom, assignGroup, chooseGeometry, hashValue, makeOracle, sketchSeeds,
   splitmix64Mix, splitmix64Stream, userKey,
 } from "../index.js";
 import { blake2b } from "../src/blake2b.js";
@@ -21,7 +21,8 @@ test("hash family matches hash_family.json bit for bit", () => {
   }
 });
 
-const SKETCHES = ["cms", "hcms"];
+// The oracles whose vectors are in sketch_reports.json.
+const SKETCHES = ["cms", "hcms", "pgr"];
 
 function replay(c) {
   const oracle = makeOracle(c.oracle, clientParameters(c.parameters));
@@ -37,13 +38,36 @@ test("client reports match client_reports.json for every oracle", () => {
   cases.forEach(replay);
 });
 
-test("cms and hcms reports match sketch_reports.json exactly", () => {
-  // The file may hold oracles this client does not implement (skipped); cms and hcms it must.
+test("cms, hcms and pgr reports match sketch_reports.json exactly", () => {
+  // The file may hold oracles this client does not implement (skipped); these it must.
   const cases = readVectors("sketch_reports.json").filter((c) => Object.hasOwn(ORACLES, c.oracle));
   for (const name of SKETCHES) {
     assert.ok(cases.filter((c) => c.oracle === name).length >= 3, `${name} cases`);
   }
   cases.forEach(replay);
+});
+
+test("pgr's geometry (q, t, K) of the vectors' parameters and its canonical order", () => {
+  // ldpflow.core.oracles.pgr.choose_geometry; K = (q^t - 1)/(q - 1).
+  const expected = [[2, 100, 11, 3, 133], [1, 1000, 3, 7, 1093], [4, 1024, 53, 3, 2863],
+    [1, 6, 5, 2, 6], [2, 64, 11, 3, 133]];
+  for (const [epsilon, d, q, t, K] of expected) {
+    const pgr = makeOracle("pgr", { epsilon, domainSize: d });
+    assert.deepEqual([...pgr.geometry, pgr.order], [q, t, K], `epsilon ${epsilon}, d ${d}`);
+    assert.deepEqual(chooseGeometry(epsilon, d), [q, t]);
+  }
+  // Block j holds the q^j vectors with leading 1 at position t-1-j, by increasing code.
+  const pgr = makeOracle("pgr", { epsilon: 1, domainSize: 10 });
+  assert.deepEqual(pgr.geometry, [3, 3]);
+  const vectors = Array.from({ length: pgr.order }, (_, i) => pgr.vector(i).join(""));
+  assert.deepEqual(vectors, ["001", "010", "011", "012", "100", "101", "102", "110", "111",
+    "112", "120", "121", "122"]);
+  // Each hyperplane holds h = (q^(t-1) - 1)/(q - 1) = 4 of the K points; supports() agrees.
+  const dot = (a, b) => a.split("").reduce((sum, c, i) => sum + Number(c) * Number(b[i]), 0) % 3;
+  vectors.forEach((u, y) => {
+    assert.equal(vectors.filter((x) => dot(u, x) === 0).length, 4);
+    vectors.slice(0, pgr.domainSize).forEach((x, v) => assert.equal(pgr.supports({ value: y }, v), dot(u, x) === 0));
+  });
 });
 
 test("the sketches' public seeds are mix(GOLDEN_GAMMA * (j + 1)) and h_j the hash family", () => {

@@ -4,7 +4,9 @@ Reads a JSON list of cases on standard input (``oracle``, ``parameters``, ``clie
 ``value``; onebit ``column``; pem ``user_id`` and its configuration) and writes the reports
 ldpflow makes from ``SplitMix64Source(client_seed)``, in the test vectors' wire form. A case
 ``{"buckets": {"parameters": ..., "pairs": [[j, v], ...]}}`` gets the buckets ``h_j(v)`` of
-a sketch with those parameters instead.
+a sketch with those parameters instead, and a case ``{"geometry": [[epsilon, d], ...]}`` gets
+PGR's ``[q, t, K]`` of each pair (``choose_geometry``); ``{"below": [[bound, size, seed], ...]}``
+gets ``SplitMix64Source(seed).below(bound, size)`` of each.
 """
 
 import json
@@ -13,7 +15,7 @@ import sys
 import numpy as np
 
 from ldpflow.core.heavy_hitters import PrefixExtendingMethod
-from ldpflow.core.oracles import registry
+from ldpflow.core.oracles import pgr, registry
 from ldpflow.core.randomness import SplitMix64Source
 
 
@@ -28,6 +30,17 @@ for case in json.load(sys.stdin):
         pairs = case["buckets"]["pairs"]
         j, v = (np.array(column, dtype=np.int64) for column in zip(*pairs, strict=True))
         out.append([str(b) for b in sketch._hash(j, v)])
+        continue
+    if "below" in case:  # the batched below(bound, size) of a seeded stream
+        out.append([[str(x) for x in SplitMix64Source(int(seed)).below(int(bound), int(size))]
+                    for bound, size, seed in case["below"]])
+        continue
+    if "geometry" in case:  # PGR's (q, t, K) for the given (epsilon, d) pairs
+        geometries = []
+        for epsilon, domain_size in case["geometry"]:
+            q, t = pgr.choose_geometry(float(epsilon), int(domain_size))
+            geometries.append([str(q), str(t), str((q**t - 1) // (q - 1))])
+        out.append(geometries)
         continue
     source = SplitMix64Source(int(case["client_seed"]))
     if case["oracle"] == "pem":
