@@ -15,12 +15,13 @@ and :attr:`ProtocolKey.codec` reads it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
-__all__ = ["ProtocolKey", "PEM"]
+__all__ = ["ProtocolKey", "Keyed", "PEM"]
 
 #: The registry name of the heavy-hitter protocol (the prefix extending method).
 PEM = "pem"
@@ -127,3 +128,22 @@ def _build(key: ProtocolKey) -> Any:
     from ldpflow.core.oracles import registry
 
     return registry.make(key.name, **params)
+
+
+class Keyed:
+    """Mixin of a protocol that is a frozen dataclass whose fields are its parameters on the
+    wire (the frequency oracles, the heavy-hitter protocols)."""
+
+    name: ClassVar[str]
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The parameters as plain Python values (the protocol's identity on the wire)."""
+        return {f.name: getattr(self, f.name)
+                for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    @property
+    def key(self) -> ProtocolKey:
+        """A hashable identity: only reports and accumulators of equal keys mix."""
+        return ProtocolKey(self.name, self.parameters)
+

@@ -47,6 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ldpflow.core import bitvectors, hashing, randomness, validation
+from ldpflow.core.keys import Keyed
 from ldpflow.core.oracles.base import FrequencyOracle, Reports
 from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing
 from ldpflow.core.oracles.unary import SymmetricUnaryEncoding
@@ -80,7 +81,7 @@ class KeyedSource(randomness.RandomSource):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Longitudinal(abc.ABC):
+class Longitudinal(Keyed, abc.ABC):
     """A memoized protocol: ``epsilon`` per report, ``epsilon_permanent`` per memo."""
 
     name = ""
@@ -130,9 +131,6 @@ class Longitudinal(abc.ABC):
         """The most a device with ``memos`` permanent responses has revealed."""
         return memos * self.epsilon_permanent
 
-    @property
-    def parameters(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

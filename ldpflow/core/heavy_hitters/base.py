@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ldpflow.core import codecs, hashing, randomness, validation
-from ldpflow.core.keys import ProtocolKey
+from ldpflow.core.keys import Keyed, ProtocolKey
 from ldpflow.core.oracles.base import Reports
 
 __all__ = [
@@ -325,7 +325,7 @@ class HeavyHitters:
 
 
 # -- the protocol base --------------------------------------------------------------------------
-class HeavyHitterProtocol(abc.ABC):
+class HeavyHitterProtocol(Keyed, abc.ABC):
     """The base of every heavy-hitter protocol (see the module docstring).
 
     Subclasses are frozen keyword-only dataclasses with at least ``top_k``, ``value_bits``
@@ -339,16 +339,6 @@ class HeavyHitterProtocol(abc.ABC):
     epsilon: float
 
     # -- identity ---------------------------------------------------------------------------------
-    @property
-    def parameters(self) -> dict[str, Any]:
-        """The wire parameters as plain Python values."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
-
-    @property
-    def key(self) -> ProtocolKey:
-        """A hashable identity: only reports and accumulators of equal keys mix."""
-        return ProtocolKey(self.name, self.parameters)
-
     @classmethod
     def from_key(cls, key: Sequence[Any]) -> HeavyHitterProtocol:
         """The configuration whose :attr:`key` is ``key`` (its inverse).

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ldpflow.core import bitvectors, parallel, randomness, validation
-from ldpflow.core.keys import ProtocolKey
+from ldpflow.core.keys import Keyed
 from ldpflow.core.validation import InvalidReportError
 
 __all__ = [
@@ -225,7 +225,7 @@ class Estimate:
         return int(self.frequencies.shape[0])
 
 
-class FrequencyOracle(abc.ABC):
+class FrequencyOracle(Keyed, abc.ABC):
     """Base class of the oracles; subclasses are frozen keyword-only dataclasses."""
 
     #: Registry key (``grr``, ``oue``, ...).
@@ -238,16 +238,6 @@ class FrequencyOracle(abc.ABC):
         """Validate (and normalise) the parameters every oracle has."""
         object.__setattr__(self, "epsilon", validation.check_epsilon(self.epsilon))
         object.__setattr__(self, "domain_size", validation.check_domain_size(self.domain_size))
-
-    @property
-    def parameters(self) -> dict[str, Any]:
-        """The oracle's parameters as plain Python values (its identity on the wire)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
-
-    @property
-    def key(self) -> ProtocolKey:
-        """A hashable identity: only reports and accumulators of equal keys mix."""
-        return ProtocolKey(self.name, self.parameters)
 
     @property
     def e(self) -> float:
