@@ -115,8 +115,10 @@ def test_spm_never_estimates_more_than_the_query_limit():
     spm = SPM(top_k=8, value_bits=20, epsilon=8.0, num_segments=5, segment_top=16,
               query_limit=2**8)
     result = spm.identify(spm.perturb(values, np.arange(values.size), rng))
-    assert max(result.stage_candidates) <= 2**8
-    assert result.stage_candidates[-1] == 2**8  # the candidate set was cut to Q
+    segments, pairs, final = result.stage_candidates  # one figure per pass
+    assert segments == 5 * 16  # segment_top values of each of the 5 segments
+    assert pairs == 10 * 16**2  # each of the 10 pairs: segment_top**2 <= Q joint candidates
+    assert final == 2**8  # the candidate set was cut to Q
     assert result.values.size == 8
 
 
@@ -167,3 +169,68 @@ def test_bad_report_rows_are_named():
     rep.columns["bucket_b"][1] = spm.hash_range
     with pytest.raises(InvalidReportError, match="row 1: bucket_b outside"):
         spm.identify(rep)
+
+
+# -- the passes -----------------------------------------------------------------------------
+def test_spm_passes_count_segments_and_joint_supports_exactly():
+    spm = SPM(top_k=3, value_bits=16, epsilon=4.0, num_segments=3)
+    values = easy_values(6000, 11, bits=16)
+    rep = spm.perturb(values, np.arange(values.size), np.random.default_rng(12))
+    assert spm.num_passes == 3 and spm.server_options == {}
+    assert [spm.pass_label(s) for s in range(3)] == ["segments", "segment pairs", "final test"]
+    state = spm.initial_state()
+    counts = spm.accumulate(0, rep, state)
+    group, g = rep.columns["group"], spm.hash_range
+
+    def supports(seeds, buckets, candidates, bits):
+        """Report x candidate support, one hash evaluation at a time (int64 0/1)."""
+        return np.stack([hashing.hash_values(seeds, np.full(seeds.size, c, dtype=np.uint64),
+                                             bits, g) == buckets for c in candidates],
+                        axis=1).astype(np.int64)
+
+    for seg, (_, bits) in enumerate(spm.segment_bounds):
+        expected = np.zeros(2**bits, dtype=np.int64)
+        for pair_group, pair in enumerate(spm.pairs):
+            if seg in pair:
+                side = "a" if pair[0] == seg else "b"
+                rows = group == pair_group
+                expected += supports(rep.columns[f"seed_{side}"][rows],
+                                     rep.columns[f"bucket_{side}"][rows],
+                                     np.arange(2**bits, dtype=np.uint64), bits).sum(axis=0)
+        np.testing.assert_array_equal(counts.arrays[f"segment_{seg}"], expected)
+    state = spm.advance(0, counts, state)
+    assert [x.size for x in state.data["kept"]] == [3, 3, 3]
+    counts = spm.accumulate(1, rep, state)
+    kept = state.data["kept"]
+    for pair_group, (i, j) in enumerate(spm.pairs):
+        rows = group == pair_group
+        a = supports(rep.columns["seed_a"][rows], rep.columns["bucket_a"][rows], kept[i],
+                     spm.segment_bounds[i][1])
+        b = supports(rep.columns["seed_b"][rows], rep.columns["bucket_b"][rows], kept[j],
+                     spm.segment_bounds[j][1])
+        assert counts.arrays[f"joint_{pair_group}"].dtype == np.int64
+        np.testing.assert_array_equal(counts.arrays[f"joint_{pair_group}"], a.T @ b)
+        np.testing.assert_array_equal(counts.arrays[f"fi_{pair_group}"], a.sum(axis=0))
+        np.testing.assert_array_equal(counts.arrays[f"fj_{pair_group}"], b.sum(axis=0))
+    state = spm.advance(1, counts, state)
+    assert state.figures[1].candidates == 3 * 3 * 3  # segment_top**2 per pair, 3 pairs
+    # segment_top = 3 keeps the three heaviest values (40, 30, 20 %) and nothing else
+    np.testing.assert_array_equal(np.sort(state.data["candidates"]),
+                                  np.sort(HEAVY[:3] & np.uint64(0xFFFF)))
+    assert state.figures[1].survivors == 3
+
+
+def test_mcm_passes_count_ones_per_bit_position_exactly():
+    mcm = MCM(top_k=2, value_bits=8, epsilon=4.0, num_channels=8)
+    values = easy_values(3000, 13, bits=8)
+    rep = mcm.perturb(values, np.arange(values.size), np.random.default_rng(14))
+    assert mcm.num_passes == 2 and mcm.server_options == {}
+    counts = mcm.accumulate(0, rep, mcm.initial_state())
+    bits = np.unpackbits(rep.columns["bits"], axis=1, count=16, bitorder="little")
+    expected = np.zeros((8, 16), dtype=np.int64)
+    np.add.at(expected, rep.columns["group"], bits.astype(np.int64))
+    np.testing.assert_array_equal(counts.arrays["ones"], expected)
+    state = mcm.advance(0, counts, mcm.initial_state())
+    candidates = state.data["candidates"]
+    assert np.all(np.diff(candidates.astype(np.int64)) > 0)  # distinct, ascending
+    assert state.figures[0].candidates == 8 and state.figures[0].survivors == candidates.size

@@ -318,7 +318,8 @@ def test_malformed_batches_are_refused():
 def test_aggregate_refuses_reports_of_another_group():
     pem = small()
     reports = reports_for(pem, 50, 3)
-    with pytest.raises(InvalidReportError, match=r"reports of stage 0 must come from group 0"):
+    with pytest.raises(InvalidReportError,
+                       match=r"pass 0 counts the reports of group\(s\) \[0\], got group 3"):
         pem.aggregate(0, reports)
 
 
@@ -420,14 +421,14 @@ def test_merge_refuses_other_stages_prefixes_and_parameters():
     pem = small()
     groups = pem.split_groups(reports_for(pem, 400, 22))
     acc = pem.aggregate(1, groups[1], [1, 2])
-    with pytest.raises(ValueError, match="different candidate prefixes"):
+    with pytest.raises(ValueError, match="made for different candidates"):
         acc.merge(pem.aggregate(1, groups[1], [2, 1]))
-    with pytest.raises(ValueError, match="cannot merge an accumulator of stage 2"):
+    with pytest.raises(ValueError, match="cannot merge counts of pass 2"):
         acc.merge(pem.aggregate(2, groups[2], [1, 2]))
     other = small(epsilon=3.0)
     with pytest.raises(ValueError, match="cannot merge"):
         acc.merge(other.create_accumulator(1, [1, 2]))
-    with pytest.raises(TypeError, match="can only merge a CandidateAccumulator"):
+    with pytest.raises(TypeError, match="can only merge PassCounts"):
         acc.merge(pem.oracle(1).create_accumulator())
     with pytest.raises(ValueError, match="accumulator of .* given to"):
         other.estimate(acc)
@@ -439,7 +440,10 @@ def test_accumulator_copy_and_pickle():
     twin = pickle.loads(pickle.dumps(acc))
     assert twin == acc and twin is not acc
     copy = acc.copy()
-    copy.counts[0, 0] += 1
+    copy.arrays["counts"][0, 0] += 1
+    assert copy != acc
+    copy = acc.copy()
+    copy.group_counts[0] += 1
     assert copy != acc
 
 

@@ -21,6 +21,7 @@ One protocol family behind one contract (:class:`HeavyHitterProtocol`, see
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ldpflow.core.heavy_hitters import config, counting, evaluation
@@ -29,6 +30,9 @@ from ldpflow.core.heavy_hitters.base import (
     MAX_QUERY_LIMIT,
     HeavyHitterProtocol,
     HeavyHitters,
+    PassCounts,
+    PassFigures,
+    PassState,
     assign_groups,
     default_survivors,
     extend_prefixes,
@@ -52,7 +56,6 @@ from ldpflow.core.heavy_hitters.pem import (
     COLUMN_SPECS,
     DEFAULT_REFINE_SIGMA,
     NAME,
-    CandidateAccumulator,
     PrefixExtendingMethod,
     StageEstimate,
     StageSurvivors,
@@ -75,7 +78,9 @@ __all__ = [
     "MultipleChannelMethod",
     "TreeHist",
     "SequenceFragmentPuzzle",
-    "CandidateAccumulator",
+    "PassCounts",
+    "PassFigures",
+    "PassState",
     "StageEstimate",
     "StageSurvivors",
     "combine",
@@ -96,7 +101,10 @@ __all__ = [
     "true_top",
     "score_top_k",
     "PROTOCOLS",
+    "COMMON_PARAMETERS",
+    "SHAPE_FLAGS",
     "make",
+    "shape_parameters",
     "config",
     "counting",
     "evaluation",
@@ -107,6 +115,25 @@ PROTOCOLS: dict[str, type[HeavyHitterProtocol]] = {
     for cls in (PrefixExtendingMethod, SegmentPairsMethod, MultipleChannelMethod, TreeHist,
                 SequenceFragmentPuzzle)
 }
+
+
+#: The parameters every protocol has; the others are its *shape* parameters.
+COMMON_PARAMETERS = ("top_k", "value_bits", "epsilon")
+
+
+def shape_parameters(name: str) -> tuple[str, ...]:
+    """The parameters of protocol ``name`` besides :data:`COMMON_PARAMETERS` (PEM's
+    ``query_limit``, ``start_bits``, ...), in declaration order: the flags that configure it
+    in ``ldpflow simulate`` and ``ldpflow heavy-hitters``."""
+    if name not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {sorted(PROTOCOLS)}, got {name!r}")
+    cls: Any = PROTOCOLS[name]  # a dataclass (the abstract base is not one)
+    return tuple(f.name for f in dataclasses.fields(cls)
+                 if f.name not in COMMON_PARAMETERS)
+
+
+#: Every shape parameter of any protocol.
+SHAPE_FLAGS = frozenset(p for name in PROTOCOLS for p in shape_parameters(name))
 
 
 def make(name: str, **parameters: Any) -> HeavyHitterProtocol:

@@ -12,13 +12,25 @@ picklable. Its contract, batch first:
   stable id (:func:`assign_groups`), never of arrival order or randomness;
 * ``validate(reports)`` / ``invalid_rows(reports)``: rows no conforming client could have
   produced, with one countable reason each;
-* ``identify(reports, *, top_k=None, ...) -> HeavyHitters``: the heavy hitters of a batch,
-  best first. How many values to return and how candidates are kept between rounds are
-  *server-side* arguments (they change nothing a client sends);
+* ``identify(reports, *, top_k=None, valid=None, **options) -> HeavyHitters``: the heavy
+  hitters of a batch, best first. How many values to return, which candidates the codec
+  allows (``valid``) and how candidates are kept between rounds (``options``, see
+  :attr:`HeavyHitterProtocol.server_options`) are *server-side* arguments: they change
+  nothing a client sends;
 * ``key`` / ``from_key``: the :class:`~ldpflow.core.keys.ProtocolKey` of the configuration.
 
-Protocols that can be aggregated in passes (PEM) add the stage-wise ``aggregate`` ->
-``Accumulator.merge`` -> ``estimate`` -> ``select`` of :mod:`ldpflow.core.heavy_hitters.pem`.
+The server side of every protocol is a fixed sequence of ``num_passes`` *passes* over the
+reports, so that a pipeline can run one pass per round with what the earlier ones found as
+a side input. Pass ``step`` reads the reports of the groups ``pass_groups(step)``:
+
+* ``accumulate(step, reports, state) -> PassCounts``: exact integer sums of a batch, for the
+  candidates ``state`` says this pass counts; ``PassCounts.merge`` adds shards exactly, in
+  any order;
+* ``advance(step, counts, state, *, valid=None, **options) -> PassState``: estimate and keep
+  what the next pass needs (survivors, candidates);
+* ``result(state, *, top_k=None) -> HeavyHitters`` after the last pass.
+
+:meth:`HeavyHitterProtocol.identify` is that loop on an in-memory batch, for every protocol.
 
 Shared here: the group assignment, the survivor rule (:func:`select_survivors`), the OLH
 estimator of every protocol (:func:`olh_frequencies`) and the result type.
@@ -39,13 +51,17 @@ import numpy.typing as npt
 
 from ldpflow.core import codecs, hashing, randomness, validation
 from ldpflow.core.keys import Keyed, ProtocolKey
-from ldpflow.core.oracles.base import Reports
+from ldpflow.core.oracles.base import CheckedReports, Reports
+from ldpflow.core.validation import InvalidReportError
 
 __all__ = [
     "DEFAULT_QUERY_LIMIT",
     "MAX_QUERY_LIMIT",
     "HeavyHitterProtocol",
     "HeavyHitters",
+    "PassCounts",
+    "PassFigures",
+    "PassState",
     "user_keys",
     "assign_groups",
     "extend_prefixes",
@@ -324,16 +340,163 @@ class HeavyHitters:
         ]
 
 
+# -- passes ---------------------------------------------------------------------------------------
+@dataclasses.dataclass(eq=False)
+class PassCounts:
+    """The mergeable sufficient statistics of one pass: exact integer sums of reports.
+
+    Attributes
+    ----------
+    key : ProtocolKey
+        The configuration; only counts of equal keys, steps and contexts merge.
+    step : int
+        The pass.
+    context : tuple of ndarray
+        What the pass counts for (the prefixes a stage extends, the candidates of a final
+        test, ...), as :meth:`HeavyHitterProtocol.advance` left it in the state.
+    arrays : dict of str to ndarray of int64
+        The sums, each linear in the reports.
+    group_counts : ndarray of int64
+        How many reports of each group were counted.
+    """
+
+    key: ProtocolKey
+    step: int
+    context: tuple
+    arrays: dict
+    group_counts: np.ndarray
+
+    @property
+    def n(self) -> int:
+        """The number of reports counted."""
+        return int(self.group_counts.sum())
+
+    def merge(self, other: PassCounts) -> PassCounts:
+        """Add ``other`` into these counts (mutating only ``self``) and return ``self``.
+
+        Raises
+        ------
+        TypeError
+            If ``other`` is not :class:`PassCounts`.
+        ValueError
+            If ``other`` belongs to other parameters, another pass or another context.
+        """
+        if not isinstance(other, PassCounts):
+            raise TypeError(f"can only merge PassCounts, got {type(other).__name__}")
+        if other.key != self.key or other.step != self.step:
+            raise ValueError(
+                f"cannot merge counts of pass {other.step} of {other.key} into counts of pass "
+                f"{self.step} of {self.key}"
+            )
+        if not _same_context(self.context, other.context):
+            raise ValueError(
+                f"cannot merge counts of pass {self.step} made for different candidates "
+                f"(the shards saw different states)"
+            )
+        for name, array in other.arrays.items():
+            self.arrays[name] += array
+        self.group_counts += other.group_counts
+        return self
+
+    def copy(self) -> PassCounts:
+        return PassCounts(self.key, self.step, self.context,
+                          {name: a.copy() for name, a in self.arrays.items()},
+                          self.group_counts.copy())
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, PassCounts) and self.key == other.key
+                and self.step == other.step and _same_context(self.context, other.context)
+                and self.arrays.keys() == other.arrays.keys()
+                and all(np.array_equal(a, other.arrays[k]) for k, a in self.arrays.items())
+                and np.array_equal(self.group_counts, other.group_counts))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _same_context(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(
+        np.asarray(x).shape == np.asarray(y).shape and np.array_equal(x, y)
+        for x, y in zip(a, b, strict=True))
+
+
+@dataclasses.dataclass(frozen=True)
+class PassFigures:
+    """What one pass did, for logs and results.
+
+    Attributes
+    ----------
+    step : int
+    label : str
+        What the pass estimated (``"prefixes of 12 bits"``, ``"segment pairs"``, ...).
+    reports : int
+        Reports counted.
+    candidates : int
+        Candidates estimated.
+    survivors : int
+        Candidates kept for the next pass (the last pass: the values ranked).
+    sigma : float
+        The standard deviation of one estimate at frequency 0 (``nan`` when undefined).
+    """
+
+    step: int
+    label: str
+    reports: int
+    candidates: int
+    survivors: int
+    sigma: float = math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (``sigma`` None when undefined)."""
+        out = dataclasses.asdict(self)
+        out["sigma"] = None if math.isnan(self.sigma) else float(self.sigma)
+        return out
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PassState:
+    """What the server knows after ``step`` passes (picklable: a pipeline's side input).
+
+    Attributes
+    ----------
+    key : ProtocolKey
+    step : int
+        How many passes are done.
+    data : dict
+        The protocol's own findings (survivors, candidates, ...), read by its next pass.
+    group_sizes : tuple of int
+        Reports of each group, ``-1`` for a group no pass has counted yet.
+    figures : tuple of PassFigures
+        One per pass done.
+    """
+
+    key: ProtocolKey
+    step: int
+    data: Mapping[str, Any]
+    group_sizes: tuple[int, ...]
+    figures: tuple[PassFigures, ...] = ()
+
+    @property
+    def population(self) -> int:
+        """Reports of all groups counted so far."""
+        return sum(max(0, s) for s in self.group_sizes)
+
+
 # -- the protocol base --------------------------------------------------------------------------
-class HeavyHitterProtocol(Keyed, abc.ABC):
+class HeavyHitterProtocol(Keyed, CheckedReports):
     """The base of every heavy-hitter protocol (see the module docstring).
 
     Subclasses are frozen keyword-only dataclasses with at least ``top_k``, ``value_bits``
-    and ``epsilon``; they set ``name`` (their registry key) and implement :meth:`group_of`,
-    :meth:`perturb`, :meth:`validate` and :meth:`identify`.
+    and ``epsilon``; they set ``name`` (their registry key) and :attr:`server_options`,
+    and implement :attr:`num_groups`, :meth:`perturb`, the report checks
+    (``_column_specs``, ``_row_checks``, see :class:`~ldpflow.core.oracles.base.
+    CheckedReports`; every report has an int64 ``group`` column) and the passes
+    (:attr:`num_passes`, ``_pass_context``, ``_empty_arrays``, ``_count_pass``,
+    ``_advance``, ``_result``; optionally :meth:`pass_groups`, :meth:`pass_label`).
     """
 
     name: ClassVar[str]
+    #: The server options :meth:`advance` and :meth:`identify` accept, with their defaults.
+    server_options: ClassVar[Mapping[str, Any]] = {}
     top_k: int
     value_bits: int
     epsilon: float
@@ -404,10 +567,17 @@ class HeavyHitterProtocol(Keyed, abc.ABC):
             )
         return vals, groups
 
-    # -- server ---------------------------------------------------------------------------------
-    @abc.abstractmethod
-    def validate(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Reports:
-        """The checked reports, or ``InvalidReportError`` naming the first bad row."""
+    # -- server: reports ------------------------------------------------------------------------
+    def empty_reports(self) -> Reports:
+        """A batch of zero reports with the protocol's columns."""
+        cols = {}
+        for name, (dtype, width) in self._column_specs().items():
+            cols[name] = np.zeros((0,) if width is None else (0, width), dtype=dtype)
+        return Reports(self.name, cols)
+
+    def _group_check(self, reports: Reports) -> tuple[np.ndarray, str]:
+        group = reports.columns["group"]
+        return (group < 0) | (group >= self.num_groups), f"group outside [0, {self.num_groups})"
 
     def validate_some(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Reports:
         """:meth:`validate`, and a ``ValueError`` if there are no reports."""
@@ -416,17 +586,221 @@ class HeavyHitterProtocol(Keyed, abc.ABC):
             raise ValueError("reports must hold at least one report, got none")
         return reports
 
+    def split_groups(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> tuple[Reports, ...]:
+        """The valid reports of each group, in input order."""
+        reports = self.validate(reports)
+        group = reports.columns["group"]
+        return tuple(reports[np.flatnonzero(group == g)] for g in range(self.num_groups))
+
+    # -- server: passes -------------------------------------------------------------------------
+    @property
     @abc.abstractmethod
+    def num_passes(self) -> int:
+        """How many passes over the reports the server makes."""
+
+    def pass_groups(self, step: int) -> tuple[int, ...]:
+        """The groups whose reports pass ``step`` counts (by default every group)."""
+        self._check_step(step)
+        return tuple(range(self.num_groups))
+
+    def pass_label(self, step: int) -> str:
+        """What pass ``step`` estimates, in a few words (for logs and results)."""
+        return f"pass {self._check_step(step)}"
+
+    def initial_state(self) -> PassState:
+        """The state before the first pass."""
+        return PassState(self.key, 0, {}, (-1,) * self.num_groups)
+
+    def _check_step(self, step: int) -> int:
+        step = validation.check_positive_int(step, name="step", minimum=0)
+        if step >= self.num_passes:
+            raise ValueError(f"step must be in [0, {self.num_passes}), got {step!r}")
+        return step
+
+    def _check_state(self, step: int, state: PassState) -> None:
+        if not isinstance(state, PassState):
+            raise TypeError(f"state must be a PassState, got {type(state).__name__}")
+        if state.key != self.key:
+            raise ValueError(f"state of {state.key} given to {self.key}")
+        if state.step != step:
+            raise ValueError(f"pass {step} needs the state after {step} passes, got the state "
+                             f"after {state.step}")
+
+    def create_pass_counts(self, step: int, state: PassState) -> PassCounts:
+        """Empty counts of pass ``step`` for what ``state`` says it counts."""
+        step = self._check_step(step)
+        self._check_state(step, state)
+        context = tuple(self._pass_context(step, state))
+        arrays = {name: np.zeros(shape, dtype=np.int64)
+                  for name, shape in self._empty_arrays(step, context).items()}
+        return PassCounts(self.key, step, context, arrays,
+                          np.zeros(self.num_groups, dtype=np.int64))
+
+    def accumulate(self, step: int, reports: Reports | Mapping[str, npt.ArrayLike],
+                   state: PassState) -> PassCounts:
+        """Count a batch of reports for pass ``step`` (after validating every row).
+
+        Raises
+        ------
+        InvalidReportError
+            If a row is invalid or belongs to a group the pass does not read.
+        """
+        counts = self.create_pass_counts(step, state)
+        reports = self.validate(reports)
+        group = reports.columns["group"]
+        allowed = self.pass_groups(step)
+        if len(allowed) < self.num_groups and group.size:
+            outside = ~np.isin(group, np.asarray(allowed, dtype=np.int64))
+            if outside.any():
+                row = int(np.flatnonzero(outside)[0])
+                raise InvalidReportError(
+                    f"pass {step} counts the reports of group(s) {list(allowed)}, got group "
+                    f"{int(group[row])} at row {row}")
+        if len(reports):
+            for name, sums in self._count_pass(step, reports, counts.context).items():
+                counts.arrays[name] += sums
+            counts.group_counts += np.bincount(group, minlength=self.num_groups)
+        return counts
+
+    def advance(self, step: int, counts: PassCounts, state: PassState, *,
+                valid: Callable[[np.ndarray, int], np.ndarray] | None = None,
+                **options: Any) -> PassState:
+        """Estimate pass ``step``'s counts and keep what the next pass needs.
+
+        ``valid(codes, bits)`` (e.g. :meth:`ldpflow.core.codecs.StringCodec.valid_prefixes`)
+        marks the candidates that can be (prefixes of) valid values; ``options`` are the
+        protocol's :attr:`server_options`.
+
+        Raises
+        ------
+        TypeError
+            For an option the protocol does not have.
+        ValueError
+            If the counts belong to another configuration, pass or state, or a group the
+            pass needs has no reports.
+        """
+        step = self._check_step(step)
+        self._check_state(step, state)
+        if not isinstance(counts, PassCounts):
+            raise TypeError(f"counts must be PassCounts, got {type(counts).__name__}")
+        if counts.key != self.key or counts.step != step:
+            raise ValueError(f"counts of pass {counts.step} of {counts.key} given to pass "
+                             f"{step} of {self.key}")
+        if not _same_context(counts.context, tuple(self._pass_context(step, state))):
+            raise ValueError(f"counts of pass {step} were made for another state")
+        opts = self.check_options(options)
+        sizes = list(state.group_sizes)
+        for g in self.pass_groups(step):
+            seen = int(counts.group_counts[g])
+            if sizes[g] >= 0 and sizes[g] != seen:
+                raise ValueError(f"group {g} had {sizes[g]} reports in an earlier pass and "
+                                 f"{seen} in pass {step}: every pass must read the same reports")
+            sizes[g] = seen
+        empty = [g for g in self.pass_groups(step) if sizes[g] == 0]
+        if empty:
+            raise ValueError(f"group {empty[0]} has no reports; pass {step} "
+                             f"({self.pass_label(step)}) needs it")
+        data, figures = self._advance(step, counts, state, valid, opts)
+        return PassState(self.key, step + 1, data, tuple(sizes), (*state.figures, figures))
+
+    def check_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` over the defaults of :attr:`server_options`.
+
+        Raises
+        ------
+        TypeError
+            For an option the protocol does not have (naming the ones it has), or a value of
+            the wrong type.
+        ValueError
+            For a value out of range (``survivors`` < 1, a threshold that is not finite).
+        """
+        unknown = sorted(set(options) - set(self.server_options))
+        if unknown:
+            have = ", ".join(self.server_options) or "none"
+            raise TypeError(f"{self.name} has no server option {unknown[0]!r} (its options: "
+                            f"{have})")
+        merged = {**self.server_options, **options}
+        for name, value in merged.items():
+            if value is None:
+                continue
+            if name == "survivors":
+                validation.check_positive_int(value, name="survivors")
+            else:  # thresholds and z: finite reals
+                _finite(value, name)
+        return merged
+
+    def result(self, state: PassState, *, top_k: int | None = None) -> HeavyHitters:
+        """The heavy hitters after the last pass, best first.
+
+        Raises
+        ------
+        ValueError
+            If not every pass is done.
+        """
+        if not isinstance(state, PassState) or state.key != self.key:
+            raise ValueError(f"state of {getattr(state, 'key', state)!r} given to {self.key}")
+        if state.step != self.num_passes:
+            raise ValueError(f"the result needs all {self.num_passes} passes, got the state "
+                             f"after {state.step}")
+        k = check_top_k(top_k, self.top_k)
+        values, freqs = self._result(state, k)
+        population = state.population
+        return HeavyHitters(
+            values=values, frequencies=freqs, counts=freqs * population,
+            population=population, group_sizes=tuple(state.group_sizes),
+            stage_candidates=tuple(f.candidates for f in state.figures),
+            stage_survivors=tuple(f.survivors for f in state.figures))
+
     def identify(self, reports: Reports | Mapping[str, npt.ArrayLike], *,
                  top_k: int | None = None,
-                 valid: Callable[[np.ndarray, int], np.ndarray] | None = None
-                 ) -> HeavyHitters:
-        """The heavy hitters of a batch of reports, best first.
+                 valid: Callable[[np.ndarray, int], np.ndarray] | None = None,
+                 **options: Any) -> HeavyHitters:
+        """The heavy hitters of a batch of reports, best first: every pass in order.
 
-        ``top_k`` (default the configuration's) is how many to return; ``valid(codes,
-        bits)`` (e.g. :meth:`ldpflow.core.codecs.StringCodec.valid_prefixes`) marks the
-        candidates that can be (prefixes of) valid values, so the others are pruned.
+        ``top_k`` (default the configuration's) is how many to return; ``valid`` and
+        ``options`` are as for :meth:`advance`.
+
+        Raises
+        ------
+        InvalidReportError
+            If any row is invalid (see :meth:`invalid_rows`; filter first to drop them).
+        ValueError
+            If there are no reports, or a group a pass needs has none.
         """
+        reports = self.validate_some(reports)
+        self.check_options(options)
+        group = reports.columns["group"]
+        state = self.initial_state()
+        for step in range(self.num_passes):
+            wanted = self.pass_groups(step)
+            part = reports if len(wanted) == self.num_groups else reports[
+                np.flatnonzero(np.isin(group, np.asarray(wanted, dtype=np.int64)))]
+            counts = self.accumulate(step, part, state)
+            state = self.advance(step, counts, state, valid=valid, **options)
+        return self.result(state, top_k=top_k)
+
+    # -- server: the hooks of each protocol -----------------------------------------------------
+    @abc.abstractmethod
+    def _pass_context(self, step: int, state: PassState) -> tuple:
+        """What pass ``step`` counts for (arrays), read from the state."""
+
+    @abc.abstractmethod
+    def _empty_arrays(self, step: int, context: tuple) -> dict[str, tuple[int, ...]]:
+        """The name and shape of each int64 sum of pass ``step``."""
+
+    @abc.abstractmethod
+    def _count_pass(self, step: int, reports: Reports, context: tuple) -> dict[str, np.ndarray]:
+        """The sums of a valid, non-empty batch of the pass's groups."""
+
+    @abc.abstractmethod
+    def _advance(self, step: int, counts: PassCounts, state: PassState,
+                 valid: Callable[[np.ndarray, int], np.ndarray] | None,
+                 options: dict[str, Any]) -> tuple[dict[str, Any], PassFigures]:
+        """The next state's data and this pass's figures (groups are known non-empty)."""
+
+    @abc.abstractmethod
+    def _result(self, state: PassState, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` best values (uint64) and their frequencies, best first."""
 
     @property
     @abc.abstractmethod

@@ -14,6 +14,13 @@ the channel's candidate, discards a candidate that does not hash to its own chan
 cannot be the channel's heavy hitter), estimates the remaining ``<= T`` candidates with the
 full-value reports and outputs the top ``k``.
 
+The passes of the family's contract (:mod:`~ldpflow.core.heavy_hitters.base`), each over
+every group: pass 0, "channel bits", counts the ones of every item per bit position
+(array ``ones``, shape ``(m, 2 T)``) and its ``advance`` takes the majority votes, the
+own-channel check and the codec's pruning (``valid``), keeping the candidates; pass 1,
+"final test", counts their support from the full-value reports and its ``advance`` keeps
+them with their estimates, best first. MCM has no server options.
+
 Privacy: the two reports' budgets sum to epsilon (sequential composition); the bit
 position is fixed by the user id and public. ``budget_shares`` lists the components.
 """
@@ -22,29 +29,30 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ldpflow.core import hashing, randomness, validation
+from ldpflow.core import bitvectors, hashing, randomness, validation
 from ldpflow.core.heavy_hitters.base import (
     DEFAULT_QUERY_LIMIT,
     HeavyHitterProtocol,
-    HeavyHitters,
-    check_top_k,
+    PassCounts,
+    PassFigures,
+    PassState,
     olh_budget,
     olh_frequencies,
+    olh_variance,
     select_top,
 )
 from ldpflow.core.heavy_hitters.counting import (
     candidate_support,
 )
-from ldpflow.core.heavy_hitters.spm import check_common, check_range
-from ldpflow.core.oracles.base import Reports, as_reports
+from ldpflow.core.heavy_hitters.spm import check_common
+from ldpflow.core.oracles.base import Reports
 from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing, optimal_hash_range
-from ldpflow.core.validation import InvalidReportError
 
 __all__ = ["NAME", "MultipleChannelMethod"]
 
@@ -183,68 +191,86 @@ class MultipleChannelMethod(HeavyHitterProtocol):
         return Reports(NAME, {"group": groups, "bits": bits, "seed": full.columns["seed"],
                                   "bucket": full.columns["bucket"].astype(np.int64)})
 
-    def validate(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Reports:
-        """The reports with checked columns, or ``InvalidReportError`` naming the problem."""
-        reports = as_reports(reports, NAME, ("group", "bits", "seed", "bucket"))
-        bits = reports.columns["bits"]
-        width = -(-2 * self.num_channels // 8)
-        if bits.ndim != 2 or bits.shape[1] != width or bits.dtype != np.uint8:
-            raise InvalidReportError(
-                f"{NAME} report column 'bits' must be uint8 of shape (n, {width}), got "
-                f"{bits.dtype} {bits.shape}"
-            )
-        group = reports.columns["group"].astype(np.int64)
-        bucket = reports.columns["bucket"].astype(np.int64)
-        check_range(group, 0, self.value_bits, "group", NAME)
-        check_range(bucket, 0, self.hash_range, "bucket", NAME)
-        return Reports(NAME, {"group": group, "bits": bits,
-                                  "seed": reports.columns["seed"].astype(_U64), "bucket": bucket})
+    def _column_specs(self) -> dict[str, tuple[Any, int | None]]:
+        return {"group": (np.int64, None), "bits": (np.uint8, -(-2 * self.num_channels // 8)),
+                "seed": (np.uint64, None), "bucket": (np.int64, None)}
 
-    def identify(self, reports: Reports | Mapping[str, npt.ArrayLike], *,
-                 top_k: int | None = None,
-                 valid: Callable[[np.ndarray, int], np.ndarray] | None = None
-                 ) -> HeavyHitters:
-        """Majority vote per channel and bit, then final testing of the channels' candidates.
+    def _row_checks(self, reports: Reports) -> list[tuple[np.ndarray, str]]:
+        bucket, g = reports.columns["bucket"], self.hash_range
+        width = 2 * self.num_channels
+        return [self._group_check(reports),
+                (~bitvectors.padding_is_zero(reports.columns["bits"], width),
+                 f"padding bits past bit {width} are not zero"),
+                ((bucket < 0) | (bucket >= g), f"bucket outside [0, {g})")]
 
-        Raises
-        ------
-        InvalidReportError
-            If a row is invalid.
-        ValueError
-            If there are no reports.
-        """
-        k = check_top_k(top_k, self.top_k)
-        reports = self.validate_some(reports)
-        n = len(reports)
+    # -- server: the passes -------------------------------------------------------------------
+    @property
+    def num_passes(self) -> int:
+        """Two passes: the channel bits, then the final test."""
+        return 2
+
+    def pass_label(self, step: int) -> str:
+        return ("channel bits", "final test")[self._check_step(step)]
+
+    def _pass_context(self, step: int, state: PassState) -> tuple:
+        if step == 0:
+            return ()
+        return (np.asarray(state.data["candidates"], dtype=_U64),)
+
+    def _empty_arrays(self, step: int, context: tuple) -> dict[str, tuple[int, ...]]:
+        if step == 0:
+            return {"ones": (self.value_bits, 2 * self.num_channels)}
+        return {"support": (context[0].size,)}
+
+    def _count_pass(self, step: int, reports: Reports, context: tuple) -> dict[str, np.ndarray]:
+        if step == 1:
+            (values,) = context
+            if not values.size:
+                return {}
+            return {"support": candidate_support(reports.columns["seed"],
+                                                 reports.columns["bucket"], values,
+                                                 self.value_bits, self.hash_range)}
         T, m = self.num_channels, self.value_bits
-        group = reports.columns["group"]
-        packed = reports.columns["bits"]
-        counts = np.zeros((m, 2 * T), dtype=np.int64)  # ones per (bit position, item)
-        step = max(1, _GRID_ENTRIES // (2 * T))
-        for start in range(0, n, step):
-            chunk = np.unpackbits(packed[start : start + step], axis=1, count=2 * T,
+        group, packed = reports.columns["group"], reports.columns["bits"]
+        ones = np.zeros((m, 2 * T), dtype=np.int64)  # ones per (bit position, item)
+        step_rows = max(1, _GRID_ENTRIES // (2 * T))
+        for start in range(0, len(reports), step_rows):
+            chunk = np.unpackbits(packed[start : start + step_rows], axis=1, count=2 * T,
                                   bitorder="little")
-            rows = group[start : start + step]
+            rows = group[start : start + step_rows]
+            # a 0/1 matmul of at most 2**23 rows: float64 sums are exact integers
             onehot = (rows[None, :] == np.arange(m)[:, None]).astype(np.float64)
-            counts += np.rint(onehot @ chunk.astype(np.float64)).astype(np.int64)
-        sizes = np.bincount(group, minlength=m)
+            ones += np.rint(onehot @ chunk.astype(np.float64)).astype(np.int64)
+        return {"ones": ones}
+
+    def _advance(self, step: int, counts: PassCounts, state: PassState,
+                 valid: Callable[[np.ndarray, int], np.ndarray] | None,
+                 options: dict[str, Any]) -> tuple[dict[str, Any], PassFigures]:
+        T, m = self.num_channels, self.value_bits
+        n = counts.n
+        if step == 1:
+            (values,) = counts.context
+            freqs = olh_frequencies(counts.arrays["support"], n, self.final_epsilon,
+                                    self.hash_range)
+            order = (select_top(values, freqs, values.size) if values.size
+                     else np.zeros(0, dtype=np.int64))
+            sigma = math.sqrt(olh_variance(n, self.final_epsilon, self.hash_range))
+            figures = PassFigures(step, self.pass_label(step), n, int(values.size),
+                                  int(order.size), sigma)
+            return {"values": values[order], "frequencies": freqs[order]}, figures
+        sizes = counts.group_counts
         f = self.flip_probability
-        with np.errstate(invalid="ignore", divide="ignore"):
-            est = (counts - sizes[:, None] * f) / (1 - 2 * f)  # users holding item, per group
+        est = (counts.arrays["ones"] - sizes[:, None] * f) / (1 - 2 * f)  # holders per item
         est = est.reshape(m, T, 2)
         ones = est[:, :, 1] > est[:, :, 0]  # majority per (bit position, channel); ties -> 0
         weights = _U64(1) << np.arange(m, dtype=_U64)
         cand = (ones.astype(_U64) * weights[:, None]).sum(axis=0, dtype=_U64)
-        own = self.channel_of(cand) == np.arange(T)
+        own = self.channel_of(cand) == np.arange(T)  # a channel's candidate hashes to it
         values = np.unique(cand[own])
         if valid is not None and values.size:
             values = values[valid(values, m)]
-        support = candidate_support(reports.columns["seed"], reports.columns["bucket"],
-                                    values, m, self.hash_range)
-        freqs = olh_frequencies(support, n, self.final_epsilon, self.hash_range)
-        keep = select_top(values, freqs, k) if values.size else np.zeros(0, int)
-        return HeavyHitters(
-            values=values[keep], frequencies=freqs[keep], counts=freqs[keep] * n, population=n,
-            group_sizes=tuple(int(s) for s in sizes), stage_candidates=(int(values.size),),
-            stage_survivors=(int(keep.size),),
-        )
+        figures = PassFigures(step, self.pass_label(step), n, T, int(values.size))
+        return {"candidates": values}, figures
+
+    def _result(self, state: PassState, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return state.data["values"][:k], state.data["frequencies"][:k]

@@ -28,13 +28,13 @@ server calls, not parameters of the configuration):
   difference, the earlier groups' estimates of that ancestor (which then count the same
   value). The top ``k`` of the last stage by that ranking are the heavy hitters.
 
-Per-stage functions are pure so that a Beam pipeline can run one stage per pass, with the
-previous stage's survivors as a side input: :meth:`PrefixExtendingMethod.aggregate` turns a
-batch of one group's reports into a :class:`CandidateAccumulator` (exact integer sums,
-merged by addition), :meth:`~PrefixExtendingMethod.estimate` turns it into a
-:class:`StageEstimate` and :meth:`~PrefixExtendingMethod.select` picks the survivors
-(a :class:`StageSurvivors`, given to the later stages' selections as ``history``).
-:meth:`~PrefixExtendingMethod.identify` runs all of it in order on an in-memory batch.
+Each stage is one pass of the family's contract (:mod:`~ldpflow.core.heavy_hitters.base`):
+:meth:`PrefixExtendingMethod.aggregate` turns a batch of one group's reports into
+:class:`~ldpflow.core.heavy_hitters.base.PassCounts` (exact integer sums, merged by
+addition) for the previous stage's survivors, :meth:`~PrefixExtendingMethod.estimate` turns
+them into a :class:`StageEstimate` and :meth:`~PrefixExtendingMethod.select` picks the
+survivors (a :class:`StageSurvivors`, given to the later stages' selections as
+``history``); ``advance`` does both, and ``identify`` runs every stage in order.
 """
 
 from __future__ import annotations
@@ -53,8 +53,9 @@ from ldpflow.core.heavy_hitters.base import (
     DEFAULT_QUERY_LIMIT,
     MAX_QUERY_LIMIT,
     HeavyHitterProtocol,
-    HeavyHitters,
-    check_top_k,
+    PassCounts,
+    PassFigures,
+    PassState,
     default_survivors,
     extend_prefixes,
     olh_budget,
@@ -63,15 +64,13 @@ from ldpflow.core.heavy_hitters.base import (
     select_survivors,
 )
 from ldpflow.core.keys import PEM as NAME
-from ldpflow.core.oracles.base import Reports, as_reports
+from ldpflow.core.oracles.base import Reports
 from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing, optimal_hash_range
-from ldpflow.core.validation import InvalidReportError
 
 __all__ = [
     "NAME",
     "COLUMN_SPECS",
     "PrefixExtendingMethod",
-    "CandidateAccumulator",
     "StageEstimate",
     "StageSurvivors",
     "combine",
@@ -83,81 +82,9 @@ _U64 = np.uint64
 COLUMN_SPECS: dict[str, tuple[Any, int | None]] = {
     "seed": (np.uint64, None), "bucket": (np.int64, None), "group": (np.int64, None),
     "prefix_bits": (np.int64, None)}
-_COLUMNS = tuple(COLUMN_SPECS)
 #: ``z`` of :func:`combine`: an earlier stage's estimate joins the final ranking unless it
 #: exceeds the last stage's by more than ``z`` standard deviations of the difference.
 DEFAULT_REFINE_SIGMA = 3.0
-
-
-@dataclasses.dataclass(eq=False)
-class CandidateAccumulator:
-    """The mergeable sufficient statistics of one stage: a signed scatter vector per prefix.
-
-    Row ``j`` of ``counts`` is the length ``2**step_bits`` vector ``F_j`` of the prefix
-    ``prefixes[j]``: the sum over reports of the signs of the Walsh-Hadamard method, so that
-    ``fwht(F_j) / g`` is the support count of every extension of ``prefixes[j]``. It is linear
-    in the reports, so shards merge by addition, exactly and in any order.
-
-    Attributes
-    ----------
-    key : tuple
-        The PEM parameters and the stage; only equal keys merge.
-    stage : int
-    prefixes : ndarray of uint64
-        The previous stage's survivors (stage 0: the single empty prefix ``[0]``).
-    counts : ndarray of int64, shape (len(prefixes), 2**step_bits)
-    n : int
-        The number of reports counted (all of them from the stage's group).
-    """
-
-    key: tuple
-    stage: int
-    prefixes: np.ndarray
-    counts: np.ndarray
-    n: int = 0
-
-    def merge(self, other: CandidateAccumulator) -> CandidateAccumulator:
-        """Add ``other`` into this accumulator (mutating only ``self``) and return ``self``.
-
-        Raises
-        ------
-        TypeError
-            If ``other`` is not a :class:`CandidateAccumulator`.
-        ValueError
-            If ``other`` belongs to other parameters, another stage or other prefixes.
-        """
-        if not isinstance(other, CandidateAccumulator):
-            raise TypeError(f"can only merge a CandidateAccumulator, got {type(other).__name__}")
-        if other.key != self.key or other.stage != self.stage:
-            raise ValueError(
-                f"cannot merge an accumulator of stage {other.stage} of {other.key} into one "
-                f"of stage {self.stage} of {self.key}"
-            )
-        if not np.array_equal(other.prefixes, self.prefixes):
-            raise ValueError(
-                "cannot merge accumulators of different candidate prefixes: got "
-                f"{other.prefixes.tolist()[:8]}... into {self.prefixes.tolist()[:8]}..."
-            )
-        self.counts += other.counts
-        self.n += other.n
-        return self
-
-    def copy(self) -> CandidateAccumulator:
-        return CandidateAccumulator(
-            self.key, self.stage, self.prefixes.copy(), self.counts.copy(), self.n
-        )
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, CandidateAccumulator)
-            and self.key == other.key
-            and self.stage == other.stage
-            and self.n == other.n
-            and np.array_equal(self.prefixes, other.prefixes)
-            and np.array_equal(self.counts, other.counts)
-        )
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -238,6 +165,9 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
     """
 
     name = NAME  # the ``oracle`` tag of its reports (a class attribute, not a parameter)
+    #: The survivor rule of every stage (see :meth:`select`).
+    server_options = {"survivors": None, "threshold_sigma": None, "threshold": None,
+                      "refine_sigma": DEFAULT_REFINE_SIGMA}
     top_k: int
     value_bits: int
     epsilon: float
@@ -360,6 +290,12 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
         allows if fewer (never fewer than ``k``)."""
         return max(self.top_k, min(default_survivors(self.top_k), self.max_survivors))
 
+    def check_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The base's checks, and ``survivors`` at most :attr:`max_survivors`."""
+        merged = super().check_options(options)
+        self._check_survivors(merged["survivors"])
+        return merged
+
     def _check_survivors(self, survivors: int | None) -> int:
         if survivors is None:
             return self.default_survivors
@@ -427,39 +363,6 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
         )
 
     # -- server: reports ----------------------------------------------------------------------
-    def empty_reports(self) -> Reports:
-        """A batch of zero reports with PEM's columns."""
-        return Reports(
-            NAME,
-            {"seed": np.zeros(0, _U64), "bucket": np.zeros(0, np.int64),
-             "group": np.zeros(0, np.int64), "prefix_bits": np.zeros(0, np.int64)},
-        )
-
-    def coerce_reports(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Reports:
-        """Check the columns of ``reports`` (names, shapes, integer dtypes).
-
-        Raises
-        ------
-        TypeError
-            If ``reports`` is neither ``Reports`` nor a mapping of columns.
-        InvalidReportError
-            If the batch as a whole is malformed (another oracle, missing columns, ...).
-        """
-        reports = as_reports(reports, NAME, _COLUMNS)
-        cols = {}
-        for name in _COLUMNS:
-            col = reports.columns[name]
-            if col.ndim != 1:
-                raise InvalidReportError(
-                    f"{NAME} report column {name!r} must have shape (n,), got {col.shape}"
-                )
-            if col.size and col.dtype.kind not in "iu":
-                raise InvalidReportError(
-                    f"{NAME} report column {name!r} must hold integers, got {col.dtype}"
-                )
-            cols[name] = col.astype(_U64 if name == "seed" else np.int64, copy=False)
-        return Reports(NAME, cols)
-
     def _column_specs(self) -> dict[str, tuple[Any, int | None]]:
         """Column name -> (dtype, width), as the oracles have."""
         return COLUMN_SPECS
@@ -468,48 +371,13 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
         group = reports.columns["group"]
         bits = reports.columns["prefix_bits"]
         bucket = reports.columns["bucket"]
-        bad_group = (group < 0) | (group >= self.num_groups)
+        bad_group, group_reason = self._group_check(reports)
         expected = np.asarray(self.prefix_bits, dtype=np.int64)[np.where(bad_group, 0, group)]
         return [
-            (bad_group, f"group outside [0, {self.num_groups})"),
+            (bad_group, group_reason),
             (~bad_group & (bits != expected), "prefix_bits does not match the group's length"),
             ((bucket < 0) | (bucket >= self.hash_range), f"bucket outside [0, {self.hash_range})"),
         ]
-
-    def invalid_rows(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> tuple[
-        np.ndarray, list[str]
-    ]:
-        """Rows no conforming client could produce, with one reason each (vectorised).
-
-        The reasons are a fixed set, so they can be counted: ``"group outside [0, g)"``,
-        ``"prefix_bits does not match the group's length"``, ``"bucket outside [0, G)"``.
-        The first failing check of a row gives its reason.
-        """
-        reports = self.coerce_reports(reports)
-        checks = self._row_checks(reports)
-        bad = np.zeros(len(reports), dtype=bool)
-        reason_index = np.full(len(reports), -1)
-        for i, (mask, _) in enumerate(checks):
-            reason_index[mask & ~bad] = i
-            bad |= mask
-        rows = np.flatnonzero(bad)
-        return rows, [checks[reason_index[r]][1] for r in rows]
-
-    def validate(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Reports:
-        """The coerced reports, or ``InvalidReportError`` naming the first bad row."""
-        reports = self.coerce_reports(reports)
-        rows, reasons = self.invalid_rows(reports)
-        if rows.size:
-            raise InvalidReportError(
-                f"{rows.size} invalid {NAME} report(s); first at row {int(rows[0])}: {reasons[0]}"
-            )
-        return reports
-
-    def split_groups(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> tuple[Reports, ...]:
-        """The valid reports of each group, in input order (one batch per stage)."""
-        reports = self.validate(reports)
-        group = reports.columns["group"]
-        return tuple(reports[np.flatnonzero(group == s)] for s in range(self.num_groups))
 
     # -- server: one stage --------------------------------------------------------------------
     def check_prefixes(self, stage: int, prefixes: npt.ArrayLike | None) -> np.ndarray:
@@ -547,70 +415,103 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
         pre = self.check_prefixes(stage, prefixes)
         return extend_prefixes(pre, self.suffix_bits(stage))
 
-    def create_accumulator(
-        self, stage: int, prefixes: npt.ArrayLike | None = None
-    ) -> CandidateAccumulator:
-        """An empty accumulator of a stage for the given prefixes."""
-        pre = self.check_prefixes(stage, prefixes)
-        counts = np.zeros((pre.size, 1 << self.suffix_bits(stage)), dtype=np.int64)
-        return CandidateAccumulator((*self.key, ("stage", stage)), stage, pre, counts, 0)
+    def _stage_state(self, stage: int, prefixes: npt.ArrayLike | None) -> PassState:
+        """A state that makes ``stage`` extend ``prefixes`` (for the one-stage calls)."""
+        return PassState(self.key, stage, {"prefixes": self.check_prefixes(stage, prefixes)},
+                         (-1,) * self.num_groups)
+
+    def create_accumulator(self, stage: int, prefixes: npt.ArrayLike | None = None
+                           ) -> PassCounts:
+        """Empty counts of a stage for the given prefixes (:meth:`create_pass_counts`)."""
+        return self.create_pass_counts(stage, self._stage_state(stage, prefixes))
 
     def aggregate(
         self,
         stage: int,
         reports: Reports | Mapping[str, npt.ArrayLike],
         prefixes: npt.ArrayLike | None = None,
-    ) -> CandidateAccumulator:
+    ) -> PassCounts:
         """Count a batch of one group's reports for the extensions of ``prefixes``.
+
+        The counts' one array, ``counts``, has a row per prefix: the length ``2**eta`` signed
+        scatter ``F_j`` of the Walsh-Hadamard method, so that ``fwht(F_j) / g`` is the
+        support count of every extension of ``prefixes[j]``; it is linear in the reports.
 
         Raises
         ------
         InvalidReportError
             If a row is invalid or belongs to another group.
         """
-        acc = self.create_accumulator(stage, prefixes)
-        reports = self.validate(reports)
-        group = reports.columns["group"]
-        if np.any(group != stage):
-            row = int(np.flatnonzero(group != stage)[0])
-            raise InvalidReportError(
-                f"reports of stage {stage} must come from group {stage}, got group "
-                f"{int(group[row])} at row {row}"
-            )
-        if len(reports) and acc.prefixes.size:
-            acc.counts += self._scatter(stage, reports, acc.prefixes)
-        acc.n = len(reports)
-        return acc
+        return self.accumulate(stage, reports, self._stage_state(stage, prefixes))
 
-    def _scatter(self, stage: int, reports: Reports, prefixes: np.ndarray) -> np.ndarray:
-        return counting.prefix_scatter(
+    # the pass hooks: pass i is stage i, on group i's reports
+    @property
+    def num_passes(self) -> int:
+        """One pass per stage: ``g``."""
+        return self.num_groups
+
+    def pass_groups(self, step: int) -> tuple[int, ...]:
+        """Stage ``i`` reads group ``i``."""
+        return (self._check_stage(step),)
+
+    def pass_label(self, step: int) -> str:
+        return f"prefixes of {self.prefix_bits[self._check_stage(step)]} bits"
+
+    def _pass_context(self, step: int, state: PassState) -> tuple:
+        return (self.check_prefixes(step, state.data.get("prefixes")),)
+
+    def _empty_arrays(self, step: int, context: tuple) -> dict[str, tuple[int, ...]]:
+        return {"counts": (context[0].size, 1 << self.suffix_bits(step))}
+
+    def _count_pass(self, step: int, reports: Reports, context: tuple) -> dict[str, np.ndarray]:
+        (prefixes,) = context
+        if not prefixes.size:
+            return {}
+        return {"counts": counting.prefix_scatter(
             reports.columns["seed"], reports.columns["bucket"], prefixes,
-            self.prefix_bits[stage], self.suffix_bits(stage), self.hash_range)
+            self.prefix_bits[step], self.suffix_bits(step), self.hash_range)}
 
-    def estimate(self, accumulator: CandidateAccumulator) -> StageEstimate:
-        """The frequencies of a stage's candidates from its accumulator.
+    def _advance(self, step: int, counts: PassCounts, state: PassState,
+                 valid: Callable[[np.ndarray, int], np.ndarray] | None,
+                 options: dict[str, Any]) -> tuple[dict[str, Any], PassFigures]:
+        history = tuple(state.data.get("history", ()))
+        estimate = self.estimate(counts)
+        kept = self.select(estimate, history=history, valid=valid, **options)
+        figures = PassFigures(step, self.pass_label(step), estimate.n,
+                              int(estimate.candidates.size), int(kept.prefixes.size),
+                              estimate.sigma)
+        data = {"history": (*history, kept), "prefixes": kept.prefixes}
+        return data, figures
+
+    def _result(self, state: PassState, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return state.data["history"][-1].top(k)
+
+    def estimate(self, accumulator: PassCounts) -> StageEstimate:
+        """The frequencies of a stage's candidates from its counts.
 
         Raises
         ------
         ValueError
-            If the accumulator belongs to other parameters, or holds no reports while there
+            If the counts belong to other parameters, or hold no reports while there
             are candidates (the estimate is undefined).
         """
-        if not isinstance(accumulator, CandidateAccumulator):
+        if not isinstance(accumulator, PassCounts):
             raise TypeError(
-                f"accumulator must be a CandidateAccumulator, got {type(accumulator).__name__}"
+                f"accumulator must be PassCounts, got {type(accumulator).__name__}"
             )
-        stage = accumulator.stage
-        if accumulator.key != (*self.key, ("stage", self._check_stage(stage))):
+        if accumulator.key != self.key:
             raise ValueError(f"accumulator of {accumulator.key} given to {self.key}")
-        candidates = extend_prefixes(accumulator.prefixes, self.suffix_bits(stage))
-        n = accumulator.n
+        stage = self._check_stage(accumulator.step)
+        (prefixes,) = accumulator.context
+        candidates = extend_prefixes(prefixes, self.suffix_bits(stage))
+        n = int(accumulator.group_counts[stage])
         if n == 0 and candidates.size:
             raise ValueError(
                 f"group {stage} has no reports; the frequencies of stage {stage} are undefined"
             )
         if candidates.size:
-            support = hashing.support_counts(accumulator.counts, self.hash_range).reshape(-1)
+            support = hashing.support_counts(accumulator.arrays["counts"],
+                                             self.hash_range).reshape(-1)
         else:
             support = np.zeros(0, dtype=np.int64)
         freqs = olh_frequencies(support, n, self.epsilon, self.hash_range) if n else np.zeros(0)
@@ -685,56 +586,6 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
         keep = np.lexsort((prefixes, -scores))[:s]
         return StageSurvivors(estimate.prefix_bits, prefixes[keep], freqs[keep],
                               estimate.sigma, scores[keep])
-
-    # -- server: all stages -------------------------------------------------------------------
-    def identify(
-        self,
-        reports: Reports | Mapping[str, npt.ArrayLike],
-        *,
-        top_k: int | None = None,
-        survivors: int | None = None,
-        threshold_sigma: float | None = None,
-        threshold: float | None = None,
-        valid: Callable[[np.ndarray, int], np.ndarray] | None = None,
-        refine_sigma: float | None = DEFAULT_REFINE_SIGMA,
-    ) -> HeavyHitters:
-        """Run every stage in order on a batch of all groups' reports; the top ``k`` of the
-        last stage's survivors by their combined scores (:func:`combine`).
-
-        ``survivors``, ``threshold_sigma``, ``threshold``, ``valid`` and ``refine_sigma``
-        are the survivor rule of every stage (:meth:`select`).
-
-        Raises
-        ------
-        InvalidReportError
-            If any row is invalid (see :meth:`invalid_rows`; filter first to drop them).
-        ValueError
-            If a group that has candidates to estimate has no reports.
-        """
-        k = check_top_k(top_k, self.top_k)
-        groups = self.split_groups(reports)
-        population = sum(len(g) for g in groups)
-        previous: np.ndarray | None = None  # stage 0 extends the empty prefix
-        history: list[StageSurvivors] = []
-        candidates = []
-        for stage, group_reports in enumerate(groups):
-            est = self.count_candidates(stage, group_reports, previous)
-            kept = self.select(est, history=history, survivors=survivors,
-                               threshold_sigma=threshold_sigma, threshold=threshold,
-                               valid=valid, refine_sigma=refine_sigma)
-            previous = kept.prefixes
-            history.append(kept)
-            candidates.append(int(est.candidates.size))
-        values, freqs = history[-1].top(k)
-        return HeavyHitters(
-            values=values,
-            frequencies=freqs,
-            counts=freqs * population,
-            population=population,
-            group_sizes=tuple(len(g) for g in groups),
-            stage_candidates=tuple(candidates),
-            stage_survivors=tuple(int(h.prefixes.size) for h in history),
-        )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -13,18 +13,26 @@ sends two reports, each with **half of epsilon**:
 
 The server estimates every pair of every position over its full domain (exact
 Walsh–Hadamard counting), keeps at each position the pairs estimated at ``threshold_sigma``
-standard deviations or more (at most ``max_pairs``, the best first), joins the positions'
-fragments that carry the same hash (the hash is the puzzle's glue: fragments of one value
-share it), keeps at most ``query_limit`` joined candidates, estimates them from every
+standard deviations or more (at most ``survivors``, default ``4 k``, the best first), joins
+the positions' fragments that carry the same hash (the hash is the puzzle's glue: fragments
+of one value share it) and keeps a joined value only when its own hash is the tag that
+joined it, keeps at most ``query_limit`` joined candidates, estimates them from every
 user's whole-value report and returns the top ``k``. Apple uses count-mean sketches as the
 frequency oracle; this reading uses the package's OLH for both reports.
+
+The passes of the family's contract (:mod:`~ldpflow.core.heavy_hitters.base`), each over
+every group: pass 0, "puzzle pieces", counts the full-domain support of the pieces of each
+position from its group (array ``support_p``) and its ``advance`` keeps the pieces, joins
+them (:meth:`SequenceFragmentPuzzle.join`) and prunes the values the codec does not allow
+(``valid``); pass 1, "final test", counts the support of the joined values from the
+whole-value reports and its ``advance`` keeps them with their estimates, best first. The
+server options are ``survivors``, ``threshold_sigma`` and ``threshold``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,8 +43,9 @@ from ldpflow.core.heavy_hitters import counting
 from ldpflow.core.heavy_hitters.base import (
     DEFAULT_QUERY_LIMIT,
     HeavyHitterProtocol,
-    HeavyHitters,
-    check_top_k,
+    PassCounts,
+    PassFigures,
+    PassState,
     olh_budget,
     olh_frequencies,
     olh_variance,
@@ -44,16 +53,19 @@ from ldpflow.core.heavy_hitters.base import (
     select_top,
 )
 from ldpflow.core.heavy_hitters.config import cost_aware_hash_range
-from ldpflow.core.heavy_hitters.spm import check_common, check_range
-from ldpflow.core.oracles.base import Reports, as_reports
+from ldpflow.core.heavy_hitters.spm import check_common
+from ldpflow.core.oracles.base import Reports
 from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing
 
-__all__ = ["NAME", "SequenceFragmentPuzzle"]
+__all__ = ["NAME", "COLUMN_SPECS", "SequenceFragmentPuzzle"]
 
 #: The ``oracle`` tag of SFP reports.
 NAME = "sfp"
 _U64 = np.uint64
-_COLUMNS = ("group", "seed_piece", "bucket_piece", "seed", "bucket")
+#: SFP's report columns (name -> (dtype, width)).
+COLUMN_SPECS: dict[str, tuple[Any, int | None]] = {
+    "group": (np.int64, None), "seed_piece": (np.uint64, None),
+    "bucket_piece": (np.int64, None), "seed": (np.uint64, None), "bucket": (np.int64, None)}
 # The widest puzzle-piece domain counted over its full domain (2**22 counters).
 _MAX_PIECE_BITS = 22
 
@@ -86,6 +98,10 @@ class SequenceFragmentPuzzle(HeavyHitterProtocol):
     """
 
     name = NAME
+    #: The rule of every position: at most ``survivors`` pieces (default ``4 k``), each
+    #: estimated at ``threshold_sigma`` standard deviations or more (``None``: no such
+    #: threshold) and at frequency ``threshold`` or more (``None``: none).
+    server_options = {"survivors": None, "threshold_sigma": 3.0, "threshold": None}
     top_k: int
     value_bits: int
     epsilon: float
@@ -190,95 +206,138 @@ class SequenceFragmentPuzzle(HeavyHitterProtocol):
                               "bucket": full.columns["bucket"].astype(np.int64)})
 
     # -- server -------------------------------------------------------------------------------
-    def validate(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Reports:
-        """The reports with checked columns, or ``InvalidReportError`` naming the first bad row."""
-        reports = as_reports(reports, NAME, _COLUMNS)
-        cols = {c: reports.columns[c].astype(_U64 if c.startswith("seed") else np.int64,
-                                             copy=False) for c in _COLUMNS}
-        check_range(cols["group"], 0, self.positions, "group", NAME)
-        for c in ("bucket_piece", "bucket"):
-            check_range(cols[c], 0, self.hash_range, c, NAME)
-        return Reports(NAME, cols)
+    def _column_specs(self) -> dict[str, tuple[Any, int | None]]:
+        return COLUMN_SPECS
 
-    def identify(self, reports: Reports | Mapping[str, npt.ArrayLike], *,
-                 top_k: int | None = None,
-                 valid: Callable[[np.ndarray, int], np.ndarray] | None = None,
-                 threshold_sigma: float | None = 3.0, max_pairs: int | None = None
-                 ) -> HeavyHitters:
-        """Puzzle pieces per position, joined by hash, then final testing; top ``k``.
+    def _row_checks(self, reports: Reports) -> list[tuple[np.ndarray, str]]:
+        g = self.hash_range
+        return [self._group_check(reports)] + [
+            ((reports.columns[c] < 0) | (reports.columns[c] >= g), f"{c} outside [0, {g})")
+            for c in ("bucket_piece", "bucket")]
+
+    # -- server: the passes -------------------------------------------------------------------
+    @property
+    def num_passes(self) -> int:
+        """Two passes: the puzzle pieces, then the final test of the joined values."""
+        return 2
+
+    def pass_label(self, step: int) -> str:
+        return ("puzzle pieces", "final test")[self._check_step(step)]
+
+    def _pass_context(self, step: int, state: PassState) -> tuple:
+        if step == 0:
+            return ()
+        return (np.asarray(state.data["candidates"], dtype=_U64),)
+
+    def _empty_arrays(self, step: int, context: tuple) -> dict[str, tuple[int, ...]]:
+        if step == 0:
+            return {f"support_{p}": (1 << self.piece_bits,) for p in range(self.positions)}
+        return {"support": (context[0].size,)}
+
+    def _count_pass(self, step: int, reports: Reports, context: tuple) -> dict[str, np.ndarray]:
+        cols, g = reports.columns, self.hash_range
+        if step == 1:
+            (values,) = context
+            if not values.size:
+                return {}
+            return {"support": counting.candidate_support(cols["seed"], cols["bucket"], values,
+                                                          self.value_bits, g)}
+        out = {}
+        for position in range(self.positions):
+            idx = np.flatnonzero(cols["group"] == position)
+            if idx.size:
+                out[f"support_{position}"] = counting.full_domain_support(
+                    cols["seed_piece"][idx], cols["bucket_piece"][idx], self.piece_bits, g)
+        return out
+
+    def _advance(self, step: int, counts: PassCounts, state: PassState,
+                 valid: Callable[[np.ndarray, int], np.ndarray] | None,
+                 options: dict[str, Any]) -> tuple[dict[str, Any], PassFigures]:
+        g, eps, n = self.hash_range, self.component_epsilon, counts.n
+        if step == 1:
+            (values,) = counts.context
+            freqs = olh_frequencies(counts.arrays["support"], n, eps, g)
+            order = (select_top(values, freqs, values.size) if values.size
+                     else np.zeros(0, dtype=np.int64))
+            sigma = float(np.sqrt(olh_variance(n, eps, g)))
+            figures = PassFigures(step, self.pass_label(step), n, int(values.size),
+                                  int(order.size), sigma)
+            return {"values": values[order], "frequencies": freqs[order]}, figures
+        survivors = options["survivors"]
+        cap = 4 * self.top_k if survivors is None else validation.check_positive_int(
+            survivors, name="survivors")
+        pieces = np.arange(1 << self.piece_bits, dtype=_U64)
+        kept = []
+        for position in range(self.positions):
+            size = int(counts.group_counts[position])
+            freqs = olh_frequencies(counts.arrays[f"support_{position}"], size, eps, g)
+            sigma = float(np.sqrt(olh_variance(size, eps, g)))
+            keep = select_survivors(pieces, freqs, sigma, survivors=cap,
+                                    threshold_sigma=options["threshold_sigma"],
+                                    threshold=options["threshold"])
+            kept.append(pieces[keep])
+        values = self.join(kept)
+        if valid is not None and values.size:
+            values = values[valid(values, self.value_bits)]
+        figures = PassFigures(step, self.pass_label(step), n,
+                              self.positions << self.piece_bits, int(values.size))
+        return {"candidates": values}, figures
+
+    def join(self, pieces: Sequence[npt.ArrayLike]) -> np.ndarray:
+        """The values the kept pieces of every position spell, sorted (uint64).
+
+        For each tag held by a piece of every position, every combination of one fragment
+        per position under that tag (tags ascending; within a tag the combinations in the
+        order of :func:`itertools.product` over each position's pieces in the given order),
+        at most :attr:`query_limit` combinations in all; a value stays only when its own
+        :meth:`value_hash` is the tag that joined it.
 
         Parameters
         ----------
-        reports : Reports
-        top_k : int, optional
-        valid : callable, optional
-            ``valid(values, value_bits)``: prune joined candidates of no valid value.
-        threshold_sigma : float or None, default 3
-            A pair stays when estimated at this many standard deviations or more.
-        max_pairs : int, optional
-            The most pairs kept per position (default ``4 k``).
+        pieces : sequence of array_like
+            The kept ``piece_bits``-bit pieces ``(tag << fragment_bits) | fragment`` of each
+            position, best first.
 
-        Raises
-        ------
-        InvalidReportError
-            If a row is invalid.
-        ValueError
-            If there are no reports, or a position has none.
+        Returns
+        -------
+        ndarray of uint64
         """
-        k = check_top_k(top_k, self.top_k)
-        cap = 4 * k if max_pairs is None else validation.check_positive_int(
-            max_pairs, name="max_pairs")
-        reports = self.validate_some(reports)
-        n = len(reports)
-        cols, group = reports.columns, reports.columns["group"]
-        g = self.hash_range
-        frag_mask = (1 << self.fragment_bits) - 1
-        by_tag: list[dict[int, np.ndarray]] = []
-        candidates, kept = [], []
-        for position in range(self.positions):
-            idx = np.flatnonzero(group == position)
-            if idx.size == 0:
-                raise ValueError(f"position {position} has no reports; SFP needs every one")
-            support = counting.full_domain_support(cols["seed_piece"][idx],
-                                                   cols["bucket_piece"][idx],
-                                                   self.piece_bits, g)
-            freqs = olh_frequencies(support, idx.size, self.component_epsilon, g)
-            sigma = float(np.sqrt(olh_variance(idx.size, self.component_epsilon, g)))
-            pairs = np.arange(1 << self.piece_bits, dtype=_U64)
-            keep = select_survivors(pairs, freqs, sigma, survivors=cap,
-                                    threshold_sigma=threshold_sigma)
-            tags = (pairs[keep] >> _U64(self.fragment_bits)).astype(np.int64)
-            frags = pairs[keep] & _U64(frag_mask)
-            by_tag.append({int(t): frags[tags == t] for t in np.unique(tags)})
-            candidates.append(1 << self.piece_bits)
-            kept.append(int(keep.size))
-        joined: list[np.ndarray] = []
-        for tag in sorted(set.intersection(*(set(d) for d in by_tag))):
-            parts = [d[tag] for d in by_tag]
-            for combo in itertools.product(*parts):
-                value = 0
-                for frag in combo:
-                    value = (value << self.fragment_bits) | int(frag)
-                joined.append(np.uint64(value))
-                if len(joined) >= self.query_limit:
-                    break
-            if len(joined) >= self.query_limit:
-                break
-        values = np.unique(np.array(joined, dtype=_U64))
-        # A value's own hash must be the tag that joined it (as MCM's own-channel check).
-        if values.size:
-            tags = np.array([t for t in sorted(set.intersection(*(set(d) for d in by_tag)))])
-            values = values[np.isin(self.value_hash(values), tags)]
-        if valid is not None and values.size:
-            values = values[valid(values, self.value_bits)]
-        support = counting.candidate_support(cols["seed"], cols["bucket"], values,
-                                             self.value_bits, g)
-        freqs = olh_frequencies(support, n, self.component_epsilon, g)
-        order = select_top(values, freqs, k) if values.size else np.zeros(0, dtype=np.int64)
-        candidates.append(int(values.size))
-        kept.append(int(order.size))
-        return HeavyHitters(values=values[order], frequencies=freqs[order],
-                            counts=freqs[order] * n, population=n,
-                            group_sizes=tuple(int(np.count_nonzero(group == p))
-                                              for p in range(self.positions)),
-                            stage_candidates=tuple(candidates), stage_survivors=tuple(kept))
+        if len(pieces) != self.positions:
+            raise ValueError(f"pieces must hold one array per position ({self.positions}), "
+                             f"got {len(pieces)}")
+        frag_bits, num_tags = self.fragment_bits, 1 << self.hash_bits
+        tags, frags, counts = [], [], []
+        for kept in pieces:
+            kept = np.asarray(kept, dtype=_U64).reshape(-1)
+            tag = (kept >> _U64(frag_bits)).astype(np.int64)
+            order = np.argsort(tag, kind="stable")  # by tag, in the given order within one
+            tags.append(tag[order])
+            frags.append(kept[order] & _U64((1 << frag_bits) - 1))
+            counts.append(np.bincount(tag, minlength=num_tags))
+        sizes = np.stack(counts)  # (positions, tags): the pieces of each tag per position
+        common = np.flatnonzero((sizes > 0).all(axis=0))
+        limit = self.query_limit
+        per_tag = np.ones(common.size, dtype=np.int64)  # combinations per tag, capped at Q
+        for row in sizes[:, common]:
+            per_tag = np.minimum(per_tag * row, limit)
+        total = min(int(per_tag.sum()), limit)
+        if total == 0:
+            return np.zeros(0, dtype=_U64)
+        ends = np.cumsum(per_tag)
+        row = np.arange(total, dtype=np.int64)
+        which = np.searchsorted(ends, row, side="right")  # the tag of each combination
+        local = row - (ends - per_tag)[which]
+        tag = common[which]
+        values = np.zeros(total, dtype=_U64)
+        for position in range(self.positions - 1, -1, -1):  # the last position varies fastest
+            radix = sizes[position, tag]
+            digit = local % radix
+            local //= radix
+            start = np.cumsum(counts[position]) - counts[position]
+            frag = frags[position][start[tag] + digit]
+            values |= frag << _U64((self.positions - 1 - position) * frag_bits)
+        own = self.value_hash(values) == tag  # the puzzle's glue must be the value's own hash
+        return np.unique(values[own])
+
+    def _result(self, state: PassState, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return state.data["values"][:k], state.data["frequencies"][:k]

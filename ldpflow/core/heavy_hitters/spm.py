@@ -21,6 +21,22 @@ grows beyond ``Q`` it is cut to the ``Q`` of largest smallest-pair-estimate); (4
 the candidates with the full-value reports of all users (final testing) and outputs the
 top ``k``.
 
+The passes of the family's contract (:mod:`~ldpflow.core.heavy_hitters.base`), each over
+every group:
+
+* pass 0, "segments": the full-domain support of each segment (array ``segment_i``),
+  summed over the groups whose pair contains it; ``advance`` keeps the top ``segment_top``
+  values of each segment (step 1);
+* pass 1, "segment pairs": for each pair ``g``, from its group only, the joint support
+  counts ``joint_g`` (``a^T b`` of the 0/1 matrices "report supports value" of the two
+  segments' kept values) and the support sums ``fi_g``, ``fj_g``; ``advance`` keeps the
+  top pairs and builds the candidates (steps 2 and 3), pruning those the codec does not
+  allow (``valid``);
+* pass 2, "final test": the support of every candidate from every full-value report
+  (step 4); ``advance`` keeps the candidates with their estimates, best first.
+
+SPM has no server options (``segment_top`` is a parameter of the configuration).
+
 Privacy: the three reports' budgets sum to epsilon (sequential composition); the pair is
 fixed by the user id and public. ``budget_shares`` lists the components.
 """
@@ -41,10 +57,12 @@ from ldpflow.core.heavy_hitters.base import (
     DEFAULT_QUERY_LIMIT,
     MAX_QUERY_LIMIT,
     HeavyHitterProtocol,
-    HeavyHitters,
-    check_top_k,
+    PassCounts,
+    PassFigures,
+    PassState,
     olh_budget,
     olh_frequencies,
+    olh_variance,
     select_top,
 )
 from ldpflow.core.heavy_hitters.counting import (
@@ -52,17 +70,25 @@ from ldpflow.core.heavy_hitters.counting import (
     full_domain_support,
     support_matrix,
 )
-from ldpflow.core.oracles.base import Reports, as_reports
+from ldpflow.core.oracles.base import Reports
 from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing, optimal_hash_range
-from ldpflow.core.validation import InvalidReportError
 
-__all__ = ["NAME", "SegmentPairsMethod", "check_common", "check_range"]
+__all__ = ["NAME", "COLUMN_SPECS", "SegmentPairsMethod", "check_common"]
 
 #: The ``oracle`` tag of SPM reports.
 NAME = "spm"
 _U64 = np.uint64
+#: SPM's report columns (name -> (dtype, width)).
+COLUMN_SPECS: dict[str, tuple[Any, int | None]] = {
+    "group": (np.int64, None), "seed_a": (np.uint64, None), "bucket_a": (np.int64, None),
+    "seed_b": (np.uint64, None), "bucket_b": (np.int64, None), "seed": (np.uint64, None),
+    "bucket": (np.int64, None)}
 # Entries of the (users x candidates) hash grid evaluated at once.
 _GRID_ENTRIES = 1 << 23
+# A chunk's float64 product of 0/1 matrices sums at most _GRID_ENTRIES ones per entry:
+# exact integers while below 2**53.
+if _GRID_ENTRIES >= 2**53:  # pragma: no cover - a guard on the constant above
+    raise ImportError("_GRID_ENTRIES must stay below 2**53 for exact joint counts")
 # The widest segment whose full domain is counted by one scatter.
 _MAX_SEGMENT_BITS = 24
 
@@ -77,15 +103,6 @@ def check_common(top_k: int, value_bits: int, epsilon: float, query_limit: int) 
     if limit > MAX_QUERY_LIMIT:
         raise ValueError(f"query_limit must be <= 2**28, got {limit!r}")
     return k, m, eps, limit
-
-
-def check_range(col: np.ndarray, low: int, high: int, column: str, name: str) -> None:
-    bad = np.flatnonzero((col < low) | (col >= high))
-    if bad.size:
-        raise InvalidReportError(
-            f"{bad.size} invalid {name} report(s); first at row {int(bad[0])}: "
-            f"{column} outside [{low}, {high})"
-        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -243,99 +260,149 @@ class SegmentPairsMethod(HeavyHitterProtocol):
         return Reports(NAME, cols)
 
     # -- server ---------------------------------------------------------------------------------
-    def validate(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Reports:
-        """The reports with checked columns, or ``InvalidReportError`` naming the first bad row."""
-        names = ("group", "seed_a", "bucket_a", "seed_b", "bucket_b", "seed", "bucket")
-        reports = as_reports(reports, NAME, names)
-        cols = {c: reports.columns[c].astype(_U64 if c.startswith("seed") else np.int64,
-                                             copy=False) for c in names}
-        check_range(cols["group"], 0, len(self.pairs), "group", NAME)
-        for c in ("bucket_a", "bucket_b", "bucket"):
-            check_range(cols[c], 0, self.hash_range, c, NAME)
-        return Reports(NAME, cols)
+    def _column_specs(self) -> dict[str, tuple[Any, int | None]]:
+        return COLUMN_SPECS
+
+    def _row_checks(self, reports: Reports) -> list[tuple[np.ndarray, str]]:
+        g = self.hash_range
+        return [self._group_check(reports)] + [
+            ((reports.columns[c] < 0) | (reports.columns[c] >= g), f"{c} outside [0, {g})")
+            for c in ("bucket_a", "bucket_b", "bucket")]
 
     def _estimate(self, support: np.ndarray, n: int) -> np.ndarray:
         return olh_frequencies(support, n, self.component_epsilon, self.hash_range)
 
-    def identify(self, reports: Reports | Mapping[str, npt.ArrayLike], *,
-                 top_k: int | None = None,
-                 valid: Callable[[np.ndarray, int], np.ndarray] | None = None
-                 ) -> HeavyHitters:
-        """Segments, then segment pairs, then candidates, then final testing; top ``k``.
+    # -- server: the passes -------------------------------------------------------------------
+    @property
+    def num_passes(self) -> int:
+        """Three passes: the segments, the segment pairs, the final test."""
+        return 3
 
-        Raises
-        ------
-        InvalidReportError
-            If a row is invalid.
-        ValueError
-            If there are no reports.
-        """
-        k = check_top_k(top_k, self.top_k)
-        reports = self.validate_some(reports)
-        n = len(reports)
-        cols = reports.columns
+    def pass_label(self, step: int) -> str:
+        return ("segments", "segment pairs", "final test")[self._check_step(step)]
+
+    def _pass_context(self, step: int, state: PassState) -> tuple:
+        if step == 0:
+            return ()
+        if step == 1:
+            return tuple(np.asarray(x, dtype=_U64) for x in state.data["kept"])
+        return (np.asarray(state.data["candidates"], dtype=_U64),)
+
+    def _empty_arrays(self, step: int, context: tuple) -> dict[str, tuple[int, ...]]:
+        if step == 0:
+            return {f"segment_{seg}": (1 << bits,)
+                    for seg, (_, bits) in enumerate(self.segment_bounds)}
+        if step == 1:
+            out: dict[str, tuple[int, ...]] = {}
+            for g, (i, j) in enumerate(self.pairs):
+                out[f"joint_{g}"] = (context[i].size, context[j].size)
+                out[f"fi_{g}"] = (context[i].size,)
+                out[f"fj_{g}"] = (context[j].size,)
+            return out
+        return {"support": (context[0].size,)}
+
+    def _count_pass(self, step: int, reports: Reports, context: tuple) -> dict[str, np.ndarray]:
+        cols, g_range, bounds = reports.columns, self.hash_range, self.segment_bounds
         group = cols["group"]
+        if step == 2:
+            (values,) = context
+            if not values.size:
+                return {}
+            return {"support": candidate_support(cols["seed"], cols["bucket"], values,
+                                                 self.value_bits, g_range)}
+        out: dict[str, np.ndarray] = {}
+        for g, (i, j) in enumerate(self.pairs):
+            idx = np.flatnonzero(group == g)
+            if not idx.size:
+                continue
+            if step == 0:  # both segments of the pair over their full domains
+                for side, seg in (("a", i), ("b", j)):
+                    support = full_domain_support(cols[f"seed_{side}"][idx],
+                                                  cols[f"bucket_{side}"][idx],
+                                                  bounds[seg][1], g_range)
+                    name = f"segment_{seg}"
+                    out[name] = out[name] + support if name in out else support
+                continue
+            out.update(self._joint_counts(cols, idx, context[i], context[j], bounds[i][1],
+                                          bounds[j][1], g))
+        return out
+
+    def _joint_counts(self, cols: Mapping[str, np.ndarray], idx: np.ndarray, xi: np.ndarray,
+                      xj: np.ndarray, bits_i: int, bits_j: int, g: int
+                      ) -> dict[str, np.ndarray]:
+        """Pair ``g``'s joint support counts ``a^T b`` of its kept values and the sums."""
         g_range = self.hash_range
-        bounds = self.segment_bounds
-        pairs = self.pairs
-        stage_candidates: list[int] = []
-        survivors: list[int] = []
-        # (1) each segment over its full domain, from every group whose pair contains it
-        kept: list[np.ndarray] = []
-        for seg, (_, bits) in enumerate(bounds):
-            support = np.zeros(1 << bits, dtype=np.int64)
-            count = 0
-            for g, pair in enumerate(pairs):
-                if seg not in pair:
-                    continue
-                side = "a" if pair[0] == seg else "b"
-                idx = np.flatnonzero(group == g)
-                count += idx.size
-                if idx.size:
-                    support += full_domain_support(
-                        cols[f"seed_{side}"][idx], cols[f"bucket_{side}"][idx], bits, g_range)
-            if count == 0:
-                raise ValueError(f"no reports cover segment {seg}; its values are undefined")
-            freqs = self._estimate(support, count)
-            cand = np.arange(1 << bits, dtype=_U64)
-            keep = select_top(cand, freqs, self.segment_top)
-            kept.append(cand[keep])
-            stage_candidates.append(1 << bits)
-            survivors.append(int(keep.size))
-        # (2) joint estimates of the kept values of each pair, from the pair's group
+        joint = np.zeros((xi.size, xj.size), dtype=np.int64)
+        fi = np.zeros(xi.size, dtype=np.int64)
+        fj = np.zeros(xj.size, dtype=np.int64)
+        if not (xi.size and xj.size):
+            return {}
+        step = max(1, _GRID_ENTRIES // max(xi.size, xj.size, 1))
+        for start in range(0, idx.size, step):
+            rows = idx[start : start + step]
+            a = support_matrix(cols["seed_a"][rows], cols["bucket_a"][rows], xi, bits_i,
+                               g_range)
+            b = support_matrix(cols["seed_b"][rows], cols["bucket_b"][rows], xj, bits_j,
+                               g_range)
+            joint += np.rint(a.T.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
+            fi += a.sum(axis=0)
+            fj += b.sum(axis=0)
+        return {f"joint_{g}": joint, f"fi_{g}": fi, f"fj_{g}": fj}
+
+    def _advance(self, step: int, counts: PassCounts, state: PassState,
+                 valid: Callable[[np.ndarray, int], np.ndarray] | None,
+                 options: dict[str, Any]) -> tuple[dict[str, Any], PassFigures]:
+        label, n = self.pass_label(step), counts.n
+        if step == 0:
+            kept = []
+            for seg, (_, bits) in enumerate(self.segment_bounds):
+                covered = sum(int(counts.group_counts[g])
+                              for g, pair in enumerate(self.pairs) if seg in pair)
+                freqs = self._estimate(counts.arrays[f"segment_{seg}"], covered)
+                cand = np.arange(1 << bits, dtype=_U64)
+                kept.append(cand[select_top(cand, freqs, self.segment_top)])
+            figures = PassFigures(step, label, n,
+                                  sum(1 << b for _, b in self.segment_bounds),
+                                  sum(int(x.size) for x in kept))
+            return {"kept": tuple(kept)}, figures
+        if step == 1:
+            values = self._join(counts)
+            if valid is not None and values.size:
+                values = values[valid(values, self.value_bits)]
+            figures = PassFigures(step, label, n,
+                                  sum(int(counts.context[i].size * counts.context[j].size)
+                                      for i, j in self.pairs), int(values.size))
+            return {"candidates": values}, figures
+        (values,) = counts.context
+        freqs = self._estimate(counts.arrays["support"], n)
+        order = (select_top(values, freqs, values.size) if values.size
+                 else np.zeros(0, dtype=np.int64))
+        sigma = math.sqrt(olh_variance(n, self.component_epsilon, self.hash_range))
+        figures = PassFigures(step, label, n, int(values.size), int(order.size), sigma)
+        return {"values": values[order], "frequencies": freqs[order]}, figures
+
+    def _join(self, counts: PassCounts) -> np.ndarray:
+        """The full values whose every segment pair is among its pair's frequent ones."""
+        kept, bounds = counts.context, self.segment_bounds
+        g_range = self.hash_range
         p = olh_budget(self.component_epsilon, g_range)["p"]  # P[y = H(v)]
         q = 1.0 / g_range
         frequent: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-        for g, (i, j) in enumerate(pairs):
-            idx = np.flatnonzero(group == g)
+        for g, (i, j) in enumerate(self.pairs):
             xi, xj = kept[i], kept[j]
-            stage_candidates.append(int(xi.size * xj.size))
-            if idx.size == 0:
-                raise ValueError(f"group {g} (segments {i}, {j}) has no reports")
-            joint = np.zeros((xi.size, xj.size))
-            fi = np.zeros(xi.size)
-            fj = np.zeros(xj.size)
-            step = max(1, _GRID_ENTRIES // max(xi.size, xj.size, 1))
-            for start in range(0, idx.size, step):
-                rows = idx[start : start + step]
-                a = support_matrix(cols["seed_a"][rows], cols["bucket_a"][rows], xi,
-                                        bounds[i][1], g_range).astype(np.float64)
-                b = support_matrix(cols["seed_b"][rows], cols["bucket_b"][rows], xj,
-                                        bounds[j][1], g_range).astype(np.float64)
-                joint += a.T @ b
-                fi += a.sum(axis=0)
-                fj += b.sum(axis=0)
-            size = idx.size
-            est_i = self._estimate(fi, size)
-            est_j = self._estimate(fj, size)
+            size = int(counts.group_counts[g])
+            if not (xi.size and xj.size):
+                frequent[(i, j)] = (np.zeros(0, dtype=_U64), np.zeros(0))
+                continue
+            joint = counts.arrays[f"joint_{g}"].astype(np.float64)
+            est_i = self._estimate(counts.arrays[f"fi_{g}"], size)
+            est_j = self._estimate(counts.arrays[f"fj_{g}"], size)
             # Appendix: E[S/n] = q^2 + q (p - q) (f_x + f_y) + (p - q)^2 f_xy
             f_xy = (joint / size - q * q - q * (p - q) * (est_i[:, None] + est_j[None, :])) / (
                 (p - q) ** 2)
             codes = ((xi[:, None] << _U64(bounds[j][1])) | xj[None, :]).reshape(-1)
             keep = select_top(codes, f_xy.reshape(-1), self.segment_top)
             frequent[(i, j)] = (codes[keep], f_xy.reshape(-1)[keep])
-            survivors.append(int(keep.size))
-        # (3) full values whose every segment pair is frequent
         partial = kept[0][:, None]  # (c, segments so far)
         score = np.full(partial.shape[0], np.inf)
         for j in range(1, self.num_segments):
@@ -363,20 +430,7 @@ class SegmentPairsMethod(HeavyHitterProtocol):
         values = np.zeros(partial.shape[0], dtype=_U64)
         for seg, (shift, _) in enumerate(bounds):
             values |= partial[:, seg] << _U64(shift)
-        # (4) final testing with every user's full-value report
-        stage_candidates.append(int(values.size))
-        if valid is not None and values.size:
-            values = values[valid(values, self.value_bits)]
-        support = candidate_support(cols["seed"], cols["bucket"], values, self.value_bits,
-                                    g_range)
-        freqs = self._estimate(support, n)
-        keep = select_top(values, freqs, k) if values.size else np.zeros(0, int)
-        survivors.append(int(keep.size))
-        return HeavyHitters(
-            values=values[keep], frequencies=freqs[keep], counts=freqs[keep] * n,
-            population=n,
-            group_sizes=tuple(int(np.count_nonzero(group == g)) for g in range(len(pairs))),
-            stage_candidates=tuple(stage_candidates), stage_survivors=tuple(survivors),
-        )
+        return values
 
-
+    def _result(self, state: PassState, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return state.data["values"][:k], state.data["frequencies"][:k]

@@ -14,11 +14,22 @@ package's OLH and exact counting:
   ``2**step_bits`` prefixes, level ``i`` the ``2**step_bits`` children of every frontier
   node; a node stays when its estimate is at least ``threshold_sigma`` standard
   deviations (default 3; TreeHist's threshold of order ``sqrt(n log d) / epsilon`` is a
-  multiple of OLH's standard deviation), at most ``max_frontier`` of them (default
-  ``4 k``, the best first).
+  multiple of OLH's standard deviation), at most ``survivors`` of them (default ``4 k``,
+  the best first); candidates that cannot be prefixes of valid values (``valid``) are
+  pruned first.
 * The values of the last level are estimated from the final group's reports (hash
   evaluation, a few candidates) and the top ``k`` by that estimate are the heavy hitters:
   the final estimates are independent of the choice of candidates.
+
+The passes of the family's contract (:mod:`~ldpflow.core.heavy_hitters.base`): pass
+``i < L`` reads group ``i`` and counts the signed scatter
+(:func:`~ldpflow.core.heavy_hitters.counting.prefix_scatter`) of every child of the
+frontier (the state's ``frontier``; the single empty prefix at pass 0), its ``advance``
+keeps the next frontier; pass ``L`` reads group ``L`` and counts the support of the last
+frontier's values, its ``advance`` keeps them with their estimates, best first. A frontier
+that empties leaves nothing to count for the later passes, and the result is empty. The
+server options are ``survivors``, ``threshold_sigma`` and ``threshold`` (see
+:attr:`TreeHist.server_options`).
 
 Compared with PEM, TreeHist's narrow steps need many groups (``L + 1``), so each estimate
 rests on fewer users; ``docs/heavy_hitters.md`` compares the two on the same populations.
@@ -27,7 +38,7 @@ rests on fewer users; ``docs/heavy_hitters.md`` compares the two on the same pop
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -37,8 +48,10 @@ from ldpflow.core import hashing, randomness, validation
 from ldpflow.core.heavy_hitters import counting
 from ldpflow.core.heavy_hitters.base import (
     HeavyHitterProtocol,
-    HeavyHitters,
-    check_top_k,
+    PassCounts,
+    PassFigures,
+    PassState,
+    extend_prefixes,
     olh_budget,
     olh_frequencies,
     olh_variance,
@@ -46,16 +59,18 @@ from ldpflow.core.heavy_hitters.base import (
     select_top,
 )
 from ldpflow.core.heavy_hitters.config import cost_aware_hash_range
-from ldpflow.core.oracles.base import Reports, as_reports
+from ldpflow.core.oracles.base import Reports
 from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing
-from ldpflow.core.validation import InvalidReportError
 
-__all__ = ["NAME", "TreeHist"]
+__all__ = ["NAME", "COLUMN_SPECS", "TreeHist"]
 
 #: The ``oracle`` tag of TreeHist reports.
 NAME = "treehist"
 _U64 = np.uint64
-_COLUMNS = ("seed", "bucket", "group", "prefix_bits")
+#: TreeHist's report columns (name -> (dtype, width)): PEM's.
+COLUMN_SPECS: dict[str, tuple[Any, int | None]] = {
+    "seed": (np.uint64, None), "bucket": (np.int64, None), "group": (np.int64, None),
+    "prefix_bits": (np.int64, None)}
 # The widest level whose children of one frontier node are counted at once.
 _MAX_STEP_BITS = 20
 
@@ -83,6 +98,10 @@ class TreeHist(HeavyHitterProtocol):
     """
 
     name = NAME
+    #: The rule of every level (see the module notes): at most ``survivors`` nodes (default
+    #: ``4 k``), each estimated at ``threshold_sigma`` standard deviations or more (``None``:
+    #: no such threshold) and at frequency ``threshold`` or more (``None``: none).
+    server_options = {"survivors": None, "threshold_sigma": 3.0, "threshold": None}
     top_k: int
     value_bits: int
     epsilon: float
@@ -163,92 +182,91 @@ class TreeHist(HeavyHitterProtocol):
                               "prefix_bits": bits_of[groups]})
 
     # -- server -------------------------------------------------------------------------------
-    def validate(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Reports:
-        """The reports with checked columns, or ``InvalidReportError`` naming the first bad row."""
-        reports = as_reports(reports, NAME, _COLUMNS)
-        cols = {c: reports.columns[c].astype(_U64 if c == "seed" else np.int64, copy=False)
-                for c in _COLUMNS}
-        group, bits, bucket = cols["group"], cols["prefix_bits"], cols["bucket"]
-        checks = [((group < 0) | (group >= self.num_groups),
-                   f"group outside [0, {self.num_groups})"),
-                  ((bucket < 0) | (bucket >= self.hash_range),
-                   f"bucket outside [0, {self.hash_range})")]
-        ok_group = np.clip(group, 0, self.num_groups - 1)
-        checks.append((bits != np.asarray(self.group_bits)[ok_group],
-                       "prefix_bits does not match the group's length"))
-        for mask, reason in checks:
-            bad = np.flatnonzero(mask)
-            if bad.size:
-                raise InvalidReportError(f"{bad.size} invalid {NAME} report(s); first at row "
-                                         f"{int(bad[0])}: {reason}")
-        return Reports(NAME, cols)
+    def _column_specs(self) -> dict[str, tuple[Any, int | None]]:
+        return COLUMN_SPECS
 
-    def identify(self, reports: Reports | Mapping[str, npt.ArrayLike], *,
-                 top_k: int | None = None,
-                 valid: Callable[[np.ndarray, int], np.ndarray] | None = None,
-                 threshold_sigma: float | None = 3.0, max_frontier: int | None = None
-                 ) -> HeavyHitters:
-        """Walk the tree with the threshold rule, then estimate its leaves; top ``k``.
+    def _row_checks(self, reports: Reports) -> list[tuple[np.ndarray, str]]:
+        group, bits = reports.columns["group"], reports.columns["prefix_bits"]
+        bucket, g = reports.columns["bucket"], self.hash_range
+        bad_group, reason = self._group_check(reports)
+        expected = np.asarray(self.group_bits, dtype=np.int64)[np.where(bad_group, 0, group)]
+        return [(bad_group, reason),
+                (~bad_group & (bits != expected), "prefix_bits does not match the group's length"),
+                ((bucket < 0) | (bucket >= g), f"bucket outside [0, {g})")]
 
-        Parameters
-        ----------
-        reports : Reports
-        top_k : int, optional
-        valid : callable, optional
-            ``valid(prefixes, bits)``: prune prefixes of no valid value (a codec's).
-        threshold_sigma : float or None, default 3
-            A node stays when estimated at ``threshold_sigma`` standard deviations or more
-            (None: no threshold, only ``max_frontier``).
-        max_frontier : int, optional
-            The most nodes kept per level (default ``4 k``).
+    # -- server: the passes -------------------------------------------------------------------
+    @property
+    def num_passes(self) -> int:
+        """One pass per level and the final estimate: ``L + 1``."""
+        return len(self.levels) + 1
 
-        Raises
-        ------
-        InvalidReportError
-            If a row is invalid.
-        ValueError
-            If a group has no reports.
-        """
-        k = check_top_k(top_k, self.top_k)
-        frontier_cap = 4 * k if max_frontier is None else validation.check_positive_int(
-            max_frontier, name="max_frontier")
-        reports = self.validate(reports)
-        group = reports.columns["group"]
-        parts = [reports[np.flatnonzero(group == g)] for g in range(self.num_groups)]
-        for g, part in enumerate(parts):
-            if len(part) == 0:
-                raise ValueError(f"group {g} has no reports; TreeHist needs every level")
-        frontier = np.zeros(1, dtype=_U64)
-        parent = 0
-        candidates, kept = [], []
-        for level, bits in enumerate(self.levels):
-            eta = bits - parent
-            part = parts[level]
-            F = counting.prefix_scatter(part.columns["seed"], part.columns["bucket"], frontier,
-                                        bits, eta, self.hash_range)
-            support = hashing.support_counts(F, self.hash_range).reshape(-1)
-            cand = (frontier[:, None] << _U64(eta) | np.arange(1 << eta, dtype=_U64)).reshape(-1)
-            freqs = olh_frequencies(support, len(part), self.epsilon, self.hash_range)
-            sigma = float(np.sqrt(self.variance(len(part))))
-            mask = None if valid is None else valid(cand, bits)
-            keep = select_survivors(cand, freqs, sigma, survivors=frontier_cap,
-                                    threshold_sigma=threshold_sigma, valid=mask)
-            frontier, parent = cand[keep], bits
-            candidates.append(int(cand.size))
-            kept.append(int(frontier.size))
-            if frontier.size == 0:
-                break
-        final = parts[-1]
-        n_final = len(final)
-        values = frontier if parent == self.value_bits else np.zeros(0, dtype=_U64)
-        support = counting.candidate_support(final.columns["seed"], final.columns["bucket"],
-                                             values, self.value_bits, self.hash_range)
-        freqs = olh_frequencies(support, n_final, self.epsilon, self.hash_range)
-        order = select_top(values, freqs, k) if values.size else np.zeros(0, dtype=np.int64)
-        candidates.append(int(values.size))
-        kept.append(int(order.size))
-        population = len(reports)
-        return HeavyHitters(values=values[order], frequencies=freqs[order],
-                            counts=freqs[order] * population, population=population,
-                            group_sizes=tuple(len(p) for p in parts),
-                            stage_candidates=tuple(candidates), stage_survivors=tuple(kept))
+    def pass_groups(self, step: int) -> tuple[int, ...]:
+        """Pass ``i`` reads group ``i`` (the last pass: the final group ``L``)."""
+        return (self._check_step(step),)
+
+    def pass_label(self, step: int) -> str:
+        step = self._check_step(step)
+        if step < len(self.levels):
+            return f"prefixes of {self.levels[step]} bits"
+        return "final estimate"
+
+    def _frontier(self, state: PassState) -> np.ndarray:
+        return np.asarray(state.data.get("frontier", np.zeros(1, dtype=_U64)), dtype=_U64)
+
+    def _suffix_bits(self, step: int) -> int:
+        return self.levels[step] - (self.levels[step - 1] if step else 0)
+
+    def _pass_context(self, step: int, state: PassState) -> tuple:
+        return (self._frontier(state),)
+
+    def _empty_arrays(self, step: int, context: tuple) -> dict[str, tuple[int, ...]]:
+        (nodes,) = context
+        if step < len(self.levels):
+            return {"counts": (nodes.size, 1 << self._suffix_bits(step))}
+        return {"support": (nodes.size,)}
+
+    def _count_pass(self, step: int, reports: Reports, context: tuple) -> dict[str, np.ndarray]:
+        (nodes,) = context
+        if not nodes.size:
+            return {}
+        seeds, buckets = reports.columns["seed"], reports.columns["bucket"]
+        if step < len(self.levels):
+            return {"counts": counting.prefix_scatter(seeds, buckets, nodes, self.levels[step],
+                                                      self._suffix_bits(step), self.hash_range)}
+        return {"support": counting.candidate_support(seeds, buckets, nodes, self.value_bits,
+                                                      self.hash_range)}
+
+    def _advance(self, step: int, counts: PassCounts, state: PassState,
+                 valid: Callable[[np.ndarray, int], np.ndarray] | None,
+                 options: dict[str, Any]) -> tuple[dict[str, Any], PassFigures]:
+        (nodes,) = counts.context
+        n = int(counts.group_counts[step])
+        sigma = float(np.sqrt(self.variance(n)))
+        g = self.hash_range
+        if step == len(self.levels):  # the final estimate of the last level's frontier
+            freqs = olh_frequencies(counts.arrays["support"], n, self.epsilon, g)
+            order = (select_top(nodes, freqs, nodes.size) if nodes.size
+                     else np.zeros(0, dtype=np.int64))
+            figures = PassFigures(step, self.pass_label(step), n, int(nodes.size),
+                                  int(order.size), sigma)
+            return {"values": nodes[order], "frequencies": freqs[order]}, figures
+        survivors = options["survivors"]
+        cap = 4 * self.top_k if survivors is None else validation.check_positive_int(
+            survivors, name="survivors")
+        bits, eta = self.levels[step], self._suffix_bits(step)
+        cand = extend_prefixes(nodes, eta)
+        if nodes.size:
+            support = hashing.support_counts(counts.arrays["counts"], g).reshape(-1)
+        else:
+            support = np.zeros(0, dtype=np.int64)
+        freqs = olh_frequencies(support, n, self.epsilon, g)
+        mask = None if valid is None or not cand.size else valid(cand, bits)
+        keep = select_survivors(cand, freqs, sigma, survivors=cap,
+                                threshold_sigma=options["threshold_sigma"],
+                                threshold=options["threshold"], valid=mask)
+        figures = PassFigures(step, self.pass_label(step), n, int(cand.size), int(keep.size),
+                              sigma)
+        return {"frontier": cand[keep]}, figures
+
+    def _result(self, state: PassState, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return state.data["values"][:k], state.data["frequencies"][:k]

@@ -35,6 +35,7 @@ __all__ = [
     "Reports",
     "Accumulator",
     "Estimate",
+    "CheckedReports",
     "FrequencyOracle",
     "IndexReports",
     "BitmapReports",
@@ -225,13 +226,84 @@ class Estimate:
         return int(self.frequencies.shape[0])
 
 
-class FrequencyOracle(Keyed, abc.ABC):
+class CheckedReports(abc.ABC):
+    """Report checks shared by every protocol (the frequency oracles and the heavy-hitter
+    protocols): a protocol declares its columns (:meth:`_column_specs`) and its row checks
+    (:meth:`_row_checks`); this mixin coerces batches, lists the invalid rows with one
+    countable reason each, and validates."""
+
+    name: ClassVar[str]
+    #: How messages name the receiver of reports.
+    _report_target: ClassVar[str] = property(lambda self: repr(self.name))  # type: ignore
+
+    def coerce_reports(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Reports:
+        """Check the columns of ``reports`` (name, shape, dtype) and return a ``Reports``."""
+        expected = self._column_specs()
+        reports = as_reports(reports, self.name, expected, target=self._report_target)
+        cols = {}
+        for name, (dtype, width) in expected.items():
+            col = reports.columns[name]
+            want_ndim = 1 if width is None else 2
+            if col.ndim != want_ndim or (width is not None and col.shape[1] != width):
+                shape = "(n,)" if width is None else f"(n, {width})"
+                raise InvalidReportError(
+                    f"{self.name} report column {name!r} must have shape {shape}, got {col.shape}"
+                )
+            if col.dtype.kind not in "iu" and not (col.size == 0):
+                raise InvalidReportError(
+                    f"{self.name} report column {name!r} must hold integers, got {col.dtype}"
+                )
+            if dtype is np.uint8 and col.dtype != np.uint8 and col.size and (
+                    col.min() < 0 or col.max() > 255):
+                raise InvalidReportError(
+                    f"{self.name} report column {name!r} must hold bytes (0..255), got values "
+                    f"in [{col.min()}, {col.max()}]")
+            cols[name] = col.astype(dtype, copy=False)
+        return Reports(self.name, cols)
+
+    def invalid_rows(self, reports: Reports | Mapping[str, npt.ArrayLike]
+                     ) -> tuple[np.ndarray, list[str]]:
+        """Rows of ``reports`` that no conforming client could produce, with a reason each."""
+        reports = self.coerce_reports(reports)
+        checks = self._row_checks(reports)
+        bad = np.zeros(len(reports), dtype=bool)
+        reason_index = np.full(len(reports), -1)
+        for i, (mask, _) in enumerate(checks):
+            new = mask & ~bad
+            reason_index[new] = i
+            bad |= mask
+        rows = np.flatnonzero(bad)
+        reasons = [checks[reason_index[r]][1] for r in rows]
+        return rows, reasons
+
+    def validate(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Reports:
+        """Return the coerced reports, or raise ``InvalidReportError`` naming the first bad row."""
+        reports = self.coerce_reports(reports)
+        rows, reasons = self.invalid_rows(reports)
+        if rows.size:
+            raise InvalidReportError(
+                f"{rows.size} invalid {self.name} report(s); "
+                f"first at row {int(rows[0])}: {reasons[0]}"
+            )
+        return reports
+
+    @abc.abstractmethod
+    def _column_specs(self) -> dict[str, tuple[Any, int | None]]:
+        """Column name -> (dtype, width); width None for a 1-d column."""
+
+    @abc.abstractmethod
+    def _row_checks(self, reports: Reports) -> list[tuple[np.ndarray, str]]:
+        """(mask of bad rows, reason) pairs, in order of precedence."""
+
+
+class FrequencyOracle(Keyed, CheckedReports):
     """Base class of the oracles; subclasses are frozen keyword-only dataclasses."""
 
     #: Registry key (``grr``, ``oue``, ...).
     name: ClassVar[str]
     epsilon: float
     domain_size: int
+    _report_target = property(lambda self: f"oracle {self.name!r}")  # type: ignore
 
     # -- parameters ---------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -306,56 +378,6 @@ class FrequencyOracle(Keyed, abc.ABC):
         """A batch of zero reports with this oracle's columns."""
         return self.perturb(np.zeros(0, dtype=np.int64), randomness.make_rng(0))
 
-    def coerce_reports(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Reports:
-        """Check the columns of ``reports`` (name, shape, dtype) and return a ``Reports``."""
-        expected = self._column_specs()
-        reports = as_reports(reports, self.name, expected, target=f"oracle {self.name!r}")
-        cols = {}
-        for name, (dtype, width) in expected.items():
-            col = reports.columns[name]
-            want_ndim = 1 if width is None else 2
-            if col.ndim != want_ndim or (width is not None and col.shape[1] != width):
-                shape = "(n,)" if width is None else f"(n, {width})"
-                raise InvalidReportError(
-                    f"{self.name} report column {name!r} must have shape {shape}, got {col.shape}"
-                )
-            if col.dtype.kind not in "iu" and not (col.size == 0):
-                raise InvalidReportError(
-                    f"{self.name} report column {name!r} must hold integers, got {col.dtype}"
-                )
-            if dtype is np.uint8 and col.dtype != np.uint8 and col.size and (
-                    col.min() < 0 or col.max() > 255):
-                raise InvalidReportError(
-                    f"{self.name} report column {name!r} must hold bytes (0..255), got values "
-                    f"in [{col.min()}, {col.max()}]")
-            cols[name] = col.astype(dtype, copy=False)
-        return Reports(self.name, cols)
-
-    def invalid_rows(self, reports: Reports) -> tuple[np.ndarray, list[str]]:
-        """Rows of ``reports`` that no conforming client could produce, with a reason each."""
-        reports = self.coerce_reports(reports)
-        checks = self._row_checks(reports)
-        bad = np.zeros(len(reports), dtype=bool)
-        reason_index = np.full(len(reports), -1)
-        for i, (mask, _) in enumerate(checks):
-            new = mask & ~bad
-            reason_index[new] = i
-            bad |= mask
-        rows = np.flatnonzero(bad)
-        reasons = [checks[reason_index[r]][1] for r in rows]
-        return rows, reasons
-
-    def validate(self, reports: Reports | Mapping[str, npt.ArrayLike]) -> Reports:
-        """Return the coerced reports, or raise ``InvalidReportError`` naming the first bad row."""
-        reports = self.coerce_reports(reports)
-        rows, reasons = self.invalid_rows(reports)
-        if rows.size:
-            raise InvalidReportError(
-                f"{rows.size} invalid {self.name} report(s); "
-                f"first at row {int(rows[0])}: {reasons[0]}"
-            )
-        return reports
-
     def create_accumulator(self) -> Accumulator:
         """An empty accumulator for this oracle's parameters."""
         return Accumulator(self.key, np.zeros(self._counts_size(), dtype=np.int64), 0)
@@ -403,14 +425,6 @@ class FrequencyOracle(Keyed, abc.ABC):
         return accumulator.counts[: self.domain_size].copy()
 
     # -- per-oracle hooks -----------------------------------------------------------------
-    @abc.abstractmethod
-    def _column_specs(self) -> dict[str, tuple[Any, int | None]]:
-        """Column name -> (dtype, width); width None for a 1-d column."""
-
-    @abc.abstractmethod
-    def _row_checks(self, reports: Reports) -> list[tuple[np.ndarray, str]]:
-        """(mask of bad rows, reason) pairs, in order of precedence."""
-
     @abc.abstractmethod
     def _counts_size(self) -> int: ...
 
