@@ -23,13 +23,20 @@ Metrics: mean squared error over the full domain, the true top-k and a family of
 the l1 and l-infinity errors; for heavy hitters, precision, recall and F1 of an identified
 set against the true top-k, and NCR (each true top-k value of rank ``r`` weighs
 ``k - r + 1``; NCR is the weight identified over the total weight ``k (k + 1) / 2``).
+
+Heavy-hitter scoring lives here and only here: :func:`score_identified` scores identified
+values of any kind (integer indices, 64-bit values, decoded strings or bytes) against the true
+values in rank order, :func:`true_top` ranks a population's values, and
+:func:`top_k_scores` scores the top of an estimated frequency vector; all of them use
+:func:`precision_recall_f1` and :func:`ncr`'s one implementation.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Any
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -52,6 +59,8 @@ __all__ = [
     "precision_recall_f1",
     "ncr",
     "top_k_scores",
+    "score_identified",
+    "true_top",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -259,25 +268,72 @@ def linf_error(frequencies: npt.ArrayLike, truth: npt.ArrayLike, *, clamp: bool 
 
 
 # -- heavy hitters ---------------------------------------------------------------------------
-def _value_set(values: npt.ArrayLike, name: str) -> set[int]:
-    arr = np.asarray(values)
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be a one-dimensional collection of values, got {arr.shape}")
-    if arr.size and arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integer values, got dtype {arr.dtype}")
-    return {int(v) for v in arr}
+def _value(item: Any, name: str, position: int) -> Hashable:
+    """One value of a heavy-hitter collection, as the Python object it compares as."""
+    if isinstance(item, np.generic):
+        item = item.item()  # numpy ints, strings and bytes compare as Python's
+    if isinstance(item, (bool, float, complex)):
+        # True == 1 and 1.0 == 1 would merge distinct values silently; a float is also what
+        # np.asarray makes of Python ints of 2**63 or more, with their low bits lost.
+        raise TypeError(f"{name} must hold integers, strings or bytes, got "
+                        f"{type(item).__name__} {item!r} at position {position}")
+    try:
+        hash(item)
+    except TypeError:
+        raise TypeError(f"{name} must hold hashable values, got {type(item).__name__} at "
+                        f"position {position}") from None
+    return item
+
+
+def _distinct(values: Any, name: str) -> tuple[list[Hashable], int]:
+    """The distinct values of a one-dimensional collection in the order they first occur,
+    and how many values it holds (duplicates included)."""
+    if isinstance(values, (str, bytes)):
+        raise TypeError(f"{name} must be a collection of values, got one "
+                        f"{type(values).__name__} ({values!r})")
+    if isinstance(values, np.ndarray):
+        if values.ndim != 1:
+            raise ValueError(f"{name} must be a one-dimensional collection of values, got "
+                             f"shape {values.shape}")
+        items = values.tolist() if values.size else []  # an empty array of any dtype is empty
+    else:
+        try:
+            items = list(values)
+        except TypeError:
+            raise TypeError(f"{name} must be a collection of values, got "
+                            f"{type(values).__name__}") from None
+    first: dict[Hashable, None] = {}
+    for position, item in enumerate(items):
+        first.setdefault(_value(item, name, position), None)
+    return list(first), len(items)
+
+
+def _precision_recall_f1(found: set[Hashable], relevant: set[Hashable]
+                         ) -> tuple[float, float, float]:
+    hits = len(found & relevant)
+    precision = hits / len(found) if found else 0.0
+    recall = hits / len(relevant)
+    f1 = 2 * precision * recall / (precision + recall) if hits else 0.0
+    return precision, recall, f1
+
+
+def _ncr(found: set[Hashable], ranked: list[Hashable]) -> float:
+    k = len(ranked)
+    weight = sum(k - r for r, v in enumerate(ranked) if v in found)  # rank r + 1: k - r
+    return float(weight / (k * (k + 1) / 2))
 
 
 def precision_recall_f1(
-    identified: npt.ArrayLike, relevant: npt.ArrayLike
+    identified: Iterable[Hashable] | npt.ArrayLike, relevant: Iterable[Hashable] | npt.ArrayLike
 ) -> tuple[float, float, float]:
     """Precision, recall and F1 of an identified set of values against the relevant set.
 
     Parameters
     ----------
-    identified : array_like of int
-        The values reported (e.g. the estimated top-k). Duplicates count once.
-    relevant : array_like of int
+    identified : array_like or iterable of hashable
+        The values reported (e.g. the estimated top-k): integers (Python or numpy), strings
+        or bytes. Duplicates count once.
+    relevant : array_like or iterable of hashable
         The true top-k values; must not be empty.
 
     Returns
@@ -285,26 +341,32 @@ def precision_recall_f1(
     (precision, recall, f1) : tuple of float
         ``|I & R| / |I|``, ``|I & R| / |R|`` and their harmonic mean. An empty identified set
         has precision 0 (nothing correct was identified), hence F1 0.
+
+    Raises
+    ------
+    TypeError
+        A value is a bool or a float (they would compare equal to integers), or unhashable.
+    ValueError
+        ``relevant`` is empty.
     """
-    found, true = _value_set(identified, "identified"), _value_set(relevant, "relevant")
+    found, _ = _distinct(identified, "identified")
+    true, _ = _distinct(relevant, "relevant")
     if not true:
         raise ValueError("relevant must hold at least one value, got an empty set")
-    hits = len(found & true)
-    precision = hits / len(found) if found else 0.0
-    recall = hits / len(true)
-    f1 = 2 * precision * recall / (precision + recall) if hits else 0.0
-    return precision, recall, f1
+    return _precision_recall_f1(set(found), set(true))
 
 
-def ncr(identified: npt.ArrayLike, true_top_k: npt.ArrayLike) -> float:
+def ncr(identified: Iterable[Hashable] | npt.ArrayLike,
+        true_top_k: Iterable[Hashable] | npt.ArrayLike) -> float:
     """Normalized cumulative rank of an identified set (the PEM paper, Wang, Li, Jha).
 
     Parameters
     ----------
-    identified : array_like of int
+    identified : array_like or iterable of hashable
         The values reported; order and duplicates do not matter.
-    true_top_k : array_like of int
-        The true top-k values *in rank order* (largest first, as :func:`top_k_values` gives).
+    true_top_k : array_like or iterable of hashable
+        The true top-k values *in rank order* (largest first, as :func:`top_k_values` gives),
+        distinct.
 
     Returns
     -------
@@ -312,17 +374,15 @@ def ncr(identified: npt.ArrayLike, true_top_k: npt.ArrayLike) -> float:
         ``sum over identified true values of (k - r + 1)`` over ``k (k + 1) / 2``: 1 when the
         whole top-k is identified; missing the rank-1 value costs the most.
     """
-    ranked = np.asarray(true_top_k)
-    true_set = _value_set(ranked, "true_top_k")
-    k = ranked.size
-    if k == 0:
+    ranked, size = _distinct(true_top_k, "true_top_k")
+    if size == 0:
         raise ValueError("true_top_k must hold at least one value, got none")
-    if len(true_set) != k:
-        raise ValueError(f"true_top_k must hold distinct values, got {ranked.tolist()}")
-    found = _value_set(identified, "identified")
-    weights = k - np.arange(k)  # rank r (1-based) weighs k - r + 1
-    hit = np.fromiter((int(v) in found for v in ranked), dtype=bool, count=k)
-    return float(weights[hit].sum() / (k * (k + 1) / 2))
+    if len(ranked) != size:
+        shown = (true_top_k.tolist() if isinstance(true_top_k, np.ndarray)
+                 else list(cast(Iterable[Any], true_top_k)))
+        raise ValueError(f"true_top_k must hold distinct values, got {shown}")
+    found, _ = _distinct(identified, "identified")
+    return _ncr(set(found), ranked)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -345,5 +405,129 @@ def top_k_scores(frequencies: npt.ArrayLike, truth: npt.ArrayLike, k: int) -> To
     """Score the ``k`` largest estimates as a heavy-hitter answer against the true top-k."""
     est, tru = _pair(frequencies, truth)
     identified, relevant = top_k_values(est, k), top_k_values(tru, k)
-    precision, recall, f1 = precision_recall_f1(identified, relevant)
-    return TopKScores(precision, recall, f1, ncr(identified, relevant))
+    return score_identified(identified, relevant, k)
+
+
+def _ranked_truth(truth: Any, k: int) -> list[Hashable]:
+    """The first ``k`` distinct values of ``truth`` (read no further than needed)."""
+    if isinstance(truth, (str, bytes)):
+        raise TypeError(f"truth must be a collection of values, got one "
+                        f"{type(truth).__name__} ({truth!r})")
+    if isinstance(truth, np.ndarray):
+        if truth.ndim != 1:
+            raise ValueError(f"truth must be a one-dimensional collection of values, got "
+                             f"shape {truth.shape}")
+        truth = truth.tolist() if truth.size else []
+    try:
+        entries = iter(truth)
+    except TypeError:
+        raise TypeError(f"truth must be a collection of values, got "
+                        f"{type(truth).__name__}") from None
+    ranked: dict[Hashable, None] = {}
+    for position, entry in enumerate(entries):
+        if len(ranked) == k:
+            break
+        if isinstance(entry, Mapping):  # an entry of true_top's list
+            if "value" not in entry:
+                raise ValueError(f"truth entry {position} has no 'value': {dict(entry)!r}")
+            entry = entry["value"]
+        ranked.setdefault(_value(entry, "truth", position), None)
+    return list(ranked)
+
+
+def score_identified(
+    identified: Iterable[Hashable] | npt.ArrayLike,
+    truth: Iterable[Any] | npt.ArrayLike,
+    k: int,
+) -> TopKScores:
+    """Precision, recall, F1 and NCR of identified values against the true top ``k``.
+
+    The one scoring of heavy hitters: integer domain indices (:func:`top_k_scores`), the
+    64-bit values of :mod:`ldpflow.core.heavy_hitters` and decoded strings or bytes are all
+    scored here, as values compared by equality.
+
+    Parameters
+    ----------
+    identified : array_like or iterable of hashable
+        The values reported: integers (Python or numpy, any width), strings or bytes. Order
+        and duplicates do not matter.
+    truth : array_like or iterable
+        The true values in rank order, largest first: values like ``identified``'s, or the
+        entries of :func:`true_top` (mappings with a ``"value"``). A value that occurs again
+        is dropped (its first occurrence holds its rank); the first ``k`` distinct values
+        are the true top-k.
+    k : int
+        ``k >= 1``. When ``truth`` holds fewer than ``k`` distinct values, all of them are
+        the true top list and NCR is normalised by their number.
+
+    Returns
+    -------
+    TopKScores
+        ``precision = |I & T| / |I|`` (0 for an empty ``identified``), ``recall =
+        |I & T| / |T|``, their harmonic mean ``f1``, and ``ncr``: the true value of rank
+        ``r`` weighs ``|T| - r + 1`` and NCR is the weight identified over
+        ``|T| (|T| + 1) / 2`` (:func:`precision_recall_f1` and :func:`ncr`).
+
+    Raises
+    ------
+    TypeError
+        ``k`` is not an integer, or a value is a bool, a float or unhashable.
+    ValueError
+        ``k < 1``, or ``truth`` holds no value.
+    """
+    k = check_positive_int(k, name="k")
+    ranked = _ranked_truth(truth, k)
+    if not ranked:
+        raise ValueError("truth must hold at least one value, got none")
+    found, _ = _distinct(identified, "identified")
+    found_set = set(found)
+    precision, recall, f1 = _precision_recall_f1(found_set, set(ranked))
+    return TopKScores(precision, recall, f1, _ncr(found_set, ranked))
+
+
+def _integer_array(values: npt.ArrayLike, name: str) -> np.ndarray:
+    """A 1-d integer array of ``values``, exact for Python ints of up to 64 bits.
+
+    ``np.asarray([1, 2**63])`` is a float64 array (values near ``2**64`` lose their low
+    bits), so sequences of Python ints are converted element by element.
+    """
+    if isinstance(values, np.ndarray):
+        arr = values.reshape(-1)
+    else:
+        items = np.asarray(values, dtype=object).reshape(-1).tolist()
+        if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in items):
+            raise TypeError(f"{name} must be integers, got {items[:5]}...")
+        ints = [int(v) for v in items]
+        dtype = np.uint64 if ints and max(ints) >= 2**63 else np.int64
+        try:
+            arr = np.array(ints, dtype=dtype)
+        except OverflowError:
+            raise ValueError(f"{name} must lie in [-2**63, 2**64) and not mix negative values "
+                             "with values of 2**63 or more") from None
+    if arr.size and arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be integers, got dtype {arr.dtype}")
+    return arr
+
+
+def true_top(values: npt.ArrayLike, k: int | None = None) -> list[dict[str, int]]:
+    """The distinct values by count, largest first: the true top list of a population.
+
+    Parameters
+    ----------
+    values : array_like of int
+        Every user's value (integers of up to 64 bits, exact for Python ints too).
+    k : int, optional
+        Keep the first ``k`` entries (``k >= 0``); all by default.
+
+    Returns
+    -------
+    list of dict
+        ``[{"value": V, "count": C}, ...]``, ties broken towards the smaller value; the
+        ``truth`` of :func:`score_identified` as it is.
+    """
+    arr = _integer_array(values, "values")
+    uniq, counts = np.unique(arr, return_counts=True)
+    order = np.lexsort((uniq, -counts))
+    if k is not None:
+        order = order[: check_positive_int(k, name="k", minimum=0)]
+    return [{"value": int(uniq[i]), "count": int(counts[i])} for i in order]

@@ -174,3 +174,104 @@ def test_top_k_scores_of_estimates():
     scores = qs.top_k_scores(estimate, truth, 2)
     assert scores == qs.TopKScores(precision=0.5, recall=0.5, f1=0.5, ncr=2 / 3)
     assert qs.top_k_scores(truth, truth, 3) == qs.TopKScores(1.0, 1.0, 1.0, 1.0)
+
+
+# -- score_identified: the one scoring of heavy hitters --------------------------------------
+def test_score_identified_of_strings_by_hand():
+    truth = ["a", "b", "c", "d"]  # top-3: a b c, weights 3 2 1, total 6
+    scores = qs.score_identified(["c", "a", "x", "a"], truth, 3)  # I = {a, c, x}
+    assert scores == qs.TopKScores(precision=2 / 3, recall=2 / 3, f1=2 / 3, ncr=4 / 6)
+    assert qs.score_identified(["b"], truth, 3) == qs.TopKScores(1.0, 1 / 3, 0.5, 2 / 6)
+    assert qs.score_identified([b"a"], truth, 3) == qs.TopKScores(0.0, 0.0, 0.0, 0.0)
+    assert qs.score_identified([b"a", b"b"], [b"b", b"a"], 1) == qs.TopKScores(
+        0.5, 1.0, 2 / 3, 1.0)
+
+
+def test_score_identified_collapses_repeated_truth_keeping_the_first_rank():
+    # Distinct in rank order: 7, 3, 9, 1; the top-3 is 7, 3, 9 (weights 3, 2, 1).
+    truth = [7, 3, 7, 3, 9, 1]
+    assert qs.score_identified([9], truth, 3) == qs.TopKScores(1.0, 1 / 3, 0.5, 1 / 6)
+    assert qs.score_identified([1], truth, 3) == qs.TopKScores(0.0, 0.0, 0.0, 0.0)
+    assert qs.score_identified([3, 9], truth, 3).ncr == pytest.approx(3 / 6)
+
+
+def test_score_identified_of_an_empty_set_and_of_k_beyond_the_truth():
+    assert qs.score_identified([], ["a", "b"], 2) == qs.TopKScores(0.0, 0.0, 0.0, 0.0)
+    assert qs.score_identified(np.array([], dtype=np.int64), [5], 1) == qs.TopKScores(
+        0.0, 0.0, 0.0, 0.0)
+    # k = 10 of 2 distinct true values: both are the top list, NCR over 2 * 3 / 2 = 3.
+    assert qs.score_identified(["b"], ["a", "b", "a"], 10) == qs.TopKScores(
+        1.0, 0.5, 2 / 3, 1 / 3)
+    assert qs.score_identified(["a", "b", "z"], ["a", "b"], 10) == qs.TopKScores(
+        2 / 3, 1.0, 0.8, 1.0)
+
+
+def test_score_identified_ncr_weighs_rank_r_by_k_minus_r_plus_one():
+    truth = [40, 30, 20, 10, 0]  # k = 4: weights 4, 3, 2, 1; total 10
+    for found, weight in [([40], 4), ([30], 3), ([20], 2), ([10], 1), ([0], 0),
+                          ([40, 10], 5), ([30, 20, 10], 6), ([10, 20, 30, 40], 10)]:
+        assert qs.score_identified(found, truth, 4).ncr == pytest.approx(weight / 10)
+
+
+def test_score_identified_compares_integers_of_every_kind_as_numbers():
+    big = 2**64 - 1
+    truth = np.array([big, 2**63, 5], dtype=np.uint64)
+    assert qs.score_identified([big, 2**63 + 1, np.int64(5)], truth, 3) == qs.TopKScores(
+        2 / 3, 2 / 3, 2 / 3, (3 + 1) / 6)
+    assert qs.score_identified(np.array([5], dtype=np.int8), [5, 6], 2).ncr == pytest.approx(
+        2 / 3)
+    assert qs.score_identified([-1], [big], 1).recall == 0.0  # no wrap-around to 2**64 - 1
+    assert qs.score_identified(np.array(["x", "y"]), ["y"], 1).precision == 0.5  # numpy str
+
+
+def test_score_identified_takes_true_tops_list():
+    values = np.array([5, 3, 3, 9, 9, 1], dtype=np.uint64)
+    top = qs.true_top(values)
+    assert top == [{"value": 3, "count": 2}, {"value": 9, "count": 2},
+                   {"value": 1, "count": 1}, {"value": 5, "count": 1}]
+    assert qs.true_top(values, 1) == [{"value": 3, "count": 2}]
+    assert qs.true_top([2**63 + 1, 2**63 + 1, 4]) == [{"value": 2**63 + 1, "count": 2},
+                                                     {"value": 4, "count": 1}]
+    assert qs.score_identified([9, 5], top, 2) == qs.TopKScores(0.5, 0.5, 0.5, 1 / 3)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 12), max_size=8), st.lists(st.integers(0, 12), min_size=1,
+                                                          max_size=10), st.integers(1, 12))
+def test_score_identified_of_strings_agrees_with_the_integer_path(found, truth, k):
+    ranked = list(dict.fromkeys(truth))[:k]
+    by_int = qs.score_identified(found, truth, k)
+    by_str = qs.score_identified([f"v{v}" for v in found], [f"v{v}" for v in truth], k)
+    by_bytes = qs.score_identified([b"%d" % v for v in found], [b"%d" % v for v in truth], k)
+    assert by_int == by_str == by_bytes
+    p, r, f = qs.precision_recall_f1(np.array(found, dtype=np.int64), np.array(ranked))
+    assert (by_int.precision, by_int.recall, by_int.f1) == (p, r, f)
+    assert by_int.ncr == qs.ncr(np.array(found, dtype=np.int64), np.array(ranked))
+
+
+def test_precision_recall_f1_and_ncr_take_strings_too():
+    assert qs.precision_recall_f1(["a", "b", "c", "d"], ["a", "b", "e"]) == pytest.approx(
+        (0.5, 2 / 3, 4 / 7))
+    assert qs.ncr(["b", "d", "z"], ["a", "b", "c", "d"]) == pytest.approx((3 + 1) / 10)
+
+
+def test_score_identified_validates():
+    with pytest.raises(ValueError, match="k must be >= 1, got 0"):
+        qs.score_identified([1], [1], 0)
+    with pytest.raises(TypeError, match="k must be an integer, got float"):
+        qs.score_identified([1], [1], 2.0)
+    with pytest.raises(ValueError, match="truth must hold at least one value, got none"):
+        qs.score_identified([1], [], 3)
+    with pytest.raises(TypeError, match="identified must hold integers, strings or bytes, "
+                                        "got float 1.0 at position 1"):
+        qs.score_identified([1, 1.0], [1], 1)
+    with pytest.raises(TypeError, match="truth must hold integers, strings or bytes, got bool"):
+        qs.score_identified([1], [True], 1)
+    with pytest.raises(TypeError, match="identified must hold hashable values, got list"):
+        qs.score_identified([[1]], [1], 1)
+    with pytest.raises(TypeError, match="identified must be a collection of values, got one str"):
+        qs.score_identified("ab", ["a"], 1)
+    with pytest.raises(ValueError, match="truth entry 0 has no 'value'"):
+        qs.score_identified([1], [{"count": 3}], 1)
+    with pytest.raises(TypeError, match="identified must hold integers, strings or bytes"):
+        qs.precision_recall_f1(np.array([0.5]), [1])

@@ -2,20 +2,26 @@
 
 Values are drawn from ``N`` distinct ``B``-bit values by a seeded rank-to-value map, and
 their ranks by a :class:`ldpflow.core.simulation.RankDistribution` (Zipf / uniform /
-geometric, the one sampler of the package); :func:`true_top` is the true top list and
-:func:`score_top_k` the
-heavy-hitter scores (precision, recall, F1 and NCR, from :mod:`ldpflow.core.queries`).
+geometric, the one sampler of the package).
+
+Scoring lives in :mod:`ldpflow.core.queries`, the one place for it:
+:func:`ldpflow.core.queries.true_top` (the true top list, re-exported here as
+:func:`true_top`) and :func:`ldpflow.core.queries.score_identified` (precision, recall, F1
+and NCR of identified values of any kind, integers, strings or bytes); :func:`score_top_k`
+is that scoring as a dict, for the callers that take one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, cast
+import dataclasses
+from collections.abc import Hashable, Iterable
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ldpflow.core import queries, simulation, validation
+from ldpflow.core.queries import true_top
 
 __all__ = [
     "DISTRIBUTIONS",
@@ -127,59 +133,13 @@ def sample_values(
     return mapping[dist.sample(count, n, gen)]
 
 
-def _integer_array(values: npt.ArrayLike, name: str) -> np.ndarray:
-    """A 1-d integer array of ``values``, exact for Python ints of up to 64 bits.
-
-    ``np.asarray([1, 2**63])`` is a float64 array (values near ``2**64`` lose their low
-    bits), so sequences of Python ints are converted element by element.
-    """
-    if isinstance(values, np.ndarray):
-        arr = values.reshape(-1)
-    else:
-        items = np.asarray(values, dtype=object).reshape(-1).tolist()
-        if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in items):
-            raise TypeError(f"{name} must be integers, got {items[:5]}...")
-        ints = [int(v) for v in items]
-        dtype = _U64 if ints and max(ints) >= 2**63 else np.int64
-        try:
-            arr = np.array(ints, dtype=dtype)
-        except OverflowError:
-            raise ValueError(f"{name} must lie in [-2**63, 2**64) and not mix negative values "
-                             "with values of 2**63 or more") from None
-    if arr.size and arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must be integers, got dtype {arr.dtype}")
-    return arr
-
-
-def true_top(values: npt.ArrayLike, k: int | None = None) -> list[dict[str, int]]:
-    """``[{"value": V, "count": C}, ...]``: the distinct values by count, largest first.
-
-    Ties are broken towards the smaller value; ``k`` keeps the first ``k`` (all by default).
-    """
-    arr = _integer_array(values, "values")
-    uniq, counts = np.unique(arr, return_counts=True)
-    order = np.lexsort((uniq, -counts))
-    if k is not None:
-        order = order[: validation.check_positive_int(k, name="k", minimum=0)]
-    return [{"value": int(uniq[i]), "count": int(counts[i])} for i in order]
-
-
 def score_top_k(
-    identified: npt.ArrayLike, truth: Sequence[Mapping[str, int]] | npt.ArrayLike, k: int
+    identified: Iterable[Hashable] | npt.ArrayLike, truth: Iterable[Any] | npt.ArrayLike, k: int
 ) -> dict[str, float]:
     """Precision, recall, F1 and NCR of identified values against the true top ``k``.
 
-    ``truth`` is :func:`true_top`'s list (or the true values in rank order); its first ``k``
-    entries are the true top-k. The metrics are :func:`ldpflow.core.queries.precision_recall_f1`
-    and :func:`ldpflow.core.queries.ncr`.
+    :func:`ldpflow.core.queries.score_identified` (see there for ``identified``, ``truth``,
+    such as :func:`true_top`'s list, and ``k``) as a dict with the keys ``precision``,
+    ``recall``, ``f1`` and ``ncr``.
     """
-    k = validation.check_positive_int(k, name="k")
-    entries = truth.tolist() if isinstance(truth, np.ndarray) else list(
-        cast(Sequence[Any], truth))
-    ranked = [int(t["value"]) if isinstance(t, Mapping) else int(t) for t in entries[:k]]
-    if not ranked:
-        raise ValueError("truth must hold at least one value, got none")
-    found = _integer_array(identified, "identified").astype(_U64)
-    true = np.asarray(ranked, dtype=_U64)
-    precision, recall, f1 = queries.precision_recall_f1(found, true)
-    return {"precision": precision, "recall": recall, "f1": f1, "ncr": queries.ncr(found, true)}
+    return dataclasses.asdict(queries.score_identified(identified, truth, k))
