@@ -7,10 +7,14 @@ parameters sorted by name, so it is hashable, ordered, picklable and determinist
 Beam key. It has one text form (:meth:`ProtocolKey.to_json`, stable: sorted keys), and it
 builds the protocol it names (:meth:`ProtocolKey.build`).
 
-Heavy-hitter (``pem``) keys also carry ``codec``: how the reports' values were made
-integers. It is part of the reports' identity (values of two codecs cannot be counted
-together) but not a parameter of the protocol, so :meth:`ProtocolKey.build` leaves it out
-and :attr:`ProtocolKey.codec` reads it.
+Heavy-hitter keys (:data:`HEAVY_HITTERS`: ``pem``, ``spm``, ``mcm``, ``treehist``,
+``sfp``) also carry ``codec``: how the reports' values were made integers. It is part of
+the reports' identity (values of two codecs cannot be counted together) but not a
+parameter of the protocol, so :meth:`ProtocolKey.build` leaves it out and
+:attr:`ProtocolKey.codec` reads it.
+
+This module imports no protocol: :meth:`ProtocolKey.build` imports the registries when it
+is called.
 """
 
 from __future__ import annotations
@@ -21,10 +25,13 @@ import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-__all__ = ["ProtocolKey", "Keyed", "PEM"]
+__all__ = ["ProtocolKey", "Keyed", "PEM", "HEAVY_HITTERS"]
 
-#: The registry name of the heavy-hitter protocol (the prefix extending method).
+#: The registry name of the prefix extending method, the default heavy-hitter protocol.
 PEM = "pem"
+#: The registry names of the heavy-hitter protocols (the keys of
+#: :data:`ldpflow.core.heavy_hitters.PROTOCOLS`): their keys carry a ``codec``.
+HEAVY_HITTERS: tuple[str, ...] = (PEM, "spm", "mcm", "treehist", "sfp")
 
 
 class ProtocolKey(tuple):
@@ -33,9 +40,10 @@ class ProtocolKey(tuple):
     Parameters
     ----------
     name : str
-        The registry name (``grr``, ``olh``, ..., ``pem``).
+        The registry name (``grr``, ``olh``, ..., or one of :data:`HEAVY_HITTERS`).
     parameters : mapping
-        The configuration's parameters as plain Python values (``pem``: with ``codec``).
+        The configuration's parameters as plain Python values (heavy hitters: with
+        ``codec``).
     """
 
     __slots__ = ()
@@ -72,9 +80,20 @@ class ProtocolKey(tuple):
         return cls(key[0], params)
 
     @classmethod
-    def heavy_hitters(cls, pem: Any, codec: str | None = "int") -> ProtocolKey:
-        """The key of heavy-hitter reports: ``pem``'s parameters and the value ``codec``."""
-        return cls(PEM, {**pem.parameters, "codec": codec or "int"})
+    def heavy_hitters(cls, protocol: Any, codec: str | None = "int") -> ProtocolKey:
+        """The key of heavy-hitter reports: the parameters of ``protocol`` (a configuration
+        of one of :data:`HEAVY_HITTERS`) and the value ``codec`` (None: ``int``).
+
+        Raises
+        ------
+        ValueError
+            If ``protocol`` is no heavy-hitter protocol.
+        """
+        name = getattr(protocol, "name", None)
+        if name not in HEAVY_HITTERS:
+            raise ValueError(f"heavy-hitter keys are of {', '.join(HEAVY_HITTERS)}, got "
+                             f"{name!r}")
+        return cls(name, {**protocol.parameters, "codec": codec or "int"})
 
     @property
     def name(self) -> str:
@@ -82,13 +101,13 @@ class ProtocolKey(tuple):
 
     @property
     def parameters(self) -> dict[str, Any]:
-        """The parameters (``pem``: with ``codec``)."""
+        """The parameters (heavy hitters: with ``codec``)."""
         return dict(self[1:])
 
     @property
     def codec(self) -> str | None:
         """The value codec of a heavy-hitter key (``int`` when absent); None for oracles."""
-        return self.parameters.get("codec", "int") if self.name == PEM else None
+        return self.parameters.get("codec", "int") if self.name in HEAVY_HITTERS else None
 
     def to_json(self) -> str:
         """The stable text form: ``{"oracle": name, parameter: value, ...}``, keys sorted."""
@@ -101,10 +120,11 @@ class ProtocolKey(tuple):
         if not isinstance(params, dict) or not isinstance(params.get("oracle"), str):
             raise ValueError(f"a protocol key's text is an object with 'oracle', got {text!r}")
         name = params.pop("oracle")
-        codec = params.pop("codec", None) if name == PEM else None
+        heavy = name in HEAVY_HITTERS
+        codec = params.pop("codec", None) if heavy else None
         key = cls(name, params)
         protocol = key.build()
-        return cls.heavy_hitters(protocol, codec) if name == PEM else protocol.key
+        return cls.heavy_hitters(protocol, codec) if heavy else protocol.key
 
     def build(self) -> Any:
         """The protocol object this key names (cached: protocols are immutable).
@@ -120,11 +140,11 @@ class ProtocolKey(tuple):
 @functools.lru_cache(maxsize=512)
 def _build(key: ProtocolKey) -> Any:
     params = key.parameters
-    if key.name == PEM:
-        from ldpflow.core.heavy_hitters import PrefixExtendingMethod
+    if key.name in HEAVY_HITTERS:
+        from ldpflow.core.heavy_hitters import PROTOCOLS
 
         params.pop("codec", None)
-        return PrefixExtendingMethod(**params)
+        return PROTOCOLS[key.name](**params)
     from ldpflow.core.oracles import registry
 
     return registry.make(key.name, **params)

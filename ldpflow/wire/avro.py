@@ -10,7 +10,18 @@ reads that framing itself, so that
 * the header plus any run of blocks is itself a valid container, which a columnar decoder
   (polars) reads in one call;
 * a damaged block is found and skipped: the reader resynchronises at the next sync marker,
-  and only that block is lost (its record count is reported when its header is readable).
+  and only that block is lost (its record count is reported when its header is readable);
+* a block's record count is checked against its data: the columnar decode appends a
+  :class:`Sentinel` record to every block and checks that it comes back (one decode checks
+  every count; :func:`surplus_bytes` measures a failing block, and checks the blocks of the
+  record-by-record path). A block whose data holds bytes past its ``count`` records (a
+  count damaged, or written to hide records from readers that trust it) is refused whole,
+  as a :class:`Damage` ``"Avro block holds N bytes past its M records"`` counting the
+  ``M`` records it claims:
+  its count is proven wrong, so which of its records are genuine is unknown, and a block is
+  kept whole or not at all. A block that claims more records than its data holds fails to
+  decode and is refused whole the same way (by the decoder). An empty block (count 0) must
+  hold no data once uncompressed; one that does is damage counting 0 records.
 
 :func:`encode_container` writes a table of envelopes as a container, vectorised with numpy
 over rows (no per-record Python): each field's bytes are laid out as whole columns.
@@ -33,7 +44,9 @@ import pyarrow.compute as pc
 from ldpflow.wire.buffers import offsets_and_data
 
 __all__ = ["MAGIC", "Header", "Block", "Damage", "read_header", "iter_blocks",
-           "ContainerWriter", "encode_container", "snappy_to_null", "plausible_count", "CODECS"]
+           "ContainerWriter", "encode_container", "to_null", "plausible_count",
+           "surplus_bytes", "Sentinel", "sentinel", "with_sentinels", "sentinel_rows",
+           "block_surplus", "count_damage", "CODECS"]
 
 MAGIC = b"Obj\x01"
 CODECS = ("null", "deflate", "snappy")
@@ -256,7 +269,12 @@ def iter_blocks(stream: IO[bytes], header: Header, start: int = 0, end: int | No
             raw = bytes(window.buf[:body + _SYNC_SIZE])
             window.consume(body + _SYNC_SIZE)
             anchored = True
-            if count:  # an empty block (legal) holds nothing to decode
+            # An empty block (legal) must hold no data; the counts of the others are
+            # checked where they are decoded (:func:`with_sentinels`).
+            problem = None if count else _count_problem(header, count, raw[pos:body])
+            if problem is not None:
+                yield Damage(offset, len(raw), plausible_count(count, size), problem)
+            elif count:
                 yield Block(offset, count, raw)
             continue
         if body and _block_at(window, body + _SYNC_SIZE, sync):
@@ -271,6 +289,154 @@ def iter_blocks(stream: IO[bytes], header: Header, start: int = 0, end: int | No
         window.skip_to_marker(sync)
         anchored = True
         yield Damage(offset, window.base - before, plausible_count(count, size), problem)
+
+
+def _records(count: int) -> str:
+    return f"{count} record" if count == 1 else f"{count} records"
+
+
+def _uncompressed(codec: str, data: bytes) -> bytes | None:
+    """A block's data uncompressed (None: it does not decompress, or the codec is unknown)."""
+    if codec == "null":
+        return data
+    try:
+        if codec == "deflate":
+            return zlib.decompress(data, -15)
+        if codec == "snappy":
+            import cramjam
+
+            return bytes(cramjam.snappy.decompress_raw(data[:-4]))
+    except Exception:  # noqa: BLE001 - zlib and cramjam raise their own error types
+        return None
+    return None
+
+
+def _count_problem(header: Header, count: int, data: bytes) -> str | None:
+    """Why a block's ``count`` does not describe its (compressed) ``data``, or None."""
+    if header.codec not in CODECS:  # not decoded by ldpflow either: nothing to check
+        return None
+    payload = _uncompressed(header.codec, data)
+    if payload is None:
+        if count:
+            return None  # the decoder refuses it, with its own reason
+        return f"Avro block of 0 records holds {len(data)} bytes that do not decompress"
+    surplus = surplus_bytes(header, count, payload)
+    if surplus:
+        return f"Avro block holds {surplus} bytes past its {_records(count)}"
+    return None
+
+
+def _block_bytes(count: int, data: bytes, sync: bytes) -> bytes:
+    mat, lengths = _zigzag_varints(np.array([count, len(data)]))
+    return mat[0, : lengths[0]].tobytes() + mat[1, : lengths[1]].tobytes() + data + sync
+
+
+#: Whether polars reads a writer's schema, by the null-codec header (a few files at a time).
+_POLARS_READS: dict[bytes, bool] = {}
+
+
+def _polars_reads(null_header: bytes) -> bool:
+    known = _POLARS_READS.get(null_header)
+    if known is None:
+        import polars as pl
+
+        try:
+            pl.read_avro(io.BytesIO(null_header))
+            known = True
+        except BaseException as exc:  # noqa: BLE001 - polars panics on schemas it lacks
+            if isinstance(exc, (KeyboardInterrupt, SystemExit, MemoryError)):
+                raise
+            known = False
+        if len(_POLARS_READS) >= 64:
+            _POLARS_READS.clear()
+        _POLARS_READS[null_header] = known
+    return known
+
+
+def _probe_column(schema: Any) -> list[str] | None:
+    """One top-level field to decode (a number if there is one: the cheapest to build)."""
+    fields = schema.get("fields") if isinstance(schema, dict) else None
+    if not isinstance(fields, list) or not fields:
+        return None
+
+    def numeric(avro_type: Any) -> bool:
+        if isinstance(avro_type, list):
+            branches = [t for t in avro_type if t != "null"]
+            return len(branches) == 1 and numeric(branches[0])
+        return avro_type in ("boolean", "int", "long", "float", "double")
+
+    names = [f["name"] for f in fields if isinstance(f, dict) and isinstance(f.get("name"), str)]
+    if len(names) != len(fields):
+        return None
+    return [next((f["name"] for f in fields if numeric(f.get("type"))), names[0])]
+
+
+def surplus_bytes(header: Header, count: int, data: bytes) -> int:
+    """The bytes of a block's uncompressed ``data`` left over after its ``count`` records.
+
+    0 when the records end where the data ends (as every writer writes them), and when
+    ``count`` records do not fit in ``data`` or do not decode (the decoder refuses such a
+    block whole, with its own reason); more is a block whose count understates its records.
+
+    The common case costs one columnar decode of one field: ``count`` records are decoded
+    from the data less its last byte, which fails exactly when they need that byte, i.e.
+    when nothing is left over. When they do decode, the records are walked with fastavro,
+    which tells where they end (or, should fastavro not decode them, the shortest prefix of
+    the data that polars decodes them from is searched for by bisection). For schemas
+    polars does not read, the records are walked with fastavro from the start.
+    """
+    if count == 0 or not data:
+        return len(data)
+    null_header = header.raw if header.codec == "null" else \
+        _header(header.schema, "null", header.sync)
+    if _polars_reads(null_header):
+        import polars as pl
+
+        columns = _probe_column(header.schema)
+
+        def decodes(size: int) -> bool | None:
+            """``count`` records decode from ``data[:size]`` (None: polars fails otherwise)."""
+            probe = null_header + _block_bytes(count, data[:size], header.sync)
+            try:
+                return pl.read_avro(io.BytesIO(probe), columns=columns).height == count
+            except OSError:  # "failed to fill whole buffer": the records need more bytes
+                return False
+            except BaseException as exc:  # noqa: BLE001 - polars raises (and panics) many types
+                if isinstance(exc, (KeyboardInterrupt, SystemExit, MemoryError)):
+                    raise
+                return None
+
+        whole = decodes(len(data) - 1)
+        if whole is False:
+            return 0
+        if whole:  # bytes are left over: fastavro tells where the records end, else the
+            # shortest prefix they decode from does (polars may panic on short prefixes)
+            walked = _walked_surplus(null_header, count, data, header.sync)
+            if walked:
+                return walked
+            low, high = 0, len(data) - 1
+            while low < high:
+                middle = (low + high) // 2
+                if decodes(middle):
+                    high = middle
+                else:
+                    low = middle + 1
+            return len(data) - low
+    return _walked_surplus(null_header, count, data, header.sync)
+
+
+def _walked_surplus(null_header: bytes, count: int, data: bytes, sync: bytes) -> int:
+    """:func:`surplus_bytes` by fastavro: decode the records, then see where they end."""
+    import fastavro
+
+    try:
+        block = next(iter(fastavro.block_reader(
+            io.BytesIO(null_header + _block_bytes(count, data, sync)))))
+        decoded = sum(1 for _ in block)
+        end = block.bytes_.tell()
+    except Exception:  # noqa: BLE001 - fastavro raises many types on corrupt input
+        return 0
+    return len(data) - end if decoded == count else 0
 
 
 def _block_at(window: _Window, at: int, sync: bytes) -> bool:
@@ -477,31 +643,124 @@ def _compress(data: bytes, codec: str, level: int = 6) -> bytes:
     return data
 
 
-def snappy_to_null(header: Header, blocks: list[Block]) -> tuple[bytes, list[Block | Damage]]:
-    """A ``snappy`` container's blocks checked against their CRC32 and decompressed: the
-    header of the same container with the null codec, and each block uncompressed (or a
-    :class:`Damage` where the data does not decompress or its checksum does not match)."""
-    import cramjam
-
+def to_null(header: Header, blocks: list[Block]) -> tuple[Header, list[Block | Damage]]:
+    """A container's blocks uncompressed: the header of the same container with the null
+    codec, and each block uncompressed (``snappy``: checked against its CRC32), or a
+    :class:`Damage` where the data does not decompress or its checksum does not match."""
+    if header.codec == "null":
+        return header, list(blocks)
     out: list[Block | Damage] = []
     for block in blocks:
         count, pos = _read_varint(block.raw, 0)
         size, pos = _read_varint(block.raw, pos)
         payload = block.raw[pos:pos + size]
-        try:
-            data = bytes(cramjam.snappy.decompress_raw(payload[:-4]))
-            ok = zlib.crc32(data).to_bytes(4, "big") == payload[-4:]
-        except Exception:  # noqa: BLE001 - cramjam raises its own error types
-            ok = False
-        if not ok:
-            out.append(Damage(block.offset, len(block.raw), count,
-                              "snappy block fails its CRC32 checksum"))
+        data = _uncompressed(header.codec, payload)
+        if data is not None and header.codec == "snappy" and \
+                zlib.crc32(data).to_bytes(4, "big") != payload[-4:]:
+            data = None
+        if data is None:
+            reason = ("snappy block fails its CRC32 checksum" if header.codec == "snappy"
+                      else f"{header.codec} block does not decompress")
+            out.append(Damage(block.offset, len(block.raw), count, reason))
             continue
-        mat, lengths = _zigzag_varints(np.array([count, len(data)]))
-        raw = mat[0, : lengths[0]].tobytes() + mat[1, : lengths[1]].tobytes() + data + \
-            header.sync
-        out.append(Block(block.offset, count, raw))
-    return _header(header.schema, "null", header.sync), out
+        out.append(Block(block.offset, count, _block_bytes(count, data, header.sync)))
+    null = Header(_header(header.schema, "null", header.sync), header.schema, "null",
+                  header.sync)
+    return null, out
+
+
+@dataclasses.dataclass(frozen=True)
+class Sentinel:
+    """A record appended to every block of a decode, to prove each block's count.
+
+    Every string of the record (at any depth, where the schema has one) is ``nonce``, a
+    random value of this process; a block of ``count`` records is decoded as ``count + 1``
+    with the sentinel's bytes after its data. Where the count is right, the extra record is
+    the sentinel; where the block holds bytes past its ``count`` records (its count
+    understates them), the extra record is decoded from those bytes instead, which do not
+    hold the nonce. So one columnar decode checks every count, at the cost of a record per
+    block.
+    """
+
+    encoded: bytes
+    nonce: str
+    column: str  # the top-level string field whose value is checked
+
+
+def sentinel(schema: Any, columns: list[str]) -> Sentinel | None:
+    """The sentinel of a writer's schema whose check field is among the decoded
+    ``columns`` (None when none of them is a plain string field: the slow check then)."""
+    import secrets
+
+    import fastavro
+
+    fields = schema.get("fields") if isinstance(schema, dict) else None
+    if not isinstance(fields, list):
+        return None
+    strings = [f["name"] for f in fields if isinstance(f, dict) and f.get("type") == "string"]
+    column = next((c for c in ("oracle", *strings) if c in strings and c in columns), None)
+    if column is None:
+        return None
+    nonce = f"ldpflow-sentinel-{secrets.token_hex(16)}"
+    try:
+        parsed = fastavro.parse_schema(schema)
+        buffer = io.BytesIO()
+        fastavro.schemaless_writer(buffer, parsed, _sentinel_value(parsed, nonce))
+    except Exception:  # noqa: BLE001 - a schema fastavro cannot encode: the slow check then
+        return None
+    return Sentinel(buffer.getvalue(), nonce, column)
+
+
+def _sentinel_value(avro_type: Any, nonce: str) -> Any:
+    if isinstance(avro_type, list):  # a union: null where it may be, else its first branch
+        return None if "null" in avro_type else _sentinel_value(avro_type[0], nonce)
+    if isinstance(avro_type, dict):
+        kind = avro_type.get("type")
+        if kind == "record":
+            return {f["name"]: _sentinel_value(f["type"], nonce) for f in avro_type["fields"]}
+        if kind == "enum":
+            return avro_type["symbols"][0]
+        if kind == "array":
+            return []
+        if kind == "map":
+            return {}
+        if kind == "fixed":
+            return bytes(avro_type["size"])
+        return _sentinel_value(kind, nonce)
+    return {"null": None, "boolean": False, "int": 0, "long": 0, "float": 0.0, "double": 0.0,
+            "bytes": b"", "string": nonce}.get(avro_type, nonce)
+
+
+def with_sentinels(blocks: list[Block], mark: Sentinel, sync: bytes) -> bytes:
+    """Null-codec blocks, each with the sentinel after its records (count + 1)."""
+    parts = []
+    for block in blocks:
+        count, pos = _read_varint(block.raw, 0)
+        size, pos = _read_varint(block.raw, pos)
+        parts.append(_block_bytes(count + 1, block.raw[pos:pos + size] + mark.encoded, sync))
+    return b"".join(parts)
+
+
+def sentinel_rows(blocks: list[Block]) -> np.ndarray:
+    """The row of each block's sentinel in a decode of :func:`with_sentinels`."""
+    return np.cumsum(np.array([b.count + 1 for b in blocks], dtype=np.int64)) - 1
+
+
+def block_surplus(header: Header, block: Block) -> int:
+    """:func:`surplus_bytes` of a block of a null-codec container."""
+    count, pos = _read_varint(block.raw, 0)
+    size, pos = _read_varint(block.raw, pos)
+    return surplus_bytes(header, count, block.raw[pos:pos + size])
+
+
+def count_damage(header: Header, block: Block, surplus: int | None = None) -> Damage:
+    """The :class:`Damage` of a block of a null-codec container whose count is proven wrong
+    (refused whole)."""
+    count = block.count
+    surplus = block_surplus(header, block) if surplus is None else surplus
+    what = (f"Avro block holds {surplus} bytes past its {_records(count)}" if surplus else
+            f"Avro block's {_records(count)} do not match its data")
+    return Damage(block.offset, len(block.raw), count, what)
 
 
 def encode_container(table: pa.Table, schema: dict, codec: str = "snappy",

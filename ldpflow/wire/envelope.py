@@ -2,10 +2,12 @@
 
 A report travels in an envelope (``schemas/report.avsc``, the source of truth): who and when
 (``report_id``, ``user_id``, ``event_time``), the protocol and its parameters (``oracle``,
-``epsilon``, ``domain_size``, ``hash_range``; heavy-hitter reports add the configuration in
-their nested ``pem`` record) and the payload in the protocol's wire form. Every field list
-here is derived from the schema and from each protocol's own column spec
-(:func:`payload_columns`), so there is no second table to keep in step.
+``epsilon``, ``domain_size``, ``hash_range``; a heavy-hitter report adds its configuration
+in the nested record named after its protocol: ``pem``, ``spm``, ``mcm``, ``treehist`` or
+``sfp``) and the payload in the protocol's wire form. Every field list here is derived from
+the schema, from each protocol's own column spec (:func:`payload_columns`) and from the
+heavy-hitter classes' parameters (:func:`nested_parameter_fields`), so there is no second
+table to keep in step.
 
 A parse turns records into :class:`ReportBatch` (valid reports of one
 :class:`~ldpflow.core.keys.ProtocolKey`, as numpy columns, checked once) and
@@ -23,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ldpflow.core.keys import PEM, ProtocolKey
+from ldpflow.core.keys import HEAVY_HITTERS, ProtocolKey
 from ldpflow.core.oracles import Reports
 from ldpflow.schemas import schema_json
 
@@ -31,11 +33,13 @@ __all__ = [
     "REQUIRED_FIELDS",
     "PARAMETER_FIELDS",
     "PAYLOAD_FIELDS",
+    "UNSIGNED_FIELDS",
     "ReportBatch",
     "DeadLetter",
     "WireColumn",
     "payload_columns",
     "nested_parameter_fields",
+    "nested_payload_fields",
     "field_kind",
     "json_safe",
 ]
@@ -51,12 +55,17 @@ def _fields() -> list[dict]:
 
 #: Envelope fields every report must carry (non-null in the schema).
 REQUIRED_FIELDS: tuple[str, ...] = tuple(f["name"] for f in _fields() if not _nullable(f["type"]))
-#: The top-level fields that name the protocol configuration (with the nested ones of PEM).
+#: The top-level fields that name the protocol configuration (heavy hitters add the
+#: :func:`nested_parameter_fields` of their record).
 PARAMETER_FIELDS: tuple[str, ...] = ("oracle", "epsilon", "domain_size", "hash_range",
                                      "num_hashes")
 #: The top-level payload fields: every nullable field that is no parameter.
 PAYLOAD_FIELDS: tuple[str, ...] = tuple(
     f["name"] for f in _fields() if _nullable(f["type"]) and f["name"] not in PARAMETER_FIELDS)
+#: The fields of unsigned 64-bit integers, which travel as two's-complement longs (a JSON
+#: client may write them unsigned): the hash seeds of the reports and of the configurations.
+UNSIGNED_FIELDS: tuple[str, ...] = ("seed", "spm.seed_a", "spm.seed_b", "sfp.seed_piece",
+                                    "mcm.channel_seed", "sfp.hash_seed")
 
 
 def _base_kind(avro_type: Any) -> str:
@@ -71,7 +80,7 @@ def _base_kind(avro_type: Any) -> str:
 
 @functools.cache
 def _nested_fields(name: str) -> dict[str, str]:
-    """The fields of the nested record ``name`` (``pem``) and their kinds."""
+    """The fields of the nested record ``name`` (``pem``, ...) and their kinds."""
     for field in _fields():
         if field["name"] == name:
             record = [t for t in field["type"] if t != "null"][0]
@@ -123,19 +132,37 @@ def _payload_columns(name: str, specs: tuple) -> tuple[WireColumn, ...]:
 def payload_columns(protocol: Any) -> tuple[WireColumn, ...]:
     """The payload of ``protocol``'s reports, from its own column spec (``_column_specs``):
     a column travels in the top-level field of its name, else in the nested record named
-    after the protocol (``pem.group``)."""
+    after the protocol (``pem.group``, ``spm.seed_a``)."""
     specs = tuple((c, d, w) for c, (d, w) in protocol._column_specs().items())
     return _payload_columns(protocol.name, specs)
 
 
+@functools.cache
 def nested_parameter_fields(name: str) -> tuple[str, ...]:
-    """The configuration fields of a protocol's nested record (PEM: ``value_bits`` ...
-    ``codec``): its fields that are no payload column."""
-    if name != PEM:
-        return ()
-    from ldpflow.core.heavy_hitters import COLUMN_SPECS
+    """The configuration fields of a heavy-hitter protocol's nested record, in schema order:
+    those that are parameters of its class (``dataclasses.fields``), and ``codec``.
 
-    return tuple(f for f in _nested_fields(name) if f not in COLUMN_SPECS)
+    Every parameter of the class travels there except ``epsilon`` and ``hash_range`` (and
+    PEM's ``num_groups``), which are top-level (``domain_size`` is the number of groups).
+    Empty for a name that is no heavy-hitter protocol (the oracles have no nested record).
+    """
+    if name not in HEAVY_HITTERS:
+        return ()
+    from ldpflow.core.heavy_hitters import PROTOCOLS
+
+    parameters = {f.name for f in dataclasses.fields(PROTOCOLS[name])} | {"codec"}
+    return tuple(f for f in _nested_fields(name) if f in parameters)
+
+
+@functools.cache
+def nested_payload_fields(name: str) -> tuple[str, ...]:
+    """The payload columns a heavy-hitter protocol's reports carry in its nested record
+    (``pem``: ``group``, ``prefix_bits``; ``spm``: ``group``, ``seed_a`` ... ``bucket_b``):
+    the record's fields that are no :func:`nested_parameter_fields`."""
+    if name not in HEAVY_HITTERS:
+        return ()
+    config = set(nested_parameter_fields(name))
+    return tuple(f for f in _nested_fields(name) if f not in config)
 
 
 @dataclasses.dataclass(eq=False)

@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ldpflow.core import codecs
-from ldpflow.core.keys import PEM
+from ldpflow.core.keys import HEAVY_HITTERS, PEM
 from ldpflow.core.oracles import Reports
 from ldpflow.schemas import schema_json
 from ldpflow.wire import avro
@@ -47,6 +47,7 @@ from ldpflow.wire.envelope import (
     PARAMETER_FIELDS,
     PAYLOAD_FIELDS,
     REQUIRED_FIELDS,
+    UNSIGNED_FIELDS,
     DeadLetter,
     field_kind,
     json_safe,
@@ -67,6 +68,7 @@ __all__ = [
     "detect_format",
     "plan_ranges",
     "read_reports",
+    "unread_records",
     "reports_table",
     "ReportWriter",
     "write_reports",
@@ -119,6 +121,21 @@ def is_compressed(path: str) -> bool:
     return path.lower().endswith(_COMPRESSED)
 
 
+def unread_records(policy: AcceptancePolicy) -> tuple[str, ...]:
+    """The nested heavy-hitter records the readers leave unread under ``policy``: those of
+    the protocols other than ``pem`` and the expected one.
+
+    Every report's envelope holds all the nested records, null but for its own protocol's;
+    decoding a record costs a column per field even when it is null, so a reader decodes only
+    the records whose reports it may accept, and ``pem``'s (which it has always read: a
+    frequency-oracle report that carries one is refused). The others are treated as fields
+    the reader's schema lacks, on every path (columnar and record by record): never decoded,
+    never checked.
+    """
+    expected = policy.expect.get("oracle")
+    return tuple(name for name in HEAVY_HITTERS if name not in (PEM, expected))
+
+
 def _needed(keep: Iterable[str], policy: AcceptancePolicy) -> tuple[list[str], set[str]]:
     """The top-level fields a parse must read, and the required ones it may skip when the
     file proves them present (heavy-hitter reports need their user ids, to check groups)."""
@@ -126,7 +143,8 @@ def _needed(keep: Iterable[str], policy: AcceptancePolicy) -> tuple[list[str], s
     wanted = {"report_id": "id_hashes" in keep,
               "user_id": bool({"user_ids", "user_hashes"} & keep) or policy.checks_groups,
               "event_time": "event_times" in keep}
-    fields = [*PARAMETER_FIELDS, *PAYLOAD_FIELDS]
+    unread = unread_records(policy)
+    fields = [*PARAMETER_FIELDS, *(name for name in PAYLOAD_FIELDS if name not in unread)]
     optional = set()
     for name in REQUIRED_FIELDS:
         if name in fields:
@@ -370,21 +388,31 @@ def _polars_table(data: bytes, columns: list[str]) -> pa.Table:
 
 
 def _avro_decode(header, blocks, columns, known_present, source, policy, keep, cache):
+    """A run of blocks in one columnar decode, each block's count proven by a sentinel
+    (:class:`ldpflow.wire.avro.Sentinel`); a run polars does not decode is retried block by
+    block, and a block it does not decode is read record by record."""
     if not blocks:
         return
-    if header.codec == "snappy":  # checked here (CRC32), then decoded uncompressed
-        raw_header, checked = avro.snappy_to_null(header, blocks)
+    if header.codec != "null":  # uncompressed here (snappy: checked against its CRC32)
+        header, checked = avro.to_null(header, blocks)
         for damage in (b for b in checked if isinstance(b, avro.Damage)):
             yield _damage(source, f"damaged Avro data at byte {damage.offset}: {damage.reason} "
                                   f"({damage.count} records lost)", damage.count)
-        header = avro.Header(raw_header, header.schema, "null", header.sync)
         blocks = [b for b in checked if isinstance(b, avro.Block)]
         if not blocks:
             return
-    data = header.raw + b"".join(b.raw for b in blocks)
+    key = ("sentinel", header.raw, tuple(columns))
+    if key not in cache:
+        cache[key] = avro.sentinel(header.schema, columns)
+    mark = cache[key]
+    if mark is None:  # no string column decoded: every block is checked on its own
+        for block in blocks:
+            yield from _avro_records(header, block, source, policy, keep, cache)
+        return
+    data = header.raw + avro.with_sentinels(blocks, mark, header.sync)
     try:
         table = _polars_table(data, columns)
-        if table.num_rows != sum(b.count for b in blocks):  # polars stopped short
+        if table.num_rows != sum(b.count + 1 for b in blocks):  # polars stopped short
             raise ValueError(f"decoded {table.num_rows} of {sum(b.count for b in blocks)} "
                              "records")
     except BaseException as exc:  # noqa: BLE001 - polars raises (and panics) many types
@@ -397,6 +425,22 @@ def _avro_decode(header, blocks, columns, known_present, source, policy, keep, c
             return
         yield from _avro_records(header, blocks[0], source, policy, keep, cache)
         return
+    rows = avro.sentinel_rows(blocks)
+    marks = table.column(mark.column).take(pa.array(rows)).to_numpy(zero_copy_only=False)
+    proven = marks == mark.nonce
+    parts, first = [], 0
+    for block, last, ok in zip(blocks, rows.tolist(), proven.tolist(), strict=True):
+        if ok:
+            parts.append(table.slice(first, last - first))
+        else:  # its count understates its records: refused whole (see ldpflow.wire.avro)
+            damage = avro.count_damage(header, block)
+            yield _damage(source, f"damaged Avro data at byte {damage.offset}: "
+                                  f"{damage.reason} ({damage.count} records lost)",
+                          damage.count)
+        first = last + 1
+    if not parts:
+        return
+    table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
     yield parse_table(table, source=source, policy=policy, keep=keep,
                       known_present=known_present, protocols=cache)
 
@@ -410,13 +454,19 @@ def _avro_records(header, block, source, policy, keep, cache):
         records = list(fastavro.reader(io.BytesIO(data)))
         if len(records) != block.count:
             raise ValueError(f"decoded {len(records)} of {block.count} records")
+        surplus = avro.block_surplus(header, block)
     except Exception as exc:  # noqa: BLE001 - fastavro raises many types on corrupt input
         lost = avro.plausible_count(block.count, len(block.raw))
         yield _damage(source, f"undecodable Avro block at byte {block.offset} "
                               f"({'an unknown number of' if lost is None else lost} records "
                               f"lost): {type(exc).__name__}: {exc}", lost)
         return
-    table, dead = records_to_table(records, source)
+    if surplus:  # its count understates its records: refused whole (see ldpflow.wire.avro)
+        damage = avro.count_damage(header, block, surplus)
+        yield _damage(source, f"damaged Avro data at byte {damage.offset}: {damage.reason} "
+                              f"({damage.count} records lost)", damage.count)
+        return
+    table, dead = records_to_table(records, source, ignore=unread_records(policy))
     parsed = parse_table(table, source=source, policy=policy, keep=keep, protocols=cache)
     parsed.dead_letters[:0] = dead
     parsed.records += len(dead)
@@ -563,20 +613,22 @@ def _at(number: int, offset: int) -> str:
     return f" at line {number + offset}" if number else ""
 
 
-def _json_read(chunk: bytes) -> pa.Table:
+def _json_read(chunk: bytes, unread: tuple[str, ...] = ()) -> pa.Table:
     import pyarrow.json as pj
 
     return pj.read_json(
         io.BytesIO(chunk),
         read_options=pj.ReadOptions(use_threads=True, block_size=_JSON_BLOCK_BYTES),
-        parse_options=pj.ParseOptions(explicit_schema=_json_schema(),
+        parse_options=pj.ParseOptions(explicit_schema=_json_schema(unread),
                                       unexpected_field_behavior="ignore"),
     )
 
 
 @functools.cache
-def _json_schema() -> pa.Schema:
-    return arrow_schema(json_form=True, nullable=True)
+def _json_schema(unread: tuple[str, ...] = ()) -> pa.Schema:
+    """The envelope as the JSON reader parses it, without the fields left unread."""
+    schema = arrow_schema(json_form=True, nullable=True)
+    return pa.schema([f for f in schema if f.name not in unread]) if unread else schema
 
 
 def _json_parse(chunk, number, source, policy, keep, cache, dead) -> Iterator[Parsed]:
@@ -585,7 +637,7 @@ def _json_parse(chunk, number, source, policy, keep, cache, dead) -> Iterator[Pa
             yield Parsed({}, dead, len(dead))
         return
     try:
-        table = _json_read(chunk)
+        table = _json_read(chunk, unread_records(policy))
         if table.num_rows != _nonblank_lines(chunk):  # e.g. two objects on one line
             raise pa.ArrowInvalid("a line holds other than one JSON object")
     except (pa.ArrowInvalid, pa.ArrowException):
@@ -640,21 +692,25 @@ def _json_lines_one_by_one(chunk, number, source, policy, keep, cache, dead):
             dead.append(DeadLetter(source, f"malformed JSON{_at(number, i)}: {reason}",
                                    text[:200].decode("utf-8", "replace")))
             continue
-        if isinstance(record, dict) and isinstance(record.get("bits"), str):
-            try:
-                if not _HEX_TEXT.fullmatch(record["bits"]):
-                    raise ValueError("not hex")  # as strict as the columnar path
-                record["bits"] = bytes.fromhex(record["bits"])
-            except ValueError:
-                dead.append(DeadLetter(source, "payload field 'bits' is not a hex string",
-                                       record))
-                continue
+        if not _unhex_bits(record):
+            dead.append(DeadLetter(source, "payload field 'bits' is not a hex string", record))
+            continue
         records.append(record)
-    table, refused = records_to_table(records, source)
+    table, refused = records_to_table(records, source, ignore=unread_records(policy))
     parsed = parse_table(table, source=source, policy=policy, keep=keep, protocols=cache)
     parsed.dead_letters[:0] = dead + refused
     parsed.records += len(dead) + len(refused)
     yield parsed
+
+
+def _unhex_bits(record: Any) -> bool:
+    """A decoded JSON record's ``bits`` from hex text to bytes, in place (as strict as the
+    columnar path); False when they are not hex."""
+    if isinstance(record, dict) and isinstance(record.get("bits"), str):
+        if not _HEX_TEXT.fullmatch(record["bits"]):
+            return False
+        record["bits"] = bytes.fromhex(record["bits"])
+    return True
 
 
 def _json_depth(text: bytes) -> int:
@@ -729,14 +785,23 @@ def reports_table(
 ) -> pa.Table:
     """The envelopes of a batch of one protocol's reports, as Arrow columns.
 
-    For heavy-hitter (``pem``) reports the envelope carries the configuration (its
-    ``domain_size`` is the number of groups) and ``codec`` (default ``int``); their user
+    For heavy-hitter reports (``pem``, ``spm``, ``mcm``, ``treehist``, ``sfp``) the envelope
+    carries the configuration in the nested record named after the protocol, with ``codec``
+    (default ``int``); ``domain_size`` is the number of groups and ``hash_range`` the OLH
+    range of the reports (derived from epsilon for ``spm``, ``mcm`` and ``sfp``). Their user
     ids must be those the groups were drawn from.
+
+    Raises
+    ------
+    ValueError
+        If ``codec`` is given for a frequency oracle, or is no codec of the protocol's
+        ``value_bits``.
     """
     n = len(reports)
-    is_pem = protocol.name == PEM
-    if codec is not None and not is_pem:
-        raise ValueError(f"codec applies to pem reports only, got {codec!r} for {protocol.name}")
+    heavy = protocol.name in HEAVY_HITTERS
+    if codec is not None and not heavy:
+        raise ValueError(f"codec applies to heavy-hitter reports ({', '.join(HEAVY_HITTERS)}) "
+                         f"only, got {codec!r} for {protocol.name}")
     columns: dict[str, pa.Array] = {
         "report_id": _strings(report_ids),
         "user_id": _strings(user_ids),
@@ -744,7 +809,7 @@ def reports_table(
         "oracle": pa.repeat(pa.scalar(protocol.name), n),
         "epsilon": pa.repeat(pa.scalar(float(protocol.epsilon)), n),
         "domain_size": pa.repeat(pa.scalar(
-            int(protocol.num_groups if is_pem else protocol.domain_size), pa.int64()), n),
+            int(protocol.num_groups if heavy else protocol.domain_size), pa.int64()), n),
     }
     hash_range = getattr(protocol, "hash_range", None)
     columns["hash_range"] = (pa.repeat(pa.scalar(int(hash_range), pa.int32()), n)
@@ -771,18 +836,22 @@ def reports_table(
             columns[column.name] = array
         else:
             nested[column.path[1]] = array
-    if is_pem:
-        config = {name: getattr(protocol, name) for name in nested_parameter_fields(PEM)
-                  if name != "codec"}
+    if heavy:
+        name = protocol.name
+        config = {field: int(getattr(protocol, field)) for field in nested_parameter_fields(name)
+                  if field != "codec"}
+        for field, value in config.items():
+            if f"{name}.{field}" in UNSIGNED_FIELDS and value >= 2**63:
+                config[field] = value - 2**64  # a 64-bit key as a two's-complement long
         config["codec"] = codecs.make_codec(codec or "int", bits=protocol.value_bits).name
-        struct_type = schema.field(PEM).type
+        struct_type = schema.field(name).type
         children = []
         for child in struct_type:
             if child.name in nested:
                 children.append(nested[child.name])
             else:
                 children.append(pa.repeat(pa.scalar(config[child.name], child.type), n))
-        columns[PEM] = pa.StructArray.from_arrays(children, fields=list(struct_type))
+        columns[name] = pa.StructArray.from_arrays(children, fields=list(struct_type))
     out = []
     for field in schema:
         array = columns.get(field.name)
@@ -943,7 +1012,15 @@ def decode_message(data: Any, source: str = "", policy: AcceptancePolicy | None 
         except (ValueError, RecursionError):
             items = None
         if isinstance(items, list):
-            table, dead = records_to_table(items, source)
+            kept, dead = [], []
+            for item in items:  # bits travel as hex text in JSON, as in JSON lines
+                if _unhex_bits(item):
+                    kept.append(item)
+                else:
+                    dead.append(DeadLetter(source, "payload field 'bits' is not a hex string",
+                                           item))
+            table, refused = records_to_table(kept, source, ignore=unread_records(policy))
+            dead += refused
             parsed = parse_table(table, source=source, policy=policy, keep=keep)
             parsed.dead_letters[:0] = dead
             parsed.records += len(dead)

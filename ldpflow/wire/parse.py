@@ -9,11 +9,14 @@ conforming client could have sent, with the first reason that applies:
 1. an envelope field that is missing or of the wrong type (no coercion: ``467.5`` or
    ``"12"`` where an integer belongs is refused);
 2. a configuration the server does not accept (:class:`AcceptancePolicy`): an unknown
-   protocol, invalid parameters (the protocol's own checks), limits of the policy, a
-   parameter other than the one expected;
+   protocol, a heavy-hitter protocol other than the one expected (or any heavy-hitter
+   report where frequency-oracle reports are expected), a missing or malformed nested
+   record of a heavy-hitter protocol, invalid parameters (the protocol's own checks),
+   limits of the policy, a parameter other than the one expected;
 3. a payload field that is missing, of the wrong type or width, out of range, or that
    belongs to another protocol;
-4. a payload value that the protocol's ``invalid_rows`` refuses (bucket >= g, ...).
+4. a payload value that the protocol's ``invalid_rows`` refuses (bucket >= g, ...), and a
+   heavy-hitter report whose group is not the one its user id hashes to.
 
 Only the rows in dead letters are ever turned into Python objects. Rows are checked once,
 here: the batches are counted without a second check. ``records = reports + dead letters``
@@ -36,13 +39,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ldpflow.core import dedup, parallel
-from ldpflow.core.keys import PEM, ProtocolKey
+from ldpflow.core.keys import HEAVY_HITTERS, ProtocolKey
 from ldpflow.core.oracles import Reports, registry
 from ldpflow.wire.buffers import offsets_and_data
 from ldpflow.wire.envelope import (
     PARAMETER_FIELDS,
     PAYLOAD_FIELDS,
     REQUIRED_FIELDS,
+    UNSIGNED_FIELDS,
     DeadLetter,
     ReportBatch,
     WireColumn,
@@ -67,9 +71,10 @@ class AcceptancePolicy:
     ----------
     expect : mapping
         Parameters every report must have (``oracle``, ``epsilon``, ``domain_size``, ...;
-        for heavy hitters also ``top_k``, ``value_bits``, ``codec`` ...).
+        for heavy hitters also ``top_k``, ``value_bits``, ``codec`` ...). Heavy-hitter
+        reports are accepted only where ``oracle`` expects their protocol.
     max_domain_size : int
-        The largest domain (for ``pem``: number of groups) a report may claim; the
+        The largest domain (for heavy hitters: number of groups) a report may claim; the
         accumulator of a key holds about this many counters.
     max_hash_range : int
         The largest local-hashing range (given, or OLH's optimum for the epsilon).
@@ -107,16 +112,29 @@ class AcceptancePolicy:
     @property
     def checks_groups(self) -> bool:
         """Heavy-hitter reports are expected, and their groups checked against user ids."""
-        return self.check_groups and self.expect.get("oracle") == PEM
+        return self.check_groups and self.expect.get("oracle") in HEAVY_HITTERS
+
+    def heavy_hitter_problem(self, name: str) -> str | None:
+        """Why heavy-hitter reports of protocol ``name`` are refused before their nested
+        record is read (None: the policy expects them)."""
+        expected = self.expect.get("oracle")
+        if expected == name:
+            return None
+        if expected in HEAVY_HITTERS:
+            return (f"oracle {name!r} reports are heavy-hitter reports of another protocol: "
+                    f"this reader expects {expected!r} reports")
+        return (f"oracle {name!r} reports are heavy-hitter reports (ldpflow heavy-hitters), "
+                "not frequency-oracle reports")
 
     def problem(self, protocol: Any, key: ProtocolKey) -> str | None:
         """Why reports of ``protocol`` are refused (None: accepted)."""
         params = key.parameters
-        size = params.get("num_groups") if key.name == PEM else params.get("domain_size")
+        heavy = key.name in HEAVY_HITTERS
+        size = protocol.num_groups if heavy else params.get("domain_size")
         if size is not None and size > self.max_domain_size:
             return (f"policy: domain_size {size} exceeds the limit {self.max_domain_size} "
                     "(--max_domain_size)")
-        hash_range = params.get("hash_range")
+        hash_range = getattr(protocol, "hash_range", None) if heavy else params.get("hash_range")
         if hash_range is not None and hash_range > self.max_hash_range:
             return (f"policy: hash_range {hash_range} exceeds the limit {self.max_hash_range} "
                     "(--max_hash_range)")
@@ -131,7 +149,7 @@ class AcceptancePolicy:
         if not (isinstance(epsilon, (int, float)) and epsilon <= self.max_epsilon):
             return (f"policy: epsilon {epsilon!r} exceeds the limit {self.max_epsilon} "
                     "(--max_epsilon)")
-        if name != PEM and size > self.max_domain_size:
+        if name not in HEAVY_HITTERS and size > self.max_domain_size:
             return (f"policy: domain_size {size} exceeds the limit {self.max_domain_size} "
                     "(--max_domain_size)")
         return None
@@ -350,7 +368,7 @@ def _check_kind(array: pa.Array, path: tuple[str, ...], kind: str, rows: np.ndar
         refusals.refuse_rows(rows, f"malformed record: field {label!r} must be "
                                    f"{_KIND_NAME[kind]}, got {array.type}", key)
         return False
-    if kind == "int" and pa.types.is_uint64(array.type) and label != "seed":
+    if kind == "int" and pa.types.is_uint64(array.type) and label not in UNSIGNED_FIELDS:
         values = _int_numpy(array)[rows]
         refusals.refuse_rows(rows[values > _INT64_MAX],
                              f"malformed record: field {label!r} is out of range", key)
@@ -464,19 +482,22 @@ def _build_protocol(fields: dict[str, Any], policy: AcceptancePolicy
                     ) -> tuple[Any, ProtocolKey] | str:
     name = fields["oracle"]
     epsilon, size, hash_range = fields["epsilon"], fields["domain_size"], fields["hash_range"]
-    if name != PEM and name not in registry.ORACLES:
-        return f"unknown oracle {name!r} (known: {' '.join(registry.ORACLES)} {PEM})"
-    if name == PEM and policy.expect.get("oracle") != PEM:
-        return ("oracle 'pem' reports are heavy-hitter reports (ldpflow heavy-hitters), not "
-                "frequency-oracle reports")
+    heavy = name in HEAVY_HITTERS
+    if not heavy and name not in registry.ORACLES:
+        return (f"unknown oracle {name!r} (known: {' '.join(registry.ORACLES)} "
+                f"{' '.join(HEAVY_HITTERS)})")
+    if heavy:
+        problem = policy.heavy_hitter_problem(name)
+        if problem:
+            return problem
     if isinstance(epsilon, float) and not math.isfinite(epsilon):
         return f"invalid parameters: epsilon must be finite, got {epsilon!r}"
     problem = policy.raw_problem(name, epsilon, size)
     if problem:
         return problem
     try:
-        if name == PEM:
-            return _pem_protocol(fields, policy)
+        if heavy:
+            return _heavy_hitter_protocol(fields, policy)
         params: dict[str, Any] = {"epsilon": float(epsilon), "domain_size": int(size)}
         if hash_range is not None:
             if name not in _HASH_RANGE_ORACLES:
@@ -497,29 +518,47 @@ def _build_protocol(fields: dict[str, Any], policy: AcceptancePolicy
     return (problem, key) if problem else (protocol, key)
 
 
-def _pem_protocol(fields: dict[str, Any], policy: AcceptancePolicy
-                  ) -> tuple[Any, ProtocolKey] | str:
-    from ldpflow.core import codecs
-    from ldpflow.core.heavy_hitters import PrefixExtendingMethod
+#: Heavy-hitter protocols whose hash range is derived from epsilon (not a parameter): the
+#: envelope's ``hash_range`` must be null or that value.
+_DERIVED_HASH_RANGE = ("spm", "mcm", "sfp")
 
-    names = nested_parameter_fields(PEM)
+
+def _heavy_hitter_protocol(fields: dict[str, Any], policy: AcceptancePolicy
+                           ) -> tuple[Any, ProtocolKey] | str:
+    """The configuration of a heavy-hitter report (``fields``: the envelope's parameters and
+    its nested record's) and its key with the codec, or why it is refused."""
+    from ldpflow.core import codecs
+    from ldpflow.core.heavy_hitters import MAX_QUERY_LIMIT, PROTOCOLS
+
+    name = fields["oracle"]
+    names = nested_parameter_fields(name)
     missing = [n for n in names if fields.get(n) is None and n != "codec"]
     if missing:
-        return f"missing field 'pem.{missing[0]}' for oracle pem"
+        return f"missing field '{name}.{missing[0]}' for oracle {name}"
     params = {n: fields[n] for n in names if n != "codec"}
+    for n in params:
+        if f"{name}.{n}" in UNSIGNED_FIELDS:  # a 64-bit key, as a two's-complement long
+            params[n] %= 2**64
     params["epsilon"] = float(fields["epsilon"])
-    if fields["hash_range"] is not None:  # null: OLH's optimum for epsilon
-        params["hash_range"] = fields["hash_range"]
-    if params["query_limit"] > 2**28:
-        return f"invalid parameters: query_limit must be <= 2**28, got {params['query_limit']}"
-    pem = PrefixExtendingMethod(**params)
-    codec = codecs.make_codec(fields.get("codec") or "int", bits=pem.value_bits).name
-    if fields["domain_size"] != pem.num_groups:
-        return (f"invalid parameters: domain_size of a pem report must be its number of "
-                f"groups, {pem.num_groups}; got {fields['domain_size']}")
-    key = ProtocolKey.heavy_hitters(pem, codec)
-    problem = policy.problem(pem, key)
-    return (problem, key) if problem else (pem, key)
+    hash_range = fields["hash_range"]
+    derived = name in _DERIVED_HASH_RANGE
+    if hash_range is not None and not derived:  # null: the protocol's default for epsilon
+        params["hash_range"] = hash_range
+    limit = params.get("query_limit")
+    if limit is not None and limit > MAX_QUERY_LIMIT:
+        return f"invalid parameters: query_limit must be <= 2**28, got {limit}"
+    protocol = PROTOCOLS[name](**params)
+    if derived and hash_range is not None and hash_range != protocol.hash_range:
+        return (f"invalid parameters: hash_range of a {name} report must be "
+                f"{protocol.hash_range} (derived from epsilon {protocol.epsilon!r}); got "
+                f"{hash_range}")
+    codec = codecs.make_codec(fields.get("codec") or "int", bits=protocol.value_bits).name
+    if fields["domain_size"] != protocol.num_groups:
+        return (f"invalid parameters: domain_size of a {name} report must be its number of "
+                f"groups, {protocol.num_groups}; got {fields['domain_size']}")
+    key = ProtocolKey.heavy_hitters(protocol, codec)
+    problem = policy.problem(protocol, key)
+    return (problem, key) if problem else (protocol, key)
 
 
 def _payload(cols: _Table, protocol: Any, key: ProtocolKey, rows: np.ndarray,
@@ -553,12 +592,21 @@ def _payload(cols: _Table, protocol: Any, key: ProtocolKey, rows: np.ndarray,
         for length in np.unique(lengths[wrong]).tolist():  # one reason per length found
             refusals.refuse_rows(alive[lengths == length],
                                  f"payload {column.label!r} has {length} bytes, expected "
-                                 f"{column.width} for domain_size {protocol.domain_size}", key)
+                                 f"{column.width} for {_width_basis(protocol)}", key)
     keep = rows[refusals.index[rows] < 0]
     if keep.size == 0:
         return None
     return {column.name: _column_values(cols.get(column.path), column, keep)
             for column in wanted}, keep
+
+
+def _width_basis(protocol: Any) -> str:
+    """What fixes the width of a protocol's bitmaps, for reasons (``domain_size 20``)."""
+    for name in ("domain_size", "num_channels"):
+        value = getattr(protocol, name, None)
+        if value is not None:
+            return f"{name} {value}"
+    return f"oracle {protocol.name}"
 
 
 def _binary_lengths(array: pa.Array) -> np.ndarray:
@@ -615,7 +663,8 @@ def parse_table(
     Parameters
     ----------
     table : pyarrow.Table
-        Envelope fields as columns (``schemas/report.avsc`` names; ``pem`` a struct). A
+        Envelope fields as columns (``schemas/report.avsc`` names; the nested records of
+        the heavy-hitter protocols, ``pem`` ... ``sfp``, structs). A
         field that is absent reads as null.
     source : str
         Where the rows came from (a file name), copied into each dead letter.
@@ -664,16 +713,22 @@ def parse_table(
     counters = [policy.max_counters]
     for values, rows in _within_budget(_groups(cols, params, np.flatnonzero(refusals.alive)),
                                        budget, policy, refusals):
-        if values[0] == PEM:
-            nested = [(PEM, name) for name in nested_parameter_fields(PEM)]
-            struct = cols.get((PEM,))
+        name = values[0]
+        if name in HEAVY_HITTERS:  # the configuration continues in the nested record
+            problem = policy.heavy_hitter_problem(name)
+            if problem:
+                refusals.refuse_rows(rows, problem)
+                continue
+            nested = [(name, field) for field in nested_parameter_fields(name)]
+            struct = cols.get((name,))
             if struct is None or not _KIND_OK["record"](struct.type):
-                reason = ("missing field 'pem' for oracle pem" if struct is None else
-                          f"malformed record: field 'pem' must be a record, got {struct.type}")
+                reason = (f"missing field {name!r} for oracle {name}" if struct is None else
+                          f"malformed record: field {name!r} must be a record, got "
+                          f"{struct.type}")
                 refusals.refuse_rows(rows, reason)
                 continue
-            refusals.refuse_rows(rows[~cols.valid_mask((PEM,))[rows]],
-                                 "missing field 'pem' for oracle pem")
+            refusals.refuse_rows(rows[~cols.valid_mask((name,))[rows]],
+                                 f"missing field {name!r} for oracle {name}")
             for path in nested:
                 array = cols.get(path)
                 if array is not None:
@@ -691,9 +746,10 @@ def parse_table(
                   cols.n)
 
 
-def _group_mismatches(cols: _Table, pem: Any, reports: Reports, kept: np.ndarray,
+def _group_mismatches(cols: _Table, protocol: Any, reports: Reports, kept: np.ndarray,
                       bad: np.ndarray, reasons: list[str]) -> tuple[np.ndarray, list[str]]:
-    """Add the rows whose group is not their user id's (``assign_groups``) to ``bad``."""
+    """Add the rows whose group is not their user id's (``assign_groups`` with the
+    protocol's ``num_groups``) to ``bad``."""
     from ldpflow.core.heavy_hitters import assign_groups
 
     ids = cols.get(("user_id",))
@@ -704,7 +760,7 @@ def _group_mismatches(cols: _Table, pem: Any, reports: Reports, kept: np.ndarray
     rows = np.flatnonzero(good)
     if rows.size == 0:
         return bad, reasons
-    expected = assign_groups(ids.take(pa.array(kept[rows])).to_pylist(), pem.num_groups)
+    expected = assign_groups(ids.take(pa.array(kept[rows])).to_pylist(), protocol.num_groups)
     wrong = rows[expected != reports.columns["group"][rows]]
     if wrong.size == 0:
         return bad, reasons
@@ -756,7 +812,7 @@ def _collect(cols: _Table, values: tuple, paths: list, rows: np.ndarray,
     columns, kept = payload
     reports = Reports(protocol.name, columns)
     bad, reasons = protocol.invalid_rows(reports)
-    if key.name == PEM and policy.check_groups:
+    if key.name in HEAVY_HITTERS and policy.check_groups:
         bad, reasons = _group_mismatches(cols, protocol, reports, kept, bad, reasons)
     if bad.size:
         texts = np.asarray(reasons)
@@ -849,7 +905,7 @@ def _value_problem(value: Any, field: pa.Field, label: str) -> str | None:
         except UnicodeEncodeError:  # a lone surrogate (JSON "\ud800")
             return f"malformed record: field {label!r} is not valid UTF-8"
     if kind == "int":
-        low, high = (-(2**63), 2**64) if label == "seed" else (
+        low, high = (-(2**63), 2**64) if label in UNSIGNED_FIELDS else (
             _INT_RANGE["int"] if pa.types.is_int32(field.type) else _INT_RANGE["long"])
         if not low <= value < high:
             return f"malformed record: field {label!r} is out of range: {value}"
@@ -858,15 +914,35 @@ def _value_problem(value: Any, field: pa.Field, label: str) -> str | None:
     return None
 
 
-def records_to_table(records: Iterable[Any], source: str = "") -> tuple[pa.Table, list[DeadLetter]]:
+def _signed(value: Any) -> Any:
+    """An unsigned 64-bit value as its two's-complement long (others as they are)."""
+    return value - 2**64 if isinstance(value, int) and value >= 2**63 else value
+
+
+def _signed_children(field: pa.Field, record: Any) -> Any:
+    """A nested record with its :data:`UNSIGNED_FIELDS` as two's-complement longs."""
+    if not isinstance(record, Mapping):
+        return record
+    names = [child.name for child in field.type
+             if f"{field.name}.{child.name}" in UNSIGNED_FIELDS and child.name in record]
+    return {**record, **{name: _signed(record[name]) for name in names}} if names else record
+
+
+def records_to_table(records: Iterable[Any], source: str = "", ignore: Iterable[str] = ()
+                     ) -> tuple[pa.Table, list[DeadLetter]]:
     """Records as Python objects (decoded JSON or Avro) -> an envelope table + dead letters.
 
     Each record's fields are checked against the report schema's types (no coercion); a
     record that fails is a dead letter, the others become rows of the table that
     :func:`parse_table` then checks like any other. Unknown fields are ignored (Avro's
-    resolution rules). ``seed`` may be given signed or unsigned (64 bits).
+    resolution rules), and so are the top-level fields named in ``ignore`` (as if the
+    schema lacked them). ``seed`` and the other
+    :data:`~ldpflow.wire.envelope.UNSIGNED_FIELDS` may be given signed or unsigned (64 bits).
     """
     schema = arrow_schema(nullable=True)
+    ignore = set(ignore)
+    if ignore:
+        schema = pa.schema([f for f in schema if f.name not in ignore])
     good: list[Mapping] = []
     dead: list[DeadLetter] = []
     for record in records:
@@ -878,8 +954,11 @@ def records_to_table(records: Iterable[Any], source: str = "") -> tuple[pa.Table
     columns = {}
     for field in schema:
         values = [r.get(field.name) for r in good]
-        if field.name == "seed":
-            values = [v - 2**64 if v is not None and v >= 2**63 else v for v in values]
+        if field.name in UNSIGNED_FIELDS:
+            values = [_signed(v) for v in values]
+        elif pa.types.is_struct(field.type) and any(
+                f"{field.name}.{child.name}" in UNSIGNED_FIELDS for child in field.type):
+            values = [_signed_children(field, v) for v in values]
         if field.name == "epsilon":
             values = [None if v is None else float(v) for v in values]
         columns[field.name] = pa.array(values, type=field.type)

@@ -227,6 +227,15 @@ def estimates_document(results: list[Mapping[str, Any]], dead_letters: Mapping[s
     return document
 
 
+def _protocol_name(result: Mapping[str, Any]) -> str:
+    """The heavy-hitter protocol of one result (its key's ``oracle``; ``pem`` if unknown)."""
+    try:
+        key = json.loads(result["key"])
+    except (KeyError, TypeError, ValueError):
+        return "pem"
+    return str(key.get("oracle", "pem")) if isinstance(key, dict) else "pem"
+
+
 def heavy_hitters_document(
     results: list[Mapping[str, Any]],
     dead_letters: Mapping[str, Any],
@@ -240,7 +249,8 @@ def heavy_hitters_document(
     in the common case); ``results`` lists every configuration found, and
     ``records = reports + duplicates + dead letters`` counts every input record
     (``duplicates``: copies of a report id, counted once). ``warnings`` says when
-    the input mixes configurations (several epsilons among them).
+    the input mixes configurations (several epsilons among them); it names the protocol
+    (``PEM``, ``SPM``, ...) when they share one.
     """
     results = sorted(results, key=lambda r: (-r["n"], r["key"]))
     reports = sum(r["n"] for r in results)
@@ -250,8 +260,10 @@ def heavy_hitters_document(
     if len(present) > 1:
         epsilons = sorted({(r.get("configuration") or {}).get("epsilon") for r in present},
                           key=str)
+        names = sorted({_protocol_name(r) for r in present})
+        label = names[0].upper() if len(names) == 1 else "heavy-hitter"
         warnings.append(
-            f"the input holds {len(present)} PEM configurations (epsilon "
+            f"the input holds {len(present)} {label} configurations (epsilon "
             f"{', '.join(map(str, epsilons))}); the top level reports the largest, 'results' "
             "lists all" + ("; a user who reported under several epsilons has spent their sum"
                            if len(epsilons) > 1 else ""))

@@ -97,3 +97,120 @@ def test_estimate_records_and_the_estimate_schema_of_before_read_each_other():
     buffer.seek(0)
     (read,) = list(fastavro.reader(buffer, reader_schema=load_schema("estimate")))
     assert read == {**old_record, **{name: None for name in added}}
+
+
+#: The nested records of the heavy-hitter protocols other than PEM, added after it.
+HEAVY_HITTER_RECORDS = ("spm", "mcm", "treehist", "sfp")
+
+
+def _older_report_schema() -> dict:
+    """The report schema before the heavy-hitter records other than PEM's were added."""
+    current = schema_json("report")
+    return {**current, "fields": [f for f in current["fields"]
+                                  if f["name"] not in HEAVY_HITTER_RECORDS]}
+
+
+def test_heavy_hitter_records_are_nullable_documented_and_named_after_their_protocol():
+    from ldpflow.core import heavy_hitters as hh
+    from ldpflow.wire.envelope import UNSIGNED_FIELDS, nested_parameter_fields
+
+    fields = {f["name"]: f for f in schema_json("report")["fields"]}
+    assert set(hh.PROTOCOLS) == {"pem", *HEAVY_HITTER_RECORDS}
+    for name in hh.PROTOCOLS:
+        field = fields[name]
+        assert field["default"] is None and field["type"][0] == "null" and field["doc"]
+        (record,) = field["type"][1:]
+        assert record["type"] == "record"
+        children = {f["name"]: f for f in record["fields"]}
+        assert children["group"]["type"] == "int"
+        assert children["codec"] == {**children["codec"], "type": "string", "default": "int"}
+        assert all(f.get("doc") for f in record["fields"]), name
+        parameters = {f.name for f in __import__("dataclasses").fields(hh.PROTOCOLS[name])}
+        assert set(nested_parameter_fields(name)) == (
+            parameters - {"epsilon", "hash_range", "num_groups"}) | {"codec"}
+        for child, spec in children.items():
+            if f"{name}.{child}" in UNSIGNED_FIELDS:
+                assert spec["type"] == "long", (name, child)
+
+
+def test_pem_record_is_unchanged_by_the_other_protocols():
+    (pem,) = [f for f in schema_json("report")["fields"] if f["name"] == "pem"]
+    names = [f["name"] for f in pem["type"][1]["fields"]]
+    assert names == ["group", "prefix_bits", "value_bits", "top_k", "query_limit", "start_bits",
+                     "step_bits", "codec"]
+
+
+def _heavy_hitter_records(name, n, seed=0):
+    from ldpflow.core import heavy_hitters as hh
+    from tests.core.heavy_hitter_contract import SMALL, population
+
+    protocol = hh.make(name, **SMALL[name])
+    users = np.array([f"u{i}" for i in range(n)], dtype=object)
+    rng = np.random.default_rng(seed)
+    reports = protocol.perturb(population(n, seed), users, rng)
+    return protocol, reports, reports_to_records(protocol, reports, [f"r{i}" for i in range(n)],
+                                                 list(users), np.arange(n))
+
+
+@pytest.mark.parametrize("name", ["pem", *HEAVY_HITTER_RECORDS])
+@settings(max_examples=5, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 30))
+def test_heavy_hitter_records_round_trip_through_avro_and_json(name, seed, n):
+    _, _, records = _heavy_hitter_records(name, n, seed)
+    buffer = io.BytesIO()
+    formats.write_avro(buffer, records)
+    buffer.seek(0)
+    assert list(fastavro.reader(buffer)) == records
+    text = io.StringIO()
+    formats.write_json_lines(text, records)
+    back = [formats.from_json_record(__import__("json").loads(line))
+            for line in text.getvalue().splitlines()]
+    assert back == records
+
+
+def _oracle_records(n=50):
+    olh = ldpflow.oracle("olh", epsilon=1.0, domain_size=37)
+    rng = np.random.default_rng(3)
+    reports = olh.perturb(rng.integers(0, 37, n), rng=rng)
+    return olh, reports, reports_to_records(olh, reports, [f"r{i}" for i in range(n)],
+                                            [f"u{i}" for i in range(n)], np.arange(n))
+
+
+@pytest.mark.parametrize("kind", ["pem", "olh"])
+def test_files_of_the_schema_before_the_new_records_still_read(kind):
+    """Evolution: PEM and oracle files written with the schema of before (no spm, mcm,
+    treehist or sfp field) read back to the same reports, and a reader of that schema reads
+    the records written now."""
+    from ldpflow.core.keys import ProtocolKey
+    from ldpflow.wire.formats import read_reports
+    from ldpflow.wire.parse import AcceptancePolicy
+
+    if kind == "pem":
+        protocol, reports, records = _heavy_hitter_records("pem", 200)
+        key, policy = ProtocolKey.heavy_hitters(protocol), AcceptancePolicy(
+            expect={"oracle": "pem"})
+    else:
+        protocol, reports, records = _oracle_records()
+        key, policy = protocol.key, AcceptancePolicy()
+    older = fastavro.parse_schema(_older_report_schema())
+    old_records = [{k: v for k, v in r.items() if k not in HEAVY_HITTER_RECORDS}
+                   for r in records]
+    buffer = io.BytesIO()
+    fastavro.writer(buffer, older, old_records)
+    parsed = list(read_reports(io.BytesIO(buffer.getvalue()), "avro", policy=policy))
+    assert not [d for p in parsed for d in p.dead_letters]
+    (batch,) = [b for p in parsed for b in p.batches.values()]
+    assert batch.key == key
+    for column, values in reports.columns.items():
+        assert np.array_equal(batch.reports.columns[column], values), column
+    buffer = io.BytesIO()
+    fastavro.writer(buffer, load_schema("report"), records)
+    buffer.seek(0)
+    assert list(fastavro.reader(buffer, reader_schema=older)) == old_records
+
+
+def test_the_report_schema_stays_small():
+    """Every Avro container, one per Pub/Sub message too, carries the schema: its doc strings
+    stay short (the specification pages hold the fields' full meaning)."""
+    compact = __import__("json").dumps(schema_json("report"), separators=(",", ":"))
+    assert len(compact) <= 8192
