@@ -1,11 +1,14 @@
-"""PEM pipeline benchmark: ``ldpflow heavy-hitters`` end to end over simulated reports.
+"""Heavy-hitter pipeline benchmark: ``ldpflow heavy-hitters`` end to end over simulated
+reports, for any protocol.
 
-    python benchmarks/pem_pipeline.py [--users 1000000] [--bits 64] [--k 32] [--epsilon 4]
-                                      [--query_limit 1048576] [--num_distinct 100000]
+    python benchmarks/pem_pipeline.py [--protocol pem] [--users 1000000] [--bits 64] [--k 32]
+                                      [--epsilon 4] [--query_limit 1048576]
+                                      [--num_distinct 100000] [--extra "--step_bits 8"]
                                       [--modes in_process,two_workers] [--workdir DIR]
 
-Simulates ``--users`` PEM reports (Zipf(1.1) over ``--num_distinct`` distinct random
-``--bits``-bit values, 4 Avro shards, ``ldpflow simulate --oracle pem``), times a bare
+Simulates ``--users`` reports of ``--protocol`` (Zipf(1.1) over ``--num_distinct``
+distinct random ``--bits``-bit values, 4 Avro shards, ``ldpflow simulate``; ``--extra``
+adds the protocol's own parameter flags; ``--query_limit`` applies to pem only), times a bare
 fastavro decode of the same files, then runs ``ldpflow heavy-hitters`` as a fresh process per
 mode (so the wall time includes interpreter start-up and imports): ``in_process`` (Beam's
 FnApiRunner in one process, the default) and ``two_workers`` (two SDK worker processes).
@@ -56,6 +59,9 @@ def bare_read(paths):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--protocol", choices=sorted(hh.PROTOCOLS), default=hh.NAME)
+    parser.add_argument("--extra", default="",
+                        help="More parameter flags of the protocol, e.g. '--step_bits 8'.")
     parser.add_argument("--users", type=int, default=1_000_000)
     parser.add_argument("--bits", type=int, default=64)
     parser.add_argument("--k", type=int, default=32)
@@ -69,17 +75,19 @@ def main(argv=None):
     logging.basicConfig(level=logging.WARNING)
     workdir = args.workdir or tempfile.mkdtemp(prefix="ldpflow-pem-bench-")
     reports = os.path.join(workdir, "reports")
-    flags = ["--bits", str(args.bits), "--k", str(args.k), "--query_limit", str(args.query_limit)]
-    common = {"n": args.users, "m": args.bits, "k": args.k, "epsilon": args.epsilon,
-              "query_limit": args.query_limit}
+    flags = ["--bits", str(args.bits), "--k", str(args.k), *args.extra.split()]
+    if args.protocol == hh.NAME:
+        flags += ["--query_limit", str(args.query_limit)]
+    common = {"protocol": args.protocol, "n": args.users, "m": args.bits, "k": args.k,
+              "epsilon": args.epsilon, "flags": " ".join(flags)}
 
     start = time.perf_counter()
-    truth = simulate.run(["--oracle", "pem", *flags, "--epsilon", str(args.epsilon),
+    truth = simulate.run(["--oracle", args.protocol, *flags, "--epsilon", str(args.epsilon),
                           "--domain_size", str(args.num_distinct), "--users", str(args.users),
                           "--distribution", "zipf:1.1", "--seed", str(args.seed),
                           "--output", reports, "--shards", "4"])
     emit(step="simulate", **common, seconds=round(time.perf_counter() - start, 3),
-         prefix_bits=truth["prefix_bits"], group_sizes=truth["group_sizes"])
+         group_sizes=truth["group_sizes"])
 
     paths = sorted(glob.glob(f"{reports}/*.avro"))
     count, seconds = bare_read(paths)
@@ -89,7 +97,8 @@ def main(argv=None):
     for mode in args.modes.split(","):
         output = os.path.join(workdir, f"hh-{mode}")
         command = [sys.executable, "-m", "ldpflow.pipelines.cli", "heavy-hitters",
-                   f"--input={reports}/*.avro", f"--output={output}", *flags, *MODES[mode]]
+                   f"--input={reports}/*.avro", f"--output={output}",
+                   f"--protocol={args.protocol}", *flags, *MODES[mode]]
         start = time.perf_counter()
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wall = time.perf_counter() - start

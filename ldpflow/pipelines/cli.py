@@ -11,7 +11,7 @@ estimate
 stream
     Reports from Pub/Sub -> windowed consistent estimates (Apache Beam, streaming).
 heavy-hitters
-    PEM reports -> the most frequent values of a huge domain (Apache Beam).
+    Heavy-hitter reports -> the most frequent values of a huge domain (Apache Beam).
 pubsub
     Pub/Sub emulator helpers: create a topic and subscription, publish report files.
 audit
@@ -36,7 +36,8 @@ _SUMMARIES = {
     "simulate": "Synthetic users -> perturbed report files and truth.json.",
     "estimate": "Report files -> consistent frequency estimates (Apache Beam).",
     "stream": "Reports from Pub/Sub -> windowed consistent estimates (Apache Beam).",
-    "heavy-hitters": "PEM reports -> the most frequent values of a huge domain (Apache Beam).",
+    "heavy-hitters": ("Heavy-hitter reports (pem spm mcm treehist sfp) -> the most frequent "
+                      "values of a huge domain (Apache Beam)."),
     "pubsub": "Pub/Sub emulator helpers: create a topic and subscription, publish reports.",
     "audit": "An empirical lower bound on a client's epsilon, from reports of known inputs.",
     "report": "An estimates document -> one self-contained HTML page.",

@@ -1,4 +1,6 @@
-"""``ldpflow heavy-hitters``: PEM report files -> the top-k values of a huge domain, on Beam.
+"""``ldpflow heavy-hitters``: heavy-hitter report files -> the top-k values of a huge
+domain, on Beam, for every protocol of :mod:`ldpflow.core.heavy_hitters` (``--protocol pem``
+(default), ``spm``, ``mcm``, ``treehist``, ``sfp``).
 
 Local (the default runner is Beam's Python FnApiRunner: in-process, offline)::
 
@@ -6,6 +8,12 @@ Local (the default runner is Beam's Python FnApiRunner: in-process, offline)::
         --users 1000000 --distribution zipf:1.1 --seed 7 --output /tmp/pem
     ldpflow heavy-hitters --input '/tmp/pem/*.avro' --output /tmp/hh \\
         --truth /tmp/pem/truth.json
+
+Another protocol (its reports name it; ``--protocol`` says which to accept)::
+
+    ldpflow simulate --oracle treehist --bits 32 --k 16 --epsilon 4 --domain_size 10000 \\
+        --users 1000000 --seed 7 --output /tmp/th
+    ldpflow heavy-hitters --protocol treehist --input '/tmp/th/*.avro' --output /tmp/hh-th
 
 Both cores of this machine::
 
@@ -17,29 +25,29 @@ Production (any Beam runner; see ``deploy/README.md``)::
         --k 32 --bits 64 --epsilon 4 --runner=DataflowRunner --project=PROJECT \\
         --region=REGION --temp_location=gs://BUCKET/tmp --setup_file=./setup.py
 
-The configuration fixes the number of stages ``g``, which the pipeline unrolls: from the
-flags ``--k`` and ``--bits`` (with ``--query_limit``, ``--start_bits``, ``--step_bits``,
-``--num_groups`` when not the PEM paper's defaults), or, without ``--k`` and ``--bits``,
-from the first report of the input (every report carries its configuration). Stage ``i``
-counts group ``i``'s reports for the extensions of stage ``i - 1``'s survivors, which reach
-it as a side input. Reports of any other configuration or codec (or epsilon, with
-``--epsilon``) are dead letters; without ``--epsilon`` every epsilon present is identified
-separately. The server's survivor rule (``--survivors``, default ``2 k``;
-``--threshold_sigma``; ``--threshold``) and the codec's pruning of impossible strings are
-not part of the configuration.
+The configuration fixes the protocol's groups and passes, which the pipeline unrolls: from
+the flags ``--k`` and ``--bits`` (with the protocol's own parameter flags, e.g. PEM's
+``--query_limit``, ``--start_bits``, ``--step_bits``, ``--num_groups``, when not its
+defaults), or, without ``--k`` and ``--bits``, from the first report of the input (every
+report carries its configuration). Pass ``s`` counts the reports of its groups for what
+pass ``s - 1`` found, which reaches it as a side input. Reports of any other protocol,
+configuration or codec (or epsilon, with ``--epsilon``) are dead letters; without
+``--epsilon`` every epsilon present is identified separately. The server's options
+(``--survivors``, ``--threshold_sigma``, ``--threshold``, for the protocols that have
+them) and the codec's pruning of impossible strings are not part of the configuration.
 
 Writes ``OUTPUT/heavy_hitters.json``::
 
     {"top_k": [{"value": V, "frequency": f, "count": c}, ...],   # best first, decoded
      "configuration": {...}, "n": N, "group_sizes": [...], "scores": {...} (--truth),
-     "stages": [{"stage", "prefix_bits", "reports", "candidates", "survivors", "sigma",
-                 "batches", "error"}, ...],
+     "stages": [{"stage", "label", "reports", "candidates", "survivors", "sigma",
+                 "batches", "error"}, ...],                        # one per pass
      "results": [...one per configuration...], "records": R, "reports": N,
      "dead_letters": {"total", "by_reason"}, "elapsed_seconds": S}
 
 and the refused records with their reasons under ``OUTPUT/dead_letters/``. Timings are
 Beam metrics, not document fields; :func:`run` returns the run's counts from Beam's
-counters (it does not read its output back) and logs each stage once.
+counters (it does not read its output back) and logs each pass once.
 """
 
 from __future__ import annotations
@@ -65,7 +73,7 @@ from ldpflow.transforms.dedup import DeduplicateReports, is_tally
 from ldpflow.transforms.estimate import DeadLetterSummaryFn
 from ldpflow.transforms.heavy_hitters import (
     IdentifyHeavyHitters,
-    SurvivorRule,
+    ServerRule,
     WriteHeavyHitters,
 )
 from ldpflow.transforms.io import (
@@ -79,17 +87,20 @@ __all__ = ["run", "build", "configure", "read_truth", "configuration_of_input"]
 
 _LOGGER = logging.getLogger(__name__)
 _PROG = "ldpflow heavy-hitters"
-_FLAGS = {"top_k": "k", "value_bits": "bits"}  # PEM parameter -> its flag
-_SHAPE = ("query_limit", "start_bits", "step_bits", "num_groups")
+_FLAGS = {"top_k": "k", "value_bits": "bits"}  # parameter -> its flag, where they differ
+#: The server-option flags (each is an option of the same name).
+_SERVER_FLAGS = ("survivors", "threshold_sigma", "threshold")
 
 
-def configuration_of_input(pattern: str, fmt: str | None) -> hh.PrefixExtendingMethod | None:
-    """The PEM configuration of the first valid report of the first input file (None when
-    the file holds none): what the clients used, read before any pipeline exists."""
+def configuration_of_input(pattern: str, fmt: str | None,
+                           protocol: str = hh.NAME) -> hh.HeavyHitterProtocol | None:
+    """The configuration of the first valid ``protocol`` report of the first input file
+    (None when the file holds none): what the clients used, read before any pipeline
+    exists."""
     from ldpflow.wire import formats
     from ldpflow.wire.parse import AcceptancePolicy
 
-    policy = AcceptancePolicy(expect={"oracle": hh.NAME})
+    policy = AcceptancePolicy(expect={"oracle": protocol})
     for metadata in sorted(FileSystems.match([pattern])[0].metadata_list, key=lambda m: m.path):
         kind = fmt or formats.detect_format(metadata.path)
         with FileSystems.open(metadata.path) as stream:
@@ -100,66 +111,92 @@ def configuration_of_input(pattern: str, fmt: str | None) -> hh.PrefixExtendingM
     return None
 
 
-def configure(opts, found: hh.PrefixExtendingMethod | None = None
-              ) -> tuple[hh.PrefixExtendingMethod, dict[str, Any]]:
-    """The PEM configuration of the flags (or of the input, ``found``) and the report
+def _flag(name: str) -> str:
+    return f"--{_FLAGS.get(name, name)}"
+
+
+def check_flags(opts) -> None:
+    """The flag checks that need no configuration (run before the input is read).
+
+    Raises
+    ------
+    SystemExit
+        For a parameter flag of another protocol, a server option the protocol does not
+        have, ``--k`` without ``--bits`` (or the reverse), or a parameter flag without them.
+    """
+    name = opts.protocol
+    shape = hh.shape_parameters(name)
+    foreign = [flag for flag in sorted(hh.SHAPE_FLAGS)
+               if getattr(opts, flag, None) is not None and flag not in shape]
+    if foreign:
+        takes = ", ".join(p for p in sorted(hh.PROTOCOLS)
+                          if foreign[0] in hh.shape_parameters(p))
+        raise usage_error(_PROG, f"--{foreign[0]} is not a parameter of {name} (it is of "
+                                 f"{takes}); {name} takes "
+                                 f"{' '.join('--' + p for p in shape) or 'no other flags'}")
+    options = hh.PROTOCOLS[name].server_options
+    for flag in _SERVER_FLAGS:
+        if getattr(opts, flag) is not None and flag not in options:
+            have = " ".join(f"--{o}" for o in options if o in _SERVER_FLAGS)
+            raise usage_error(_PROG, f"--{flag}: {name} has no such server option (its "
+                                     f"options: {have or 'none'})")
+    if (opts.k is None) != (opts.bits is None):
+        raise usage_error(_PROG, "--k and --bits go together (neither: the input's "
+                                 "configuration)")
+    given = [p for p in shape if getattr(opts, p) is not None]
+    if opts.k is None and given:
+        raise usage_error(_PROG, f"--{given[0]} needs --k and --bits (without them the "
+                                 "configuration is the input's)")
+
+
+def configure(opts, found: hh.HeavyHitterProtocol | None = None
+              ) -> tuple[hh.HeavyHitterProtocol, dict[str, Any]]:
+    """The configuration of the flags (or of the input, ``found``) and the report
     parameters to expect.
 
     Without ``--epsilon`` the configuration's epsilon (and hash range) is a placeholder:
-    the stages (``gamma``, ``eta``, ``g``) do not depend on it, and each epsilon present in
-    the input is identified with its own.
+    the groups and passes do not depend on it, and each epsilon present in the input is
+    identified with its own.
 
     Raises
     ------
     SystemExit
         Naming the flag, the constraint and the value, before any pipeline exists.
     """
-    if opts.protocol != hh.NAME:
-        raise usage_error(_PROG, f"--protocol {opts.protocol}: only pem reports have a wire "
-                                 "form so far (the report schema carries PEM's group and "
-                                 "configuration only); identify other protocols in core")
-    if (opts.k is None) != (opts.bits is None):
-        raise usage_error(_PROG, "--k and --bits go together (neither: the input's "
-                                 "configuration)")
+    name = opts.protocol
+    cls = hh.PROTOCOLS[name]
+    shape = hh.shape_parameters(name)
+    check_flags(opts)
     if opts.k is None:
         if found is None:
-            raise usage_error(_PROG, f"--input {opts.input!r} holds no valid pem report to "
+            raise usage_error(_PROG, f"--input {opts.input!r} holds no valid {name} report to "
                                      "take the configuration from; pass --k and --bits")
-        params: dict[str, Any] = {name: getattr(found, name) for name in
-                                  ("top_k", "value_bits", *_SHAPE, "hash_range")}
-        params["epsilon"] = found.epsilon if opts.epsilon is None else opts.epsilon
+        params: dict[str, Any] = dict(found.parameters)
         if opts.epsilon is not None and opts.epsilon != found.epsilon:
-            params.pop("hash_range")  # the flags' epsilon: its own default hash range
+            params["epsilon"] = opts.epsilon
+            params.pop("hash_range", None)  # the flags' epsilon: its own default hash range
     else:
         params = {"top_k": opts.k, "value_bits": opts.bits,
                   "epsilon": 1.0 if opts.epsilon is None else opts.epsilon}
-        for name in _SHAPE:
-            if getattr(opts, name) is not None:
-                params[name] = getattr(opts, name)
+        params.update({p: getattr(opts, p) for p in shape if getattr(opts, p) is not None})
+    options = {flag: getattr(opts, flag) for flag in _SERVER_FLAGS
+               if getattr(opts, flag) is not None}
     try:
-        pem = hh.PrefixExtendingMethod(**params)
+        protocol = cls(**params)
         if opts.codec is not None:
-            codecs.make_codec(opts.codec, bits=pem.value_bits)
-        if opts.survivors is not None:
-            pem._check_survivors(opts.survivors)
-        for name in ("threshold", "threshold_sigma"):
-            value = getattr(opts, name)
-            if value is not None and not float("-inf") < value < float("inf"):
-                raise ValueError(f"{name} must be finite, got {value!r}")
+            codecs.make_codec(opts.codec, bits=protocol.value_bits)
+        protocol.check_options(options)
     except (TypeError, ValueError) as exc:
-        flags = " ".join(f"--{_FLAGS.get(name, name)} {value}" for name, value in params.items()
-                         if name != "epsilon" or opts.epsilon is not None)
+        flags = " ".join(f"{_flag(p)} {value}" for p, value in params.items()
+                         if p != "epsilon" or opts.epsilon is not None)
         raise usage_error(_PROG, f"{exc} (flags: {flags})") from None
-    expect: dict[str, Any] = {
-        "oracle": hh.NAME, "top_k": pem.top_k, "value_bits": pem.value_bits,
-        "query_limit": pem.query_limit, "start_bits": pem.start_bits,
-        "step_bits": pem.step_bits, "num_groups": pem.num_groups,
-    }
+    expect: dict[str, Any] = {"oracle": name, **{
+        p: v for p, v in protocol.parameters.items() if p not in ("epsilon", "hash_range")}}
     if opts.codec is not None:
         expect["codec"] = opts.codec
     if opts.epsilon is not None:
-        expect["epsilon"] = pem.epsilon
-    return pem, expect
+        expect["epsilon"] = protocol.epsilon
+    return protocol, expect
 
 
 def read_truth(path: str) -> tuple:
@@ -185,10 +222,10 @@ def read_truth(path: str) -> tuple:
     return tuple(e["value"] if isinstance(e, dict) else e for e in entries)
 
 
-def build(pipeline: beam.Pipeline, opts, pem: hh.PrefixExtendingMethod,
+def build(pipeline: beam.Pipeline, opts, protocol: hh.HeavyHitterProtocol,
           expect: dict[str, Any], started: float | None = None,
-          rule: SurvivorRule | None = None):
-    """Wire read -> identify (``g`` unrolled stages) -> write into ``pipeline``.
+          rule: ServerRule | None = None):
+    """Wire read -> identify (the protocol's passes, unrolled) -> write into ``pipeline``.
 
     Returns the commit step, which moves the staged outputs into ``--output`` once every
     writer is done (it depends on every sink).
@@ -203,7 +240,7 @@ def build(pipeline: beam.Pipeline, opts, pem: hh.PrefixExtendingMethod,
                   | "SumRepeats" >> beam.CombineGlobally(sum))
     batches = unique | "Batches" >> beam.Filter(lambda element: not is_tally(element))
     results = batches | "IdentifyHeavyHitters" >> IdentifyHeavyHitters(
-        pem.num_groups, rule, dead_letters=read["dead_letters"])
+        protocol, rule, dead_letters=read["dead_letters"])
     summary = read["dead_letters"] | "SummariseDeadLetters" >> beam.CombineGlobally(
         DeadLetterSummaryFn())
     staging = staging_folder(opts.output)  # written there, then moved into place
@@ -213,6 +250,16 @@ def build(pipeline: beam.Pipeline, opts, pem: hh.PrefixExtendingMethod,
         read["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(staging),
     )
     return written | "CommitOutputs" >> CommitOutputs(opts.output, staging)
+
+
+def _describe(protocol: hh.HeavyHitterProtocol, opts) -> str:
+    """One line naming the configuration and its passes."""
+    params = " ".join(f"{_FLAGS.get(p, p)}={v}" for p, v in protocol.parameters.items()
+                      if p != "epsilon")
+    passes = "; ".join(f"{s}: {protocol.pass_label(s)}" for s in range(protocol.num_passes))
+    eps = "each" if opts.epsilon is None else protocol.epsilon
+    return (f"{protocol.name} epsilon={eps} {params}, {protocol.num_groups} groups, "
+            f"{protocol.num_passes} passes ({passes})")
 
 
 def run(argv: list[str] | None = None) -> dict:
@@ -228,25 +275,24 @@ def run(argv: list[str] | None = None) -> dict:
         For bad flags or an input pattern that matches no file, before any pipeline exists.
     """
     options, opts = job_options("heavy-hitters", argv)
-    if opts.k is not None or opts.bits is not None or opts.protocol != hh.NAME:
-        pem, expect = configure(opts)  # the flags first: a usage error names them
+    if opts.k is not None or opts.bits is not None:
+        protocol, expect = configure(opts)  # the flags first: a usage error names them
         check_inputs(opts.input, opts.input_format, _PROG)
     else:
+        check_flags(opts)
         check_inputs(opts.input, opts.input_format, _PROG)
-        pem, expect = configure(opts, configuration_of_input(opts.input, opts.input_format))
+        protocol, expect = configure(
+            opts, configuration_of_input(opts.input, opts.input_format, opts.protocol))
     truth = read_truth(opts.truth) if opts.truth else None
-    rule = SurvivorRule(survivors=opts.survivors, threshold_sigma=opts.threshold_sigma,
-                        threshold=opts.threshold, truth=truth)
-    _LOGGER.info("%s: pem k=%d m=%d epsilon=%s Q=%d gamma=%d eta=%d g=%d, prefix bits %s, "
-                 "%d survivors per stage%s (configuration from %s)", _PROG, pem.top_k,
-                 pem.value_bits, "each" if opts.epsilon is None else pem.epsilon,
-                 pem.query_limit, pem.start_bits, pem.step_bits, pem.num_groups,
-                 list(pem.prefix_bits), opts.survivors or pem.default_survivors,
-                 "" if opts.threshold_sigma is None else f" above {opts.threshold_sigma} sigma",
+    options_given = {flag: getattr(opts, flag) for flag in _SERVER_FLAGS
+                     if getattr(opts, flag) is not None}
+    rule = ServerRule(options=options_given, truth=truth)
+    _LOGGER.info("%s: %s; server options %s (configuration from %s)", _PROG,
+                 _describe(protocol, opts), protocol.check_options(options_given) or "none",
                  "the flags" if opts.k is not None else "the input")
     started = time.time()
     pipeline = beam.Pipeline(runner=batch_runner(options, _PROG), options=options)
-    build(pipeline, opts, pem, expect, started, rule)
+    build(pipeline, opts, protocol, expect, started, rule)
     ran = run_pipeline(pipeline, options, _PROG)
     if ran.get("submitted"):
         return {"submitted": True, "output": opts.output}
@@ -259,14 +305,15 @@ def run(argv: list[str] | None = None) -> dict:
                        duplicates=counts.get("duplicates", 0),
                        candidates=counts.get("heavy_hitter_candidates", 0),
                        survivors=counts.get("heavy_hitter_survivors", 0))
-        for stage, bits in enumerate(pem.prefix_bits):
-            _LOGGER.info("%s: stage %d (%d-bit prefixes): %d reports, %d candidates, %d kept; "
-                         "aggregate %.2fs, estimate %.2fs", _PROG, stage, bits,
-                         counts.get(f"stage{stage}_reports", 0),
-                         counts.get(f"stage{stage}_candidates", 0),
-                         counts.get(f"stage{stage}_survivors", 0),
-                         counts.get(f"stage{stage}_aggregate_ms", 0) / 1000,
-                         counts.get(f"stage{stage}_estimate_ms", 0) / 1000)
+        for step in range(protocol.num_passes):
+            _LOGGER.info("%s: pass %d (%s): %d reports, %d candidates, %d kept; "
+                         "aggregate %.2fs, estimate %.2fs", _PROG, step,
+                         protocol.pass_label(step),
+                         counts.get(f"stage{step}_reports", 0),
+                         counts.get(f"stage{step}_candidates", 0),
+                         counts.get(f"stage{step}_survivors", 0),
+                         counts.get(f"stage{step}_aggregate_ms", 0) / 1000,
+                         counts.get(f"stage{step}_estimate_ms", 0) / 1000)
         _LOGGER.info("%s: %d records (%d reports, %d duplicates, %d dead letters), %d "
                      "candidates estimated, in %.1fs -> %s/heavy_hitters.json", _PROG,
                      summary["records"], summary["reports"], summary["duplicates"],

@@ -162,45 +162,38 @@ class StreamOptions(PipelineOptions):
 
 
 class HeavyHittersOptions(PipelineOptions):
-    """The protocol configuration and server rule of ``ldpflow heavy-hitters``.
+    """The protocol, its configuration and the server options of ``ldpflow heavy-hitters``.
 
-    The configuration (``--k``, ``--bits``, ``--query_limit``, ``--start_bits``,
-    ``--step_bits``, ``--num_groups``) fixes the number of stages when the pipeline is built;
-    without ``--k`` and ``--bits`` it is read from the first report of the input. Reports of
-    any other configuration are dead letters. ``--survivors``, ``--threshold_sigma`` and
-    ``--threshold`` are the server's survivor rule: clients do not depend on them.
+    The configuration (``--k``, ``--bits`` and the protocol's own parameter flags) fixes the
+    groups and passes when the pipeline is built; without ``--k`` and ``--bits`` it is read
+    from the first report of the input. Reports of any other protocol or configuration are
+    dead letters. ``--survivors``, ``--threshold_sigma`` and ``--threshold`` are server
+    options (of pem, treehist and sfp): clients do not depend on them.
     """
 
     @classmethod
     def _add_argparse_args(cls, parser):
-        parser.add_argument("--protocol", choices=("mcm", "pem", "spm", "treehist"), default="pem",
-                            help="The heavy-hitter protocol of the reports; only pem reports "
-                                 "have a wire form so far.")
+        parser.add_argument("--protocol", choices=("mcm", "pem", "sfp", "spm", "treehist"),
+                            default="pem",
+                            help="The heavy-hitter protocol of the reports.")
         parser.add_argument("--k", type=int, default=None,
                             help="Top-k size of the configuration (default: from the input).")
         parser.add_argument("--bits", type=int, default=None,
                             help="m: the width of the values, in [1, 64] (default: from the "
                                  "input).")
-        parser.add_argument("--query_limit", type=int, default=None,
-                            help="Q: the most candidates one stage may estimate (default "
-                                 "2**20, the PEM paper's, or the input's).")
-        parser.add_argument("--start_bits", type=int, default=None,
-                            help="gamma (default ceil(log2 k), or the input's).")
-        parser.add_argument("--step_bits", type=int, default=None,
-                            help="eta (default the largest with k * 2**eta <= Q, or the "
-                                 "input's).")
-        parser.add_argument("--num_groups", type=int, default=None,
-                            help="g (default ceil((bits - start_bits) / step_bits); when "
-                                 "given it must agree).")
+        for flag, protocols, text in _SHAPE_HELP:
+            parser.add_argument(f"--{flag}", type=int, default=None,
+                                help=f"{protocols}: {text}")
         parser.add_argument("--survivors", type=int, default=None,
-                            help="Prefixes each stage keeps (default 2k, or as many as Q "
-                                 "allows).")
+                            help="pem, treehist, sfp: candidates each pass keeps (pem: "
+                                 "default 2k, or as many as Q allows; treehist, sfp: 4k).")
         parser.add_argument("--threshold_sigma", type=float, default=None,
-                            help="Stages keep only prefixes estimated at THRESHOLD_SIGMA "
-                                 "standard deviations or more.")
+                            help="pem, treehist, sfp: keep only candidates estimated at "
+                                 "THRESHOLD_SIGMA standard deviations or more (treehist, sfp: "
+                                 "default 3).")
         parser.add_argument("--threshold", type=float, default=None,
-                            help="Stages keep only prefixes of estimated frequency >= "
-                                 "THRESHOLD.")
+                            help="pem, treehist, sfp: keep only candidates of estimated "
+                                 "frequency >= THRESHOLD.")
         parser.add_argument("--codec", choices=("int", "string"), default=None,
                             help="Refuse reports of the other codec (default: each report's "
                                  "own); the output decodes the values.")
@@ -211,6 +204,28 @@ class HeavyHittersOptions(PipelineOptions):
                             help="A truth file (ldpflow simulate's truth.json, or one value "
                                  "per line, most frequent first): the output adds precision, "
                                  "recall, F1 and NCR of every result.")
+
+
+#: The protocols' parameter flags: (flag, protocols, help), the protocols' own parameters
+#: (``ldpflow.core.heavy_hitters.shape_parameters``; a test keeps the two in step).
+_SHAPE_HELP = (
+    ("query_limit", "pem, spm, mcm, sfp",
+     "Q, the most candidates one pass may estimate (default 2**20, or the input's)."),
+    ("start_bits", "pem", "gamma (default ceil(log2 k), or the input's)."),
+    ("step_bits", "pem, treehist",
+     "pem: eta (default the largest with k * 2**eta <= Q); treehist: bits per level "
+     "(default 8)."),
+    ("num_groups", "pem", "g (default ceil((bits - start_bits) / step_bits); must agree)."),
+    ("hash_range", "pem, treehist",
+     "OLH's number of buckets, a power of two (default from epsilon)."),
+    ("num_segments", "spm", "t, the segments of a value (default from Q)."),
+    ("segment_top", "spm", "values kept per segment and pairs per segment pair (default k)."),
+    ("num_channels", "mcm", "T, the channels (default 4k)."),
+    ("channel_seed", "mcm", "the key of the public value-to-channel hash (default 0)."),
+    ("fragment_bits", "sfp", "the width of a fragment (default 16)."),
+    ("hash_bits", "sfp", "the width of the hash that glues fragments (default 6)."),
+    ("hash_seed", "sfp", "the key of that hash (default 0)."),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,7 +247,8 @@ JOBS = {
                    AcceptanceOptions),
                   ("subscription",)),
     "heavy-hitters": Job("heavy-hitters",
-                         "PEM reports -> the most frequent values of a huge domain.",
+                         "Heavy-hitter reports (pem, spm, mcm, treehist, sfp) -> the most "
+                         "frequent values of a huge domain.",
                          (InputOptions, OutputOptions, HeavyHittersOptions),
                          ("input", "output")),
 }

@@ -9,7 +9,8 @@ Values come from a synthetic distribution over the domain (rank r is value r) or
 ``--values_file`` (one integer per line). Simulation is seeded: it is for evaluation, not
 for real clients, whose perturbation draws from the OS CSPRNG.
 
-Heavy hitters (PEM, the prefix extending method)::
+Heavy hitters (``--oracle pem``, ``spm``, ``mcm``, ``treehist`` or ``sfp``: the protocols of
+:mod:`ldpflow.core.heavy_hitters`)::
 
     ldpflow simulate --oracle pem --bits 64 --k 32 --epsilon 4 --domain_size 100000 \\
         --users 1000000 --distribution zipf:1.1 --seed 7 --output /tmp/pem
@@ -19,7 +20,9 @@ random map from rank to value, then ranks from the distribution), or reads them 
 ``--values_file`` (integers, or with ``--codec string`` one string per line). User ``i``
 (id ``user-i``) reports in the group of its id. ``truth.json`` is ``{"top": [{"value": V,
 "count": C}, ...], ...}``: the ``--truth_top`` (default 1000) most frequent values by count
-(ties: the smaller code first), decoded, with the configuration. Avro and JSON lines only.
+(ties: the smaller code first), decoded, with the configuration. Without parameter flags
+PEM's configuration is chosen automatically (:func:`ldpflow.core.heavy_hitters.configure`);
+the other protocols take their defaults.
 """
 
 from __future__ import annotations
@@ -60,42 +63,56 @@ _INFERRED = _Default("int")
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ldpflow simulate", description=_SUMMARY,
                                      formatter_class=HelpFormatter, allow_abbrev=False)
-    parser.add_argument("--oracle", required=True, choices=[*sorted(registry.ORACLES), hh.NAME])
+    parser.add_argument("--oracle", required=True,
+                        choices=[*sorted(registry.ORACLES), *sorted(hh.PROTOCOLS)])
     parser.add_argument("--epsilon", type=float, required=True)
     parser.add_argument("--domain_size", type=int, default=None,
-                        help="(required) The domain size; pem: the number N of distinct values "
-                             "(not needed with --values_file).")
+                        help="(required) The domain size; heavy hitters: the number N of "
+                             "distinct values (not needed with --values_file).")
     parser.add_argument("--hash_range", type=int, default=None,
-                        help="olh, pem: g (a power of two).")
-    pem = parser.add_argument_group(
-        "pem (heavy hitters)",
-        "Without --query_limit, --start_bits, --step_bits, --num_groups and --hash_range the "
-        "configuration is chosen automatically from --users, --epsilon, --k and --bits "
-        "(ldpflow.core.heavy_hitters.configure); the log names the heavy-hitters flags.")
-    pem.add_argument("--bits", type=int, default=None,
+                        help="olh, pem, treehist: g (a power of two).")
+    hh_group = parser.add_argument_group(
+        "heavy hitters (pem spm mcm treehist sfp)",
+        "pem: without --query_limit, --start_bits, --step_bits, --num_groups and --hash_range "
+        "the configuration is chosen automatically from --users, --epsilon, --k and --bits "
+        "(ldpflow.core.heavy_hitters.configure); the other protocols take their defaults. The "
+        "log names the heavy-hitters flags of the configuration.")
+    hh_group.add_argument("--bits", type=int, default=None,
                      help="m: the width of the values (default with --values_file: from the "
                           "data, see --coverage).")
-    pem.add_argument("--k", type=int, default=None, help="The top-k size.")
-    pem.add_argument("--query_limit", type=int, default=None, help="Q (paper default 2**20).")
-    pem.add_argument("--start_bits", type=int, default=None, help="gamma (default ceil(log2 k)).")
-    pem.add_argument("--step_bits", type=int, default=None,
-                     help="eta (default the largest with k * 2**eta <= Q).")
-    pem.add_argument("--num_groups", type=int, default=None, help="g (must agree if given).")
-    pem.add_argument("--max_candidates", type=int, default=hh.config.DEFAULT_MAX_CANDIDATES,
+    hh_group.add_argument("--k", type=int, default=None, help="The top-k size.")
+    hh_group.add_argument("--query_limit", type=int, default=None,
+                     help="pem, spm, mcm, sfp: Q (default 2**20).")
+    hh_group.add_argument("--start_bits", type=int, default=None,
+                     help="pem: gamma (default ceil(log2 k)).")
+    hh_group.add_argument("--step_bits", type=int, default=None,
+                     help="pem: eta (default the largest with k * 2**eta <= Q); treehist: "
+                          "bits per level (default 8).")
+    hh_group.add_argument("--num_groups", type=int, default=None,
+                     help="pem: g (must agree if given).")
+    for flag, text in (("num_segments", "spm: t, the segments of a value"),
+                       ("segment_top", "spm: values kept per segment and pairs per pair"),
+                       ("num_channels", "mcm: T, the channels (default 4k)"),
+                       ("channel_seed", "mcm: the key of the value-to-channel hash"),
+                       ("fragment_bits", "sfp: the width of a fragment (default 16)"),
+                       ("hash_bits", "sfp: the width of the gluing hash (default 6)"),
+                       ("hash_seed", "sfp: the key of that hash")):
+        hh_group.add_argument(f"--{flag}", type=int, default=None, help=f"{text}.")
+    hh_group.add_argument("--max_candidates", type=int, default=hh.config.DEFAULT_MAX_CANDIDATES,
                      help="The automatic configuration's compute budget: the most candidates "
                           "one stage may estimate.")
-    pem.add_argument("--codec", choices=sorted(codecs.CODECS), default=_INFERRED,
+    hh_group.add_argument("--codec", choices=sorted(codecs.CODECS), default=_INFERRED,
                      help="int: values are integers; string: --values_file holds strings "
                           "(default: string unless every line of --values_file is an "
                           "integer).")
-    pem.add_argument("--truncate", action="store_true",
+    hh_group.add_argument("--truncate", action="store_true",
                      help="string codec: keep the leading bytes of longer strings (whole "
                           "UTF-8 characters) instead of refusing them (implied when --bits "
                           "is chosen from the data).")
-    pem.add_argument("--coverage", type=float, default=0.99,
+    hh_group.add_argument("--coverage", type=float, default=0.99,
                      help="string codec without --bits: the share of the values that must "
                           "fit whole in m/8 bytes.")
-    pem.add_argument("--truth_top", type=int, default=1000,
+    hh_group.add_argument("--truth_top", type=int, default=1000,
                      help="How many of the most frequent values truth.json lists.")
     parser.add_argument("--users", type=int, default=None,
                         help="Number of users (required unless --values_file is given).")
@@ -219,17 +236,19 @@ def _user_ids(start: int, stop: int) -> list[str]:
     return [f"user-{i}" for i in range(start, stop)]
 
 
-_PEM_ONLY = ("bits", "k", "query_limit", "start_bits", "step_bits", "num_groups")
+#: The flags of heavy-hitter protocols only (``--hash_range`` is olh's too).
+_HEAVY_HITTER_ONLY = ("bits", "k", *sorted(hh.SHAPE_FLAGS - {"hash_range"}))
 
 
 def run(argv: list[str] | None = None) -> dict:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.oracle == hh.NAME:
-        return _run_pem(parser, args)
-    given = [f"--{name}" for name in _PEM_ONLY if getattr(args, name) is not None]
+    if args.oracle in hh.PROTOCOLS:
+        return _run_heavy_hitters(parser, args)
+    given = [f"--{name}" for name in _HEAVY_HITTER_ONLY if getattr(args, name) is not None]
     if given or args.codec != "int" or args.truncate:
-        parser.error(f"{', '.join(given) or '--codec/--truncate'} apply to --oracle pem only")
+        parser.error(f"{', '.join(given) or '--codec/--truncate'} apply to the heavy-hitter "
+                     f"protocols only ({' '.join(sorted(hh.PROTOCOLS))})")
     if args.domain_size is None:
         parser.error(f"--domain_size is required for --oracle {args.oracle}")
     try:
@@ -287,30 +306,31 @@ def _write_all(args: argparse.Namespace, oracle, reports, event_times: np.ndarra
         _LOGGER.info("wrote %s (%d reports)", path, count)
 
 
-_PEM_SHAPE = ("query_limit", "start_bits", "step_bits", "num_groups", "hash_range")
-
-
-def _pem_config(parser: argparse.ArgumentParser, args: argparse.Namespace, bits: int,
-                users: int):
-    """The configuration: the flags', or the automatic one when no shape flag is given."""
+def _heavy_hitter_config(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                         bits: int, users: int) -> hh.HeavyHitterProtocol:
+    """The configuration: the flags', or (PEM without parameter flags) the automatic one."""
+    name = args.oracle
     if args.k is None:
-        parser.error("--oracle pem needs --k")
+        parser.error(f"--oracle {name} needs --k")
+    shape = hh.shape_parameters(name)
+    foreign = [flag for flag in sorted(hh.SHAPE_FLAGS)
+               if getattr(args, flag) is not None and flag not in shape]
+    if foreign:
+        parser.error(f"--{foreign[0]} is not a parameter of {name}; {name} takes "
+                     f"{' '.join('--' + p for p in shape)}")
     try:
         validation.check_positive_int(args.shards, name="--shards")
         validation.check_positive_int(args.truth_top, name="--truth_top")
-        if any(getattr(args, name) is not None for name in _PEM_SHAPE):
-            params: dict[str, Any] = {"top_k": args.k, "value_bits": bits,
-                                      "epsilon": args.epsilon}
-            params.update({name: getattr(args, name) for name in _PEM_SHAPE
-                           if getattr(args, name) is not None})
-            return hh.PrefixExtendingMethod(**params)
-        return hh.configure(top_k=args.k, value_bits=bits, epsilon=args.epsilon, users=users,
-                            max_candidates=args.max_candidates)
+        given = {p: getattr(args, p) for p in shape if getattr(args, p) is not None}
+        if name == hh.NAME and not given:
+            return hh.configure(top_k=args.k, value_bits=bits, epsilon=args.epsilon,
+                                users=users, max_candidates=args.max_candidates)
+        return hh.make(name, top_k=args.k, value_bits=bits, epsilon=args.epsilon, **given)
     except (TypeError, ValueError) as exc:
         parser.error(str(exc))
 
 
-def _pem_file_values(parser: argparse.ArgumentParser, args: argparse.Namespace
+def _heavy_hitter_file_values(parser: argparse.ArgumentParser, args: argparse.Namespace
                      ) -> tuple[np.ndarray, Any, int]:
     """``--values_file`` as codes: ``(codes, codec, truncated)``; the codec is inferred from
     the lines unless given, and its width chosen from the data unless ``--bits`` is given."""
@@ -341,48 +361,49 @@ def _pem_file_values(parser: argparse.ArgumentParser, args: argparse.Namespace
         parser.error(f"--values_file: {exc}")
 
 
-def _run_pem(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
+def _run_heavy_hitters(parser: argparse.ArgumentParser, args: argparse.Namespace
+                       ) -> dict:
     started = time.perf_counter()
     rng = np.random.default_rng(args.seed)
     truncated = 0
     if args.values_file:
-        values, codec, truncated = _pem_file_values(parser, args)
+        values, codec, truncated = _heavy_hitter_file_values(parser, args)
         if values.size == 0:
             parser.error("--values_file holds no values")
-        pem = _pem_config(parser, args, codec.bits, values.size)
+        protocol = _heavy_hitter_config(parser, args, codec.bits, values.size)
     else:
         if args.codec == "string" and not isinstance(args.codec, _Default):
             parser.error("--codec string needs --values_file (one string per line)")
         if args.bits is None:
-            parser.error("--oracle pem needs --bits (or --values_file)")
+            parser.error(f"--oracle {args.oracle} needs --bits (or --values_file)")
         if args.users is None or args.domain_size is None:
-            parser.error("--oracle pem needs --users and --domain_size (the number of distinct "
-                         "values) unless --values_file is given")
+            parser.error(f"--oracle {args.oracle} needs --users and --domain_size (the number "
+                         "of distinct values) unless --values_file is given")
         try:
             users = validation.check_positive_int(args.users, name="--users")
             dist = simulation.parse_distribution(args.distribution)
         except (TypeError, ValueError) as exc:
             parser.error(str(exc))
-        pem = _pem_config(parser, args, args.bits, users)
-        codec = codecs.IntegerCodec(bits=pem.value_bits)
+        protocol = _heavy_hitter_config(parser, args, args.bits, users)
+        codec = codecs.IntegerCodec(bits=protocol.value_bits)
         shape = ({"exponent": dist.parameter} if dist.kind == "zipf"
                  else {"ratio": dist.parameter} if dist.kind == "geometric" else {})
         try:
             values = hh.sample_values(users, num_distinct=args.domain_size,
-                                      value_bits=pem.value_bits, rng=rng,
+                                      value_bits=protocol.value_bits, rng=rng,
                                       distribution=dist.kind, **shape)
         except (TypeError, ValueError) as exc:
             parser.error(str(exc))
-    _check_wire_limits(parser, pem)
+    _check_wire_limits(parser, protocol)
     if truncated:
         _LOGGER.warning("%d of %d values hold more than %d UTF-8 bytes: truncated to their "
                         "leading whole characters (--bits %d)", truncated, values.size,
-                        pem.value_bits // 8, pem.value_bits)
+                        protocol.value_bits // 8, protocol.value_bits)
     n = values.size
     users = np.array(_user_ids(0, n))
-    reports = pem.perturb(values, users, rng)  # seeded: a simulation
+    reports = protocol.perturb(values, users, rng)  # seeded: a simulation
     event_times = _event_times(args, rng, n)
-    _write_all(args, pem, reports, event_times, codec.name)
+    _write_all(args, protocol, reports, event_times, codec.name)
     top = hh.true_top(values, args.truth_top)
     decoded = codec.decode(np.array([t["value"] for t in top], dtype=np.uint64))
     truth = {
@@ -390,21 +411,27 @@ def _run_pem(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
                 for v, t in zip(decoded, top, strict=True)],
         "users": int(n),
         "distinct": int(np.unique(values).size),
-        "oracle": hh.NAME,
+        "oracle": protocol.name,
         "codec": codec.name,
         "truncated": int(truncated),
-        "parameters": pem.parameters,
-        "prefix_bits": list(pem.prefix_bits),
-        "group_sizes": np.bincount(reports.columns["group"], minlength=pem.num_groups).tolist(),
+        "parameters": protocol.parameters,
+        "num_groups": protocol.num_groups,
+        "group_sizes": np.bincount(reports.columns["group"],
+                                   minlength=protocol.num_groups).tolist(),
         "distribution": None if args.values_file else args.distribution,
         "domain_size": None if args.values_file else args.domain_size,
         "seed": args.seed,
     }
-    _LOGGER.info("heavy-hitters flags of this configuration: --k %d --bits %d --query_limit %d "
-                 "--start_bits %d --step_bits %d (or none: read from the reports)", pem.top_k,
-                 pem.value_bits, pem.query_limit, pem.start_bits, pem.step_bits)
+    if hasattr(protocol, "prefix_bits"):
+        truth["prefix_bits"] = list(protocol.prefix_bits)
+    flags = " ".join(f"--{p} {getattr(protocol, p)}" for p in hh.shape_parameters(protocol.name)
+                     if p != "hash_range")
+    _LOGGER.info("heavy-hitters flags of this configuration: --protocol %s --k %d --bits %d %s "
+                 "(or none: read from the reports)", protocol.name, protocol.top_k,
+                 protocol.value_bits, flags)
     with open(os.path.join(args.output, "truth.json"), "w", encoding="utf-8") as f:
         json.dump(truth, f)
-    _LOGGER.info("simulated %d pem reports (%d groups) in %.1fs -> %s", n, pem.num_groups,
+    _LOGGER.info("simulated %d %s reports (%d groups) in %.1fs -> %s", n, protocol.name,
+                 protocol.num_groups,
                  time.perf_counter() - started, args.output)
     return truth

@@ -1,28 +1,29 @@
-"""Heavy-hitter discovery (PEM, the prefix extending method) as Beam transforms.
+"""Heavy-hitter discovery (every protocol of :mod:`ldpflow.core.heavy_hitters`) as Beam
+transforms.
 
 Contract (:mod:`ldpflow.core.heavy_hitters` holds all the math):
 
-* Input: ``(key, ReportBatch)`` elements of PEM reports, ``key`` a
-  :meth:`~ldpflow.core.keys.ProtocolKey.heavy_hitters` (configuration and value codec). Reports of
-  different keys are never mixed: every configuration present gets its own result.
-* :class:`IdentifyHeavyHitters` unrolls the ``g`` stages at graph construction. The reports
-  are split by group with one ``beam.Partition``; stage ``s`` counts group ``s``'s reports for
-  the extensions of stage ``s - 1``'s survivors, which reach it as a side input (``AsDict``
-  by key; stage 0 extends the empty prefix): the group's batches are gathered by key and
-  shard (a few shards per key), :class:`CountStageFn` counts each shard into one
-  :class:`~ldpflow.core.heavy_hitters.CandidateAccumulator` (exact integer sums),
-  :class:`MergeStageCountsCombineFn` merges the shards' partial counts per key, and
-  :func:`select_stage` estimates the candidates and applies the server's
-  :class:`SurvivorRule` (:meth:`~ldpflow.core.heavy_hitters.PrefixExtendingMethod.select`,
-  with the earlier stages' survivors and the codec's pruning). The output is one
-  JSON-ready result dict per key (:func:`assemble_result`), scored against a truth list
-  when one is given.
-* Results equal :meth:`PrefixExtendingMethod.identify` on the same reports and rule exactly:
-  the counts are integers and every step is deterministic.
+* Input: ``(key, ReportBatch)`` elements of one heavy-hitter protocol's reports, ``key`` a
+  :meth:`~ldpflow.core.keys.ProtocolKey.heavy_hitters` (configuration and value codec).
+  Reports of different keys are never mixed: every configuration present gets its own
+  result.
+* :class:`IdentifyHeavyHitters` unrolls the protocol's ``num_passes`` passes at graph
+  construction (the family's pass contract, :mod:`ldpflow.core.heavy_hitters.base`). The
+  reports are split by group with one ``beam.Partition``; pass ``s`` reads the groups
+  ``pass_groups(s)`` and what pass ``s - 1`` found (its :class:`PassOutcome` per key, a side
+  input ``AsDict``): the batches are gathered by key and shard (a few shards per key),
+  :class:`CountPassFn` counts each shard into one :class:`~ldpflow.core.heavy_hitters.
+  PassCounts` (exact integer sums), :class:`MergePassCountsCombineFn` merges the shards'
+  partial counts per key, and :func:`advance_pass` estimates and keeps what the next pass
+  needs under the server's :class:`ServerRule` (options, codec pruning). The output is one
+  JSON-ready result dict per key (:func:`assemble_result`), scored against a truth list when
+  one is given.
+* Results equal the protocol's ``identify`` on the same reports and rule exactly: the counts
+  are integers and every step is deterministic.
 
 Counts and timings are Beam metrics (namespace ``ldpflow``): counters
 ``heavy_hitter_reports``, ``heavy_hitter_candidates`` and ``heavy_hitter_survivors`` (summed
-over stages and keys), the same per stage (``stageS_reports``, ``stageS_candidates``,
+over passes and keys), the same per pass (``stageS_reports``, ``stageS_candidates``,
 ``stageS_survivors``, with ``stageS_aggregate_ms`` and ``stageS_estimate_ms``; summed over
 keys) and distributions ``stage_aggregate_ms`` and ``stage_estimate_ms``.
 """
@@ -32,9 +33,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import apache_beam as beam
@@ -42,7 +42,7 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from ldpflow.core import codecs
+from ldpflow.core import codecs, queries
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.oracles import Reports
@@ -50,13 +50,13 @@ from ldpflow.wire.envelope import ReportBatch
 from ldpflow.wire.results import heavy_hitters_document
 
 __all__ = [
-    "SurvivorRule",
-    "StageCounts",
-    "StageResult",
+    "ServerRule",
+    "PassPartial",
+    "PassOutcome",
     "SplitGroupsFn",
-    "CountStageFn",
-    "MergeStageCountsCombineFn",
-    "select_stage",
+    "CountPassFn",
+    "MergePassCountsCombineFn",
+    "advance_pass",
     "DEFAULT_SHARDS",
     "assemble_result",
     "IdentifyHeavyHitters",
@@ -65,153 +65,132 @@ __all__ = [
 ]
 
 _LOGGER = logging.getLogger(__name__)
-#: Counting tasks per key and stage.
+#: Counting tasks per key and pass.
 DEFAULT_SHARDS = 4
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SurvivorRule:
+class ServerRule:
     """The server's choices (nothing a client sends depends on them).
 
     Attributes
     ----------
-    survivors : int, optional
-        Prefixes kept per stage (default: the configuration's ``default_survivors``).
-    threshold_sigma : float, optional
-        Keep only candidates estimated at this many standard deviations or more.
-    threshold : float, optional
-        Keep only candidates of at least this estimated frequency.
-    refine_sigma : float or None, default 3
-        :func:`ldpflow.core.heavy_hitters.combine`'s ``z`` (None: each stage's own estimates).
+    options : mapping
+        The protocol's server options (:attr:`~ldpflow.core.heavy_hitters.
+        HeavyHitterProtocol.server_options`: PEM's ``survivors``, ``threshold_sigma``,
+        ``threshold``, ``refine_sigma``; TreeHist's and SFP's ``survivors``,
+        ``threshold_sigma``, ``threshold``); the protocol's defaults for the others.
     prune : bool, default True
-        Prune candidates that cannot be prefixes of a value of the key's codec.
+        Prune candidates that cannot be (prefixes of) values of the key's codec.
     truth : tuple, optional
         The true top values (decoded, in rank order) to score the results against.
     """
 
-    survivors: int | None = None
-    threshold_sigma: float | None = None
-    threshold: float | None = None
-    refine_sigma: float | None = hh.DEFAULT_REFINE_SIGMA
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     prune: bool = True
     truth: tuple | None = None
 
-    def select(self, pem: hh.PrefixExtendingMethod, codec: str, estimate: hh.StageEstimate,
-               history: Sequence[hh.StageSurvivors]) -> hh.StageSurvivors:
-        """``pem.select`` of an estimate under this rule."""
+    def advance(self, protocol: hh.HeavyHitterProtocol, codec: str, step: int,
+                counts: hh.PassCounts, state: hh.PassState) -> hh.PassState:
+        """``protocol.advance`` of a pass's counts under this rule."""
         valid = None
         if self.prune:
-            valid = codecs.make_codec(codec, bits=pem.value_bits).valid_prefixes
-        return pem.select(estimate, history=history, survivors=self.survivors,
-                          threshold_sigma=self.threshold_sigma, threshold=self.threshold,
-                          valid=valid, refine_sigma=self.refine_sigma)
+            valid = codecs.make_codec(codec, bits=protocol.value_bits).valid_prefixes
+        return protocol.advance(step, counts, state, valid=valid, **self.options)
 
 
-def _configuration(key: tuple) -> tuple[hh.PrefixExtendingMethod, str]:
+def _configuration(key: tuple) -> tuple[hh.HeavyHitterProtocol, str]:
     key = ProtocolKey.coerce(key)
     return key.build(), key.codec
 
 
 @dataclasses.dataclass(eq=False)
-class StageCounts:
-    """Partial counts of one stage for one key: mergeable.
+class PassPartial:
+    """Partial counts of one pass for one key: mergeable.
 
     Attributes
     ----------
-    accumulator : CandidateAccumulator or None
-        ``None`` when the previous stage gave no survivors to extend (it failed or its group
-        had no reports); the reports are still counted in ``n``.
-    n : int
-        Reports of the stage's group.
+    counts : PassCounts or None
+        ``None`` when the previous pass left nothing to count for (it failed, or its groups
+        had no reports); the reports are still counted in ``group_counts``.
+    group_counts : ndarray of int64
+        Reports read by the pass, per group.
     batches : int
     """
 
-    accumulator: hh.CandidateAccumulator | None
-    n: int
+    counts: hh.PassCounts | None
+    group_counts: np.ndarray
     batches: int = 1
 
-    def merge(self, other: StageCounts) -> StageCounts:
+    @property
+    def n(self) -> int:
+        """Reports read by the pass."""
+        return int(self.group_counts.sum())
+
+    def merge(self, other: PassPartial) -> PassPartial:
         """Add ``other`` into ``self`` (mutating only ``self``) and return ``self``."""
-        if (self.accumulator is None) != (other.accumulator is None):
-            raise ValueError("cannot merge counts of a stage with and without prefixes")
-        if self.accumulator is not None:
-            self.accumulator.merge(other.accumulator)
-        self.n += other.n
+        if (self.counts is None) != (other.counts is None):
+            raise ValueError("cannot merge counts of a pass with and without a state")
+        if self.counts is not None:
+            self.counts.merge(other.counts)
+        self.group_counts = self.group_counts + other.group_counts
         self.batches += other.batches
         return self
 
-    def copy(self) -> StageCounts:
-        acc = None if self.accumulator is None else self.accumulator.copy()
-        return dataclasses.replace(self, accumulator=acc)
+    def copy(self) -> PassPartial:
+        counts = None if self.counts is None else self.counts.copy()
+        return dataclasses.replace(self, counts=counts, group_counts=self.group_counts.copy())
 
 
 @dataclasses.dataclass(eq=False)
-class StageResult:
-    """The outcome of one stage for one key: the survivors and the stage's figures.
+class PassOutcome:
+    """The outcome of one pass for one key.
 
     Attributes
     ----------
-    stage, prefix_bits : int
-    n : int
-        Reports of the stage's group.
-    candidates : int
-        How many candidates the stage estimated (at most the query limit).
-    history : tuple of StageSurvivors
-        The survivors of this stage and of every earlier one (the last entry is this
-        stage's: the next stage's prefixes; the last stage's values).
-    sigma : float
-        The standard deviation of one estimated frequency at true frequency 0.
+    step : int
+    group_counts : ndarray of int64
+        Reports the pass read, per group.
     batches : int
+    state : PassState or None
+        What the server knows after the pass (None when it failed).
     error : str or None
-        Why the stage has no survivors (a failed or empty earlier stage, an empty group).
+        Why the pass has no state (a failed or empty earlier pass, an empty group).
 
     Timings are not carried here: they are Beam metrics (see the module docstring).
     """
 
-    stage: int
-    prefix_bits: int
-    n: int
-    candidates: int
-    history: tuple
-    sigma: float
+    step: int
+    group_counts: np.ndarray
     batches: int
+    state: hh.PassState | None
     error: str | None = None
 
     @property
-    def prefixes(self) -> np.ndarray:
-        """This stage's survivors, best first."""
-        return self.history[-1].prefixes if self.history else np.zeros(0, dtype=np.uint64)
+    def n(self) -> int:
+        """Reports the pass read."""
+        return int(self.group_counts.sum())
 
-    @property
-    def frequencies(self) -> np.ndarray:
-        """This stage's scores of its survivors (combined estimates)."""
-        return self.history[-1].scores if self.history else np.zeros(0)
-
-    def figures(self) -> dict[str, Any]:
-        """The JSON-ready per-stage figures (no survivors)."""
-        return {
-            "stage": self.stage,
-            "prefix_bits": self.prefix_bits,
-            "reports": int(self.n),
-            "candidates": int(self.candidates),
-            "survivors": int(self.prefixes.size),
-            "sigma": None if math.isnan(self.sigma) else float(self.sigma),
-            "batches": int(self.batches),
-            "error": self.error,
-        }
+    def figures(self, protocol: hh.HeavyHitterProtocol) -> dict[str, Any]:
+        """The JSON-ready figures of this pass."""
+        if self.state is not None:
+            out = self.state.figures[-1].to_dict()
+        else:
+            out = {"step": self.step, "label": protocol.pass_label(self.step),
+                   "reports": int(self.n), "candidates": 0, "survivors": 0, "sigma": None}
+        out["stage"] = out.pop("step")
+        out.update(batches=int(self.batches), error=self.error)
+        return out
 
 
 class SplitGroupsFn(beam.DoFn):
     """``(key, ReportBatch)`` -> ``(key, group, Reports)``: one element per group present."""
 
-    def __init__(self, num_stages: int):
-        super().__init__()
-        self._num_stages = num_stages
-
     def process(self, element):
         key, batch = element
-        if not isinstance(batch, ReportBatch) or key[0] != hh.NAME:
-            raise TypeError(f"expected (pem key, ReportBatch) elements, got key {key!r}")
+        if not isinstance(batch, ReportBatch) or ProtocolKey.coerce(key).codec is None:
+            raise TypeError(f"expected (heavy-hitter key, ReportBatch) elements, got key "
+                            f"{key!r}")
         groups = batch.reports.columns["group"]
         if groups.size == 0:
             return
@@ -236,53 +215,54 @@ def _shard(element, shards):
     return (key, int(reports.columns["seed"][0] % np.uint64(shards))), reports
 
 
-class CountStageFn(beam.DoFn):
-    """Counts one stage's group: ``((key, shard), [Reports, ...])`` -> ``(key, StageCounts)``.
+class CountPassFn(beam.DoFn):
+    """Counts one pass: ``((key, shard), [Reports, ...])`` -> ``(key, PassPartial)``.
 
-    The input is grouped by key and shard, so each task emits one partial accumulator per
-    key and shard for the merge (a few 8 MB accumulators, not one per batch; the raw
-    reports, 32 bytes each, are what crosses the shuffle). Batches are counted together, up
-    to ``2**20`` reports per call. Stage ``s > 0`` takes the previous stage's
-    :class:`StageResult` per key as a side input (``AsDict``).
+    The input is grouped by key and shard, so each task emits one partial count per key and
+    shard for the merge (a few accumulators, not one per batch; the raw reports are what
+    crosses the shuffle). Batches are counted together, up to ``2**20`` reports per call.
+    Pass ``s > 0`` takes the previous pass's :class:`PassOutcome` per key as a side input
+    (``AsDict``).
     """
 
     _MAX_REPORTS_PER_CALL = 1 << 20
 
-    def __init__(self, stage: int):
+    def __init__(self, step: int):
         super().__init__()
-        self._stage = stage
+        self._step = step
         self._reports = Metrics.counter("ldpflow", "heavy_hitter_reports")
-        self._stage_reports = Metrics.counter("ldpflow", f"stage{stage}_reports")
-        self._stage_ms = Metrics.counter("ldpflow", f"stage{stage}_aggregate_ms")
+        self._stage_reports = Metrics.counter("ldpflow", f"stage{step}_reports")
+        self._stage_ms = Metrics.counter("ldpflow", f"stage{step}_aggregate_ms")
         self._aggregate_ms = Metrics.distribution("ldpflow", "stage_aggregate_ms")
 
     def setup(self):
-        self._configs: dict[tuple, hh.PrefixExtendingMethod] = {}
+        self._configs: dict[tuple, hh.HeavyHitterProtocol] = {}
 
-    def process(self, element, previous: Mapping[tuple, StageResult] | None = None):
+    def process(self, element, previous: Mapping[tuple, PassOutcome] | None = None):
         (key, _), batches = element
-        pem = self._configs.get(key)
-        if pem is None:
-            pem = self._configs[key] = _configuration(key)[0]
-        prefixes, counted = None, self._stage == 0
-        if self._stage > 0:
+        protocol = self._configs.get(key)
+        if protocol is None:
+            protocol = self._configs[key] = _configuration(key)[0]
+        if self._step == 0:
+            state: hh.PassState | None = protocol.initial_state()
+        else:
             before = (previous or {}).get(key)
-            counted = before is not None and before.error is None
-            prefixes = before.prefixes if counted else None
-        total: StageCounts | None = None
+            state = None if before is None else before.state
+        total: PassPartial | None = None
         pending: list = []
         size = 0
 
         def count(parts):
             clock = time.perf_counter()
             reports = parts[0] if len(parts) == 1 else Reports.concat(parts)
-            accumulator = pem.aggregate(self._stage, reports, prefixes) if counted else None
+            counts = None if state is None else protocol.accumulate(self._step, reports, state)
             seconds = time.perf_counter() - clock
             self._reports.inc(len(reports))
             self._stage_reports.inc(len(reports))
             self._stage_ms.inc(int(seconds * 1000))
             self._aggregate_ms.update(int(seconds * 1000))
-            return StageCounts(accumulator, len(reports), len(parts))
+            read = np.bincount(reports.columns["group"], minlength=protocol.num_groups)
+            return PassPartial(counts, read[: protocol.num_groups].astype(np.int64), len(parts))
 
         for reports in batches:  # may be a one-shot iterable: iterate once
             pending.append(reports)
@@ -298,17 +278,17 @@ class CountStageFn(beam.DoFn):
             yield key, total
 
 
-class MergeStageCountsCombineFn(beam.CombineFn):
-    """Merges the partial :class:`StageCounts` of one stage and key (exact sums)."""
+class MergePassCountsCombineFn(beam.CombineFn):
+    """Merges the partial :class:`PassPartial` of one pass and key (exact sums)."""
 
-    def create_accumulator(self) -> StageCounts | None:
+    def create_accumulator(self) -> PassPartial | None:
         return None
 
-    def add_input(self, accumulator: StageCounts | None, counts: StageCounts):
+    def add_input(self, accumulator: PassPartial | None, partial: PassPartial):
         # Inputs are never mutated: the first one is copied, later ones added into it.
-        return counts.copy() if accumulator is None else accumulator.merge(counts)
+        return partial.copy() if accumulator is None else accumulator.merge(partial)
 
-    def merge_accumulators(self, accumulators: Iterable[StageCounts | None]):
+    def merge_accumulators(self, accumulators: Iterable[PassPartial | None]):
         merged = None
         for accumulator in accumulators:  # may be a one-shot iterator: iterate once
             if accumulator is None:
@@ -316,202 +296,211 @@ class MergeStageCountsCombineFn(beam.CombineFn):
             merged = accumulator if merged is None else merged.merge(accumulator)
         return merged
 
-    def extract_output(self, accumulator: StageCounts | None) -> StageCounts | None:
+    def extract_output(self, accumulator: PassPartial | None) -> PassPartial | None:
         return accumulator
 
 
-def select_stage(
-    element: tuple[tuple, StageCounts],
-    stage: int,
-    rule: SurvivorRule | None = None,
-    previous: Mapping[tuple, StageResult] | None = None,
-) -> tuple[tuple, StageResult]:
-    """``(key, StageCounts)`` -> ``(key, StageResult)``: estimate and keep the survivors."""
-    key, counts = element
-    rule = rule or SurvivorRule()
-    pem, codec = _configuration(key)
-    before = (previous or {}).get(key)
-    history: tuple = () if before is None else tuple(before.history)
-    kept: tuple = ()
-    candidates, sigma, error = 0, math.nan, None
-    if counts.accumulator is None:
-        error = (f"group {stage - 1} has no reports" if before is None
-                 else f"stage {stage - 1} failed: {before.error}")
+def advance_pass(
+    element: tuple[tuple, PassPartial],
+    step: int,
+    rule: ServerRule | None = None,
+    previous: Mapping[tuple, PassOutcome] | None = None,
+) -> tuple[tuple, PassOutcome]:
+    """``(key, PassPartial)`` -> ``(key, PassOutcome)``: estimate and keep what the next
+    pass needs."""
+    key, partial = element
+    rule = rule or ServerRule()
+    protocol, codec = _configuration(key)
+    state, error = None, None
+    if partial.counts is None:
+        before = (previous or {}).get(key)
+        error = (f"pass {step - 1} ({protocol.pass_label(step - 1)}) had no reports"
+                 if before is None else f"pass {step - 1} failed: {before.error}")
     else:
+        if step == 0:
+            before_state = protocol.initial_state()
+        else:
+            before_state = previous[key].state  # type: ignore[index]
         try:
-            estimate = pem.estimate(counts.accumulator)
+            state = rule.advance(protocol, codec, step, partial.counts, before_state)
         except ValueError as exc:
             error = str(exc)
-        else:
-            kept = (*history, rule.select(pem, codec, estimate, history))
-            candidates, sigma = int(estimate.candidates.size), estimate.sigma
-    return key, StageResult(stage, pem.prefix_bits[stage], counts.n, candidates, kept,
-                            sigma, counts.batches, error)
+    return key, PassOutcome(step, partial.group_counts, partial.batches, state, error)
 
 
 def assemble_result(
     element: tuple[tuple, Mapping[str, list]],
-    num_stages: int,
-    rule: SurvivorRule | None = None,
+    num_passes: int,
+    rule: ServerRule | None = None,
 ) -> dict[str, Any]:
-    """One key's stage results (and dead-letter count) -> its JSON-ready result.
+    """One key's pass outcomes (and dead-letter count) -> its JSON-ready result.
 
-    ``{"configuration", "n", "group_sizes", "dead_letters", "top_k": [{"value", "frequency",
-    "count"}], "stages": [...], "error"}``: values decoded by the key's codec, ``count`` the
-    estimated number of users (``frequency * n``, ``n`` the reports of all groups); with a
-    truth list in ``rule``, also ``"scores": {"precision", "recall", "f1", "ncr"}``.
+    ``{"configuration", "protocol", "n", "group_sizes", "dead_letters", "top_k": [{"value",
+    "frequency", "count"}], "stages": [...], "error"}``: values decoded by the key's codec,
+    ``count`` the estimated number of users (``frequency * n``, ``n`` the reports of all
+    groups); with a truth list in ``rule``, also ``"scores": {"precision", "recall", "f1",
+    "ncr"}``.
     """
     key, grouped = element
-    rule = rule or SurvivorRule()
-    pem, codec_name = _configuration(key)
-    stages: list[StageResult | None] = []
-    for stage in range(num_stages):
-        found = grouped.get(f"stage{stage}") or []
-        stages.append(found[0] if found else None)
-    group_sizes = [0 if s is None else int(s.n) for s in stages]
+    rule = rule or ServerRule()
+    protocol, codec_name = _configuration(key)
+    outcomes: list[PassOutcome | None] = []
+    for step in range(num_passes):
+        found = grouped.get(f"stage{step}") or []
+        outcomes.append(found[0] if found else None)
+    # Every pass that reads a group reads all of its reports: a group's size is what any
+    # pass read of it (the largest, for groups some pass found empty of this key).
+    sizes = np.zeros(protocol.num_groups, dtype=np.int64)
+    for found in outcomes:
+        if found is not None:
+            sizes = np.maximum(sizes, found.group_counts)
+    group_sizes = [int(s) for s in sizes]
     population = sum(group_sizes)
     result: dict[str, Any] = {
-        "configuration": {**pem.parameters, "codec": codec_name},
+        "configuration": {**protocol.parameters, "codec": codec_name},
+        "protocol": protocol.name,
         "key": ProtocolKey.coerce(key).to_json(),
         "n": population,
         "group_sizes": group_sizes,
         "dead_letters": int(sum(grouped.get("dead") or [])),
         "top_k": [],
-        "stages": [s.figures() for s in stages if s is not None],
+        "stages": [o.figures(protocol) for o in outcomes if o is not None],
         "error": None,
     }
     if population == 0:
         result["error"] = "no valid reports"
         return result
-    for stage, found in enumerate(stages):
+    for step, found in enumerate(outcomes):
         if found is None:
-            result["error"] = f"group {stage} has no reports"
+            groups = protocol.pass_groups(step)
+            which = f"group {groups[0]}" if len(groups) == 1 else f"groups {list(groups)}"
+            result["error"] = f"pass {step} ({protocol.pass_label(step)}): {which} had no reports"
             return result
         if found.error is not None:
-            result["error"] = f"stage {stage}: {found.error}"
+            result["error"] = f"pass {step}: {found.error}"
             return result
-    last = stages[-1]
-    codec = codecs.make_codec(codec_name, bits=pem.value_bits)
-    top, freqs = last.history[-1].top(pem.top_k)
-    values = codec.decode(top)
-    if isinstance(codec, codecs.IntegerCodec):
-        values = [int(v) for v in values]
-    result["top_k"] = [
-        {"value": v, "frequency": float(f), "count": float(f) * population}
-        for v, f in zip(values, freqs.tolist(), strict=True)
-    ]
+    final = protocol.result(outcomes[-1].state, top_k=protocol.top_k)  # type: ignore[arg-type]
+    codec = codecs.make_codec(codec_name, bits=protocol.value_bits)
+    result["top_k"] = final.to_records(codec)
     if rule.truth is not None:
-        result["scores"] = score_against(values, rule.truth, pem.top_k)
+        values = [r["value"] for r in result["top_k"]]
+        scores = queries.score_identified(values, rule.truth, protocol.top_k)
+        result["scores"] = dataclasses.asdict(scores)
     return result
 
 
-def score_against(values: Sequence[Any], truth: Sequence[Any], k: int) -> dict[str, float]:
-    """Precision, recall, F1 and NCR of decoded values against the first ``k`` true ones
-    (:func:`ldpflow.core.heavy_hitters.score_top_k`; strings are compared as strings)."""
-    ranked = list(dict.fromkeys(truth))[:k]
-    index = {v: i for i, v in enumerate(dict.fromkeys([*ranked, *values]))}
-    return hh.score_top_k([index[v] for v in values], [index[v] for v in ranked], k)
+class _AdvancePassFn(beam.DoFn):
+    """:func:`advance_pass` as a DoFn (without annotations Beam would read as type hints)."""
 
-
-class _SelectStageFn(beam.DoFn):
-    """:func:`select_stage` as a DoFn (without annotations Beam would read as type hints)."""
-
-    def __init__(self, stage, rule):
+    def __init__(self, step, rule):
         super().__init__()
-        self._stage, self._rule = stage, rule
+        self._step, self._rule = step, rule
         self._candidates = Metrics.counter("ldpflow", "heavy_hitter_candidates")
         self._survivors = Metrics.counter("ldpflow", "heavy_hitter_survivors")
-        self._stage_candidates = Metrics.counter("ldpflow", f"stage{stage}_candidates")
-        self._stage_survivors = Metrics.counter("ldpflow", f"stage{stage}_survivors")
-        self._stage_ms = Metrics.counter("ldpflow", f"stage{stage}_estimate_ms")
+        self._stage_candidates = Metrics.counter("ldpflow", f"stage{step}_candidates")
+        self._stage_survivors = Metrics.counter("ldpflow", f"stage{step}_survivors")
+        self._stage_ms = Metrics.counter("ldpflow", f"stage{step}_estimate_ms")
         self._estimate_ms = Metrics.distribution("ldpflow", "stage_estimate_ms")
 
     def process(self, element, previous=None):
         clock = time.perf_counter()
-        key, result = select_stage(element, self._stage, self._rule, previous)
+        key, outcome = advance_pass(element, self._step, self._rule, previous)
         milliseconds = int((time.perf_counter() - clock) * 1000)
-        kept = int(result.prefixes.size)
-        for total, per_stage, value in (
-                (self._candidates, self._stage_candidates, result.candidates),
-                (self._survivors, self._stage_survivors, kept)):
-            total.inc(value)
-            per_stage.inc(value)
+        if outcome.state is not None:
+            figures = outcome.state.figures[-1]
+            for total, per_stage, value in (
+                    (self._candidates, self._stage_candidates, figures.candidates),
+                    (self._survivors, self._stage_survivors, figures.survivors)):
+                total.inc(value)
+                per_stage.inc(value)
         self._stage_ms.inc(milliseconds)
         self._estimate_ms.update(milliseconds)
-        yield key, result
+        yield key, outcome
 
 
 class _AssembleResultFn(beam.DoFn):
-    def __init__(self, num_stages, rule):
+    def __init__(self, num_passes, rule):
         super().__init__()
-        self._num_stages, self._rule = num_stages, rule
+        self._num_passes, self._rule = num_passes, rule
 
     def process(self, element):
-        yield assemble_result(element, self._num_stages, self._rule)
+        yield assemble_result(element, self._num_passes, self._rule)
 
 
 class IdentifyHeavyHitters(beam.PTransform):
-    """``(key, ReportBatch)`` of PEM reports -> one result dict per key (:func:`assemble_result`).
+    """``(key, ReportBatch)`` of one protocol's reports -> one result dict per key
+    (:func:`assemble_result`).
 
     Parameters
     ----------
-    num_stages : int
-        ``g``, fixed when the pipeline is built; every key must have this many groups (the
-        reader refuses other configurations as dead letters).
-    rule : SurvivorRule, optional
-        The server's survivor rule, pruning and truth (applied to every key).
+    protocol : HeavyHitterProtocol
+        The configuration the reader accepts (its epsilon may differ per key): it fixes the
+        groups and passes when the pipeline is built.
+    rule : ServerRule, optional
+        The server's options, pruning and truth (applied to every key).
     dead_letters : PCollection of DeadLetter, optional
         Counted per key into the results (``dead_letters``); keys whose every report was
         refused get a result too, with ``n = 0``.
     shards : int, default 4
-        How many counting tasks share one key's stage (each holds one accumulator of up to
-        ``Q`` counters); they merge exactly.
+        How many counting tasks share one key's pass (each holds one accumulator); they merge
+        exactly.
     """
 
-    def __init__(self, num_stages: int, rule: SurvivorRule | None = None, dead_letters=None,
-                 shards: int = DEFAULT_SHARDS):
+    def __init__(self, protocol: hh.HeavyHitterProtocol, rule: ServerRule | None = None,
+                 dead_letters=None, shards: int = DEFAULT_SHARDS):
         super().__init__()
-        for name, value in (("num_stages", num_stages), ("shards", shards)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        self._num_stages = num_stages
+        if not isinstance(protocol, hh.HeavyHitterProtocol):
+            raise TypeError(f"protocol must be a HeavyHitterProtocol, got "
+                            f"{type(protocol).__name__}")
+        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+            raise ValueError(f"shards must be a positive integer, got {shards!r}")
+        self._protocol = protocol
         self._shards = shards
-        self._rule = rule or SurvivorRule()
+        self._rule = rule or ServerRule()
+        protocol.check_options(self._rule.options)
         self._dead = dead_letters
 
     def expand(self, reports):
-        by_group = (reports
-                    | "SplitGroups" >> beam.ParDo(SplitGroupsFn(self._num_stages))
-                    | "PartitionGroups" >> beam.Partition(_by_group, self._num_stages))
+        protocol = self._protocol
+        split = reports | "SplitGroups" >> beam.ParDo(SplitGroupsFn())
+        by_group = None
+        if any(len(protocol.pass_groups(s)) < protocol.num_groups
+               for s in range(protocol.num_passes)):
+            by_group = split | "PartitionGroups" >> beam.Partition(_by_group,
+                                                                   protocol.num_groups)
         results: dict[str, Any] = {}
         previous = None
-        for stage in range(self._num_stages):
-            group = (by_group[stage]
-                     | f"Shard{stage}" >> beam.Map(_shard, self._shards)
-                     | f"Gather{stage}" >> beam.GroupByKey())
-            count_fn = CountStageFn(stage)
-            if previous is None:
-                partial = group | f"Count{stage}" >> beam.ParDo(count_fn)
+        for step in range(protocol.num_passes):
+            groups = protocol.pass_groups(step)
+            if len(groups) == protocol.num_groups:
+                source = split
+            elif len(groups) == 1:
+                source = by_group[groups[0]]
             else:
-                partial = group | f"Count{stage}" >> beam.ParDo(
-                    count_fn, beam.pvalue.AsDict(previous))
-            counts = partial | f"Merge{stage}" >> beam.CombinePerKey(MergeStageCountsCombineFn())
+                source = (tuple(by_group[g] for g in groups)
+                          | f"Groups{step}" >> beam.Flatten())
+            gathered = (source
+                        | f"Shard{step}" >> beam.Map(_shard, self._shards)
+                        | f"Gather{step}" >> beam.GroupByKey())
             side = () if previous is None else (beam.pvalue.AsDict(previous),)
-            previous = counts | f"Select{stage}" >> beam.ParDo(
-                _SelectStageFn(stage, self._rule), *side)
-            results[f"stage{stage}"] = previous
+            partial = gathered | f"Count{step}" >> beam.ParDo(CountPassFn(step), *side)
+            counts = partial | f"Merge{step}" >> beam.CombinePerKey(MergePassCountsCombineFn())
+            previous = counts | f"Select{step}" >> beam.ParDo(
+                _AdvancePassFn(step, self._rule), *side)
+            results[f"stage{step}"] = previous
         if self._dead is not None:
+            name = protocol.name
             results["dead"] = (
                 self._dead
-                | "PemDeadLetters" >> beam.Filter(
-                    lambda letter: letter.key is not None and letter.key[0] == hh.NAME)
+                | "HeavyHitterDeadLetters" >> beam.Filter(
+                    lambda letter: letter.key is not None and letter.key[0] == name)
                 | "DeadKey" >> beam.Map(lambda letter: (tuple(letter.key), letter.count))
                 | "DeadPerKey" >> beam.CombinePerKey(sum)
             )
         return (
             results
             | "JoinStages" >> beam.CoGroupByKey()
-            | "Assemble" >> beam.ParDo(_AssembleResultFn(self._num_stages, self._rule))
+            | "Assemble" >> beam.ParDo(_AssembleResultFn(protocol.num_passes, self._rule))
         )
 
 

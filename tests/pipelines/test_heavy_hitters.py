@@ -88,11 +88,12 @@ def test_document_shape(tmp_path):
     assert doc["n"] == doc["reports"] == doc["records"] == sum(doc["group_sizes"]) == 5000
     assert doc["dead_letters"] == {"total": 0, "by_reason": {}}
     assert [s["stage"] for s in doc["stages"]] == [0, 1, 2, 3, 4]
-    assert [s["prefix_bits"] for s in doc["stages"]] == [10, 17, 24, 31, 32]
+    assert [s["label"] for s in doc["stages"]] == [
+        f"prefixes of {b} bits" for b in (10, 17, 24, 31, 32)]
     assert [s["candidates"] for s in doc["stages"]] == [1024, 1024, 1024, 1024, 16]
     for stage in doc["stages"]:
         assert stage["candidates"] <= 1024 and stage["error"] is None
-        assert set(stage) == {"stage", "prefix_bits", "reports", "candidates", "survivors",
+        assert set(stage) == {"stage", "label", "reports", "candidates", "survivors",
                               "sigma", "batches", "error"}  # timings are metrics
         assert stage["sigma"] > 0 and stage["batches"] >= 1
 
@@ -201,9 +202,11 @@ def test_a_group_without_reports_is_an_error_not_a_guess(tmp_path):
     with open(tmp_path / "gap.avro", "wb") as f:
         formats.write_avro(f, records)
     doc = run_job([f"--input={tmp_path}/gap.avro", f"--output={tmp_path}/hh", *FLAGS])
-    assert doc["top_k"] == [] and doc["error"] == "group 2 has no reports"
-    assert [s["error"] for s in doc["stages"]] == [None, None, "group 2 has no reports",
-                                                   "stage 3 failed: group 2 has no reports"]
+    assert doc["top_k"] == []
+    assert doc["error"] == "pass 2 (prefixes of 24 bits): group 2 had no reports"
+    assert [s["error"] for s in doc["stages"]] == [
+        None, None, "pass 2 (prefixes of 24 bits) had no reports",
+        "pass 3 failed: pass 2 (prefixes of 24 bits) had no reports"]
     assert doc["group_sizes"][2] == 0 and doc["n"] == len(records)
 
 
@@ -216,7 +219,14 @@ def test_a_group_without_reports_is_an_error_not_a_guess(tmp_path):
     (["--k", "8", "--bits", "64", "--step_bits", "15", "--num_groups", "3"],
      "num_groups must equal ceil((value_bits - start_bits) / step_bits) = ceil(61 / 15) = 5"),
     (["--bits", "64"], "--k and --bits go together"),
-    (["--k", "8", "--bits", "32", "--protocol", "spm"], "only pem reports have a wire form"),
+    (["--k", "8", "--bits", "32", "--protocol", "spm", "--survivors", "4"],
+     "--survivors: spm has no such server option (its options: none)"),
+    (["--k", "8", "--bits", "32", "--protocol", "mcm", "--start_bits", "4"],
+     "--start_bits is not a parameter of mcm (it is of pem); mcm takes --num_channels "
+     "--query_limit --channel_seed"),
+    (["--step_bits", "4"], "--step_bits needs --k and --bits"),
+    (["--k", "8", "--bits", "32", "--protocol", "sfp", "--fragment_bits", "5"],
+     "fragment_bits must divide value_bits=32, got 5"),
     (["--k", "8", "--bits", "32", "--survivors", "9", "--query_limit", "1024"],
      "survivors must be <= query_limit // 2**step_bits = 1024 // 2**7 = 8, got 9"),
 ])
@@ -263,6 +273,55 @@ def test_two_worker_processes_give_the_same_answer(tmp_path):
     assert two["top_k"] == one["top_k"] and two["group_sizes"] == one["group_sizes"]
 
 
+#: A configuration per protocol that finds Zipf(1.1)'s clear heavy hitters over 300
+#: values from 20 000 users at epsilon 4 (small enough to run in seconds).
+PROTOCOL_FLAGS = {
+    "pem": FLAGS,
+    "spm": ["--bits", "16", "--k", "8"],
+    "mcm": ["--bits", "16", "--k", "8"],
+    "treehist": ["--bits", "16", "--k", "8", "--step_bits", "8"],
+    "sfp": ["--bits", "16", "--k", "8", "--fragment_bits", "8", "--hash_bits", "4"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROTOCOL_FLAGS))
+def test_every_protocol_runs_from_simulate_through_the_job_as_in_core(tmp_path, name):
+    flags = PROTOCOL_FLAGS[name]
+    truth = simulate.run(["--oracle", name, *flags, "--epsilon", "4", "--domain_size", "300",
+                          "--users", "20000", "--seed", "3", "--output", str(tmp_path / "r"),
+                          "--shards", "2"])
+    assert truth["oracle"] == name and sum(truth["group_sizes"]) == 20_000
+    # the configuration from the input, then the same from the flags
+    doc = run_job([f"--input={tmp_path}/r/*.avro", f"--output={tmp_path}/hh",
+                   f"--protocol={name}", f"--truth={tmp_path}/r/truth.json"])
+    flagged = run_job([f"--input={tmp_path}/r/*.avro", f"--output={tmp_path}/hh2",
+                       f"--protocol={name}", *flags, "--epsilon", "4"])
+    assert flagged["top_k"] == doc["top_k"] and doc["error"] is None
+    batches, dead = parse_records(read_records(f"{tmp_path}/r/*.avro"), trusted=True,
+                                  expect={"oracle": name})
+    assert not dead
+    ((key, batch),) = batches.items()
+    protocol = key.build()
+    assert protocol.parameters == truth["parameters"]
+    expected = protocol.identify(batch.reports)
+    assert [t["value"] for t in doc["top_k"]] == expected.values.tolist()
+    assert [t["frequency"] for t in doc["top_k"]] == expected.frequencies.tolist()
+    assert doc["group_sizes"] == list(expected.group_sizes) == truth["group_sizes"]
+    assert len(doc["stages"]) == protocol.num_passes
+    assert doc["n"] == doc["records"] == 20_000 and doc["dead_letters"]["total"] == 0
+    found = [t["value"] for t in doc["top_k"]]
+    assert doc["scores"] == hh.score_top_k(found, truth["top"], 8)
+    assert truth["top"][0]["value"] in found  # the most frequent value (about 20%) is found
+
+
+def test_reports_of_another_protocol_are_dead_letters_of_the_job(tmp_path):
+    simulate_pem(tmp_path / "reports", users=1000)
+    doc = run_job([f"--input={tmp_path}/reports/*.avro", f"--output={tmp_path}/hh",
+                   "--protocol=treehist", "--k", "8", "--bits", "32"])
+    assert doc["n"] == 0 and doc["dead_letters"]["total"] == 1000
+    assert doc["error"] == "no valid reports"
+
+
 def test_reports_to_records_keeps_the_group_of_each_user_id(tmp_path):
     """Each simulated user lands in exactly one group: the one its id hashes to."""
     simulate_pem(tmp_path / "reports", users=4000)
@@ -287,3 +346,12 @@ def test_repeated_reports_are_identified_once_and_counted(tmp_path):
     assert twice["duplicates"] == 1000 and once["duplicates"] == 0
     assert twice["top_k"] == once["top_k"] and twice["n"] == once["n"] == 3000
     assert twice["records"] == 4000 == twice["reports"] + twice["duplicates"]
+
+
+def test_the_job_has_one_flag_per_protocol_parameter_naming_its_protocols():
+    from ldpflow.pipelines.options import _SHAPE_HELP
+
+    assert {flag for flag, _, _ in _SHAPE_HELP} == hh.SHAPE_FLAGS
+    for flag, protocols, _ in _SHAPE_HELP:
+        assert set(protocols.split(", ")) == {
+            name for name in hh.PROTOCOLS if flag in hh.shape_parameters(name)}, flag

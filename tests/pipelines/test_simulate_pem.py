@@ -130,7 +130,7 @@ def test_pem_flags_need_the_pem_oracle(tmp_path, capsys):
     with pytest.raises(SystemExit):
         simulate.run(["--oracle", "olh", "--epsilon", "1", "--domain_size", "8", "--users", "5",
                       "--bits", "8", "--output", str(tmp_path)])
-    assert "--bits apply to --oracle pem only" in capsys.readouterr().err
+    assert "--bits apply to the heavy-hitter protocols only" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         simulate.run(["--oracle", "olh", "--epsilon", "1", "--users", "5",
                       "--output", str(tmp_path)])

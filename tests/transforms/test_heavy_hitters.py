@@ -13,6 +13,8 @@ import pytest
 
 import ldpflow
 from ldpflow.core import heavy_hitters as hh
+from ldpflow.core.keys import ProtocolKey
+from ldpflow.core.oracles import Reports
 from ldpflow.schemas import schema_json
 from ldpflow.transforms import heavy_hitters as thh
 from tests import wire_support as formats
@@ -191,7 +193,7 @@ def test_other_oracles_must_leave_the_pem_record_null():
         batches, dead = parse_records(records, trusted=trusted)
         assert [d.reason for d in dead] == ["unexpected payload field 'pem' for oracle olh"]
         assert [len(b) for b in batches.values()] == [4]
-    with pytest.raises(ValueError, match="codec applies to pem reports only"):
+    with pytest.raises(ValueError, match="codec applies to heavy-hitter reports"):
         reports_to_records(olh, olh.perturb(np.zeros(1, int), rng=rng), ["a"], ["a"], [0],
                            codec="int")
 
@@ -228,19 +230,40 @@ def test_files_written_before_the_pem_field_still_parse():
     assert olh.aggregate(batches[olh.key].reports) == olh.aggregate(reports)
 
 
-# -- stage transforms without a pipeline -----------------------------------------------------
+# -- pass transforms without a pipeline ------------------------------------------------------
+#: One small configuration per protocol (the core contract suite's), k = 3.
+SMALL = {
+    "pem": dict(top_k=3, value_bits=16, epsilon=2.0, query_limit=2**6),
+    "spm": dict(top_k=3, value_bits=16, epsilon=4.0),
+    "mcm": dict(top_k=3, value_bits=16, epsilon=4.0),
+    "treehist": dict(top_k=3, value_bits=16, epsilon=4.0, step_bits=8),
+    "sfp": dict(top_k=3, value_bits=16, epsilon=4.0, fragment_bits=8, hash_bits=4),
+}
 
 
-def batches_of(pem, reports, cuts):
-    key = pem_key(pem)
+def protocol_of(name, **overrides):
+    return hh.make(name, **{**SMALL[name], **overrides})
+
+
+def skewed(n, seed):
+    """Three heavy 16-bit values (30%, 20%, 15%) and uniform noise, shuffled."""
+    rng = np.random.default_rng(seed)
+    heavy = np.repeat(np.array([0xBEEF, 0x0042, 0xF00D], dtype=np.uint64),
+                      [int(n * 0.3), int(n * 0.2), int(n * 0.15)])
+    rest = rng.integers(0, 2**16, size=n - heavy.size, dtype=np.uint64)
+    return rng.permutation(np.concatenate([heavy, rest]))
+
+
+def batches_of(protocol, reports, cuts, codec="int"):
+    key = ProtocolKey.heavy_hitters(protocol, codec)
     bounds = [0, *cuts, len(reports)]
     pairs = zip(bounds, bounds[1:], strict=False)
     return key, [(key, ReportBatch(key, reports[a:b])) for a, b in pairs]
 
 
-def count(stage, key, parts, previous=None, shard=0):
-    """CountStageFn on one gathered (key, shard) element, as the pipeline calls it."""
-    fn = thh.CountStageFn(stage)
+def count(step, key, parts, previous=None, shard=0):
+    """CountPassFn on one gathered (key, shard) element, as the pipeline calls it."""
+    fn = thh.CountPassFn(step)
     fn.setup()
     element = ((key, shard), iter(parts))  # a one-shot iterable, like a GroupByKey's
     if previous is None:
@@ -252,7 +275,7 @@ def test_split_groups_puts_every_report_in_exactly_its_group():
     pem = small()
     reports, _ = make(pem, n=500, seed=5)
     key, batches = batches_of(pem, reports, [100, 101, 350])
-    fn = thh.SplitGroupsFn(pem.num_groups)
+    fn = thh.SplitGroupsFn()
     out = [e for _, batch in batches for e in fn.process((key, batch))]
     assert all(k == key for k, _, _ in out)
     assert sum(len(r) for _, _, r in out) == 500
@@ -262,59 +285,91 @@ def test_split_groups_puts_every_report_in_exactly_its_group():
     np.testing.assert_array_equal(seeds, np.sort(reports.seed))
 
 
-@pytest.mark.parametrize("order", [[0, 1, 2], [2, 0, 1], [1, 2, 0]])
-def test_sharded_counts_merge_to_the_core_accumulator_in_any_order(order):
-    pem = small()
-    reports, _ = make(pem, n=3000, seed=6)
-    key, batches = batches_of(pem, reports, list(range(100, 3000, 100)))
-    split = thh.SplitGroupsFn(pem.num_groups)
+def run_passes(protocol, key, batches, order, rule=None):
+    """The pipeline's passes with the DoFns and CombineFn, three shards merged in ``order``;
+    checks each merge against the core's counts. Returns the outcomes by pass."""
+    split = thh.SplitGroupsFn()
     by_group = [e for _, batch in batches for e in split.process((key, batch))]
     previous: dict = {}
-    for stage in range(pem.num_groups):
-        mine = [thh._shard(e, 3) for e in by_group if e[1] == stage]
+    state = protocol.initial_state()
+    outcomes = {}
+    rule = rule or thh.ServerRule(prune=False)
+    for step in range(protocol.num_passes):
+        groups = protocol.pass_groups(step)
+        mine = [thh._shard(e, 3) for e in by_group if e[1] in groups]
         shards = {}
         for (_, shard), part in mine:
             shards.setdefault(shard, []).append(part)
         assert sorted(shards) == [0, 1, 2]  # the batches spread over the shards
         partials = [p for shard, parts in shards.items()
-                    for p in count(stage, key, parts, previous if stage else None, shard)]
+                    for p in count(step, key, parts, previous if step else None, shard)]
         assert len(partials) == 3
-        combine = thh.MergeStageCountsCombineFn()
-        shards = [combine.add_input(combine.create_accumulator(), partials[i][1]) for i in order]
-        snapshot = [p[1].accumulator.copy() for p in partials]
-        merged = combine.extract_output(combine.merge_accumulators(iter(shards)))
+        combine = thh.MergePassCountsCombineFn()
+        accs = [combine.add_input(combine.create_accumulator(), partials[i][1])
+                for i in order]
+        snapshot = [p[1].counts.copy() for p in partials]
+        merged = combine.extract_output(combine.merge_accumulators(iter(accs)))
         for p, before in zip(partials, snapshot, strict=True):  # inputs are never mutated
-            assert p[1].accumulator == before
-        group = reports[reports.group == stage]
-        prefixes = None if stage == 0 else previous[key].prefixes
-        assert merged.accumulator == pem.aggregate(stage, group, prefixes)
-        assert merged.n == len(group) and merged.batches == len(mine)
-        rule = thh.SurvivorRule(prune=False)
-        _, result = thh.select_stage((key, merged), stage, rule, previous or None)
-        est = pem.estimate(pem.aggregate(stage, group, prefixes))
-        history = () if stage == 0 else previous[key].history
-        kept = pem.select(est, history=history)
-        np.testing.assert_array_equal(result.prefixes, kept.prefixes)
-        np.testing.assert_array_equal(result.frequencies, kept.scores)
-        assert result.candidates == est.candidates.size <= pem.query_limit
-        previous = {key: result}
-    expected = pem.identify(reports)
-    np.testing.assert_array_equal(previous[key].history[-1].top(pem.top_k)[0],
-                                  expected.values)
+            assert p[1].counts == before
+        part = Reports.concat([r for (_, _, r) in by_group if _ in groups])
+        assert merged.counts == protocol.accumulate(step, part, state)
+        assert merged.n == len(part) and merged.batches == len(mine)
+        _, outcome = thh.advance_pass((key, merged), step, rule, previous or None)
+        assert outcome.error is None
+        state = protocol.advance(step, protocol.accumulate(step, part, state), state)
+        assert outcome.state.figures == state.figures
+        previous = {key: outcome}
+        outcomes[f"stage{step}"] = [outcome]
+    return outcomes
 
 
-def test_a_failed_stage_fails_the_later_ones_with_a_reason():
+@pytest.mark.parametrize("name", sorted(SMALL))
+@pytest.mark.parametrize("order", [[0, 1, 2], [2, 0, 1]])
+def test_sharded_passes_merge_to_the_core_counts_and_result_in_any_order(name, order):
+    protocol = protocol_of(name)
+    values = skewed(6000, 6)
+    rng = np.random.default_rng(60)
+    reports = protocol.perturb(values, [f"u{i}" for i in range(values.size)], rng)
+    key, batches = batches_of(protocol, reports, list(range(150, 6000, 150)))
+    outcomes = run_passes(protocol, key, batches, order)
+    out = thh.assemble_result((key, outcomes), protocol.num_passes)
+    expected = protocol.identify(reports)
+    assert [t["value"] for t in out["top_k"]] == expected.values.tolist()
+    assert [t["frequency"] for t in out["top_k"]] == expected.frequencies.tolist()
+    assert out["n"] == len(reports) and out["error"] is None
+    assert out["group_sizes"] == list(expected.group_sizes)
+    assert [s["candidates"] for s in out["stages"]] == list(expected.stage_candidates)
+    assert [s["label"] for s in out["stages"]] == [
+        protocol.pass_label(s) for s in range(protocol.num_passes)]
+    assert out["protocol"] == name
+
+
+def test_a_failed_pass_fails_the_later_ones_with_a_reason():
     pem = small()
     key = pem_key(pem)
     reports, _ = make(pem, n=300, seed=7)
     group2 = reports[reports.group == 2]
-    partial = count(2, key, [group2], previous={})  # stage 1 has no result
-    assert partial[0][1].accumulator is None and partial[0][1].n == len(group2)
-    _, result = thh.select_stage(partial[0], 2, None, {})
-    assert result.error == "group 1 has no reports" and result.prefixes.size == 0
-    grouped = {"stage0": [], "stage2": [result]}
-    out = thh.assemble_result((key, grouped), pem.num_groups)
-    assert out["error"] == "group 0 has no reports" and out["top_k"] == []
+    partial = count(2, key, [group2], previous={})  # pass 1 has no outcome
+    assert partial[0][1].counts is None and partial[0][1].n == len(group2)
+    _, outcome = thh.advance_pass(partial[0], 2, None, {})
+    assert outcome.error == "pass 1 (prefixes of 10 bits) had no reports"
+    assert outcome.state is None
+    grouped = {"stage0": [], "stage2": [outcome]}
+    out = thh.assemble_result((key, grouped), pem.num_passes)
+    assert out["error"] == "pass 0 (prefixes of 6 bits): group 0 had no reports"
+    assert out["top_k"] == [] and out["n"] == len(group2)
+    assert out["stages"][0]["error"] == "pass 1 (prefixes of 10 bits) had no reports"
+
+
+def test_an_empty_group_is_an_error_of_its_pass_not_a_guess():
+    spm = protocol_of("spm")
+    key = ProtocolKey.heavy_hitters(spm, "int")
+    values = skewed(900, 9)
+    reports = spm.perturb(values, [f"u{i}" for i in range(900)], np.random.default_rng(9))
+    without = reports[reports.group != 0]  # no reports of segment pair (0, 1)
+    ((_, partial),) = count(0, key, [without])
+    _, outcome = thh.advance_pass((key, partial), 0)
+    assert outcome.state is None and outcome.error.startswith("group 0 has no reports")
 
 
 def test_results_decode_values_with_the_key_codec():
@@ -323,18 +378,26 @@ def test_results_decode_values_with_the_key_codec():
     words = ["hi"] * 400 + ["yo"] * 300 + [f"{i:02d}" for i in range(60)]
     _, records = make(pem, values=codec.encode(words), codec="string", seed=8)
     (key, batch), = parse_records(records, expect=EXPECT)[0].items()
-    split = thh.SplitGroupsFn(pem.num_groups)
+    split = thh.SplitGroupsFn()
     grouped, previous = {}, {}
     for stage in range(pem.num_groups):
         parts = [e[2] for e in split.process((key, batch)) if e[1] == stage]
         ((_, counts),) = count(stage, key, parts, previous if stage else None)
-        _, result = thh.select_stage((key, counts), stage, None, previous or None)
+        _, result = thh.advance_pass((key, counts), stage, None, previous or None)
         grouped[f"stage{stage}"] = [result]
         previous = {key: result}
     out = thh.assemble_result((key, grouped), pem.num_groups)
     assert [t["value"] for t in out["top_k"]] == ["hi", "yo"]
     assert out["configuration"]["codec"] == "string" and out["n"] == len(words)
     assert out["top_k"][0]["count"] == pytest.approx(out["top_k"][0]["frequency"] * len(words))
+
+
+def test_the_rule_refuses_options_the_protocol_does_not_have():
+    with pytest.raises(TypeError, match="spm has no server option 'survivors'"):
+        thh.IdentifyHeavyHitters(protocol_of("spm"), thh.ServerRule(options={"survivors": 4}))
+    with pytest.raises(ValueError, match="survivors must be"):
+        thh.IdentifyHeavyHitters(protocol_of("treehist"),
+                                 thh.ServerRule(options={"survivors": 0}))
 
 
 def test_document_reports_the_largest_configuration_and_every_record():
