@@ -315,6 +315,8 @@ def _count_problem(header: Header, count: int, data: bytes) -> str | None:
     """Why a block's ``count`` does not describe its (compressed) ``data``, or None."""
     if header.codec not in CODECS:  # not decoded by ldpflow either: nothing to check
         return None
+    if not data:  # nothing at all: an empty block of any codec
+        return None if count == 0 else f"Avro block of {_records(count)} holds no data"
     payload = _uncompressed(header.codec, data)
     if payload is None:
         if count:
@@ -673,13 +675,13 @@ def to_null(header: Header, blocks: list[Block]) -> tuple[Header, list[Block | D
 class Sentinel:
     """A record appended to every block of a decode, to prove each block's count.
 
-    Every string of the record (at any depth, where the schema has one) is ``nonce``, a
-    random value of this process; a block of ``count`` records is decoded as ``count + 1``
-    with the sentinel's bytes after its data. Where the count is right, the extra record is
-    the sentinel; where the block holds bytes past its ``count`` records (its count
-    understates them), the extra record is decoded from those bytes instead, which do not
-    hold the nonce. So one columnar decode checks every count, at the cost of a record per
-    block.
+    Its check field (a top-level string) is ``nonce``, a random value of this process, and
+    every other field is null, zero or empty; a block of ``count`` records is decoded as
+    ``count + 1`` with the sentinel's bytes after its data. Where the count is right, the
+    extra record is the sentinel; where the block holds bytes past its ``count`` records (its
+    count understates them), the extra record is decoded from those bytes instead, which do
+    not hold the nonce. So one columnar decode checks every count, at the cost of a record
+    per block.
     """
 
     encoded: bytes
@@ -689,7 +691,8 @@ class Sentinel:
 
 def sentinel(schema: Any, columns: list[str]) -> Sentinel | None:
     """The sentinel of a writer's schema whose check field is among the decoded
-    ``columns`` (None when none of them is a plain string field: the slow check then)."""
+    ``columns``: a top-level string field (nullable or not), ``oracle`` where it is one
+    (None when no decoded field is a string: the slow check then)."""
     import secrets
 
     import fastavro
@@ -697,27 +700,34 @@ def sentinel(schema: Any, columns: list[str]) -> Sentinel | None:
     fields = schema.get("fields") if isinstance(schema, dict) else None
     if not isinstance(fields, list):
         return None
-    strings = [f["name"] for f in fields if isinstance(f, dict) and f.get("type") == "string"]
+
+    def stringy(avro_type: Any) -> bool:
+        return avro_type == "string" or (isinstance(avro_type, list) and "string" in avro_type)
+
+    strings = [f["name"] for f in fields if isinstance(f, dict) and stringy(f.get("type"))]
     column = next((c for c in ("oracle", *strings) if c in strings and c in columns), None)
     if column is None:
         return None
     nonce = f"ldpflow-sentinel-{secrets.token_hex(16)}"
     try:
         parsed = fastavro.parse_schema(schema)
+        record = {f["name"]: _sentinel_value(f["type"]) for f in parsed["fields"]}
+        record[column] = nonce  # only here: no other field can pass for the check column
         buffer = io.BytesIO()
-        fastavro.schemaless_writer(buffer, parsed, _sentinel_value(parsed, nonce))
+        fastavro.schemaless_writer(buffer, parsed, record)
     except Exception:  # noqa: BLE001 - a schema fastavro cannot encode: the slow check then
         return None
     return Sentinel(buffer.getvalue(), nonce, column)
 
 
-def _sentinel_value(avro_type: Any, nonce: str) -> Any:
+def _sentinel_value(avro_type: Any) -> Any:
+    """The neutral value of a type: null where a union allows it, else zero or empty."""
     if isinstance(avro_type, list):  # a union: null where it may be, else its first branch
-        return None if "null" in avro_type else _sentinel_value(avro_type[0], nonce)
+        return None if "null" in avro_type else _sentinel_value(avro_type[0])
     if isinstance(avro_type, dict):
         kind = avro_type.get("type")
         if kind == "record":
-            return {f["name"]: _sentinel_value(f["type"], nonce) for f in avro_type["fields"]}
+            return {f["name"]: _sentinel_value(f["type"]) for f in avro_type["fields"]}
         if kind == "enum":
             return avro_type["symbols"][0]
         if kind == "array":
@@ -726,9 +736,9 @@ def _sentinel_value(avro_type: Any, nonce: str) -> Any:
             return {}
         if kind == "fixed":
             return bytes(avro_type["size"])
-        return _sentinel_value(kind, nonce)
+        return _sentinel_value(kind)
     return {"null": None, "boolean": False, "int": 0, "long": 0, "float": 0.0, "double": 0.0,
-            "bytes": b"", "string": nonce}.get(avro_type, nonce)
+            "bytes": b"", "string": ""}.get(avro_type)
 
 
 def with_sentinels(blocks: list[Block], mark: Sentinel, sync: bytes) -> bytes:

@@ -393,6 +393,10 @@ def _avro_decode(header, blocks, columns, known_present, source, policy, keep, c
     block, and a block it does not decode is read record by record."""
     if not blocks:
         return
+    if header.codec not in avro.CODECS:  # bzip2, xz, ...: fastavro reads them, record by
+        for block in blocks:            # record (their counts are not checked)
+            yield from _avro_records(header, block, source, policy, keep, cache)
+        return
     if header.codec != "null":  # uncompressed here (snappy: checked against its CRC32)
         header, checked = avro.to_null(header, blocks)
         for damage in (b for b in checked if isinstance(b, avro.Damage)):
@@ -454,7 +458,7 @@ def _avro_records(header, block, source, policy, keep, cache):
         records = list(fastavro.reader(io.BytesIO(data)))
         if len(records) != block.count:
             raise ValueError(f"decoded {len(records)} of {block.count} records")
-        surplus = avro.block_surplus(header, block)
+        surplus = avro.block_surplus(header, block) if header.codec == "null" else 0
     except Exception as exc:  # noqa: BLE001 - fastavro raises many types on corrupt input
         lost = avro.plausible_count(block.count, len(block.raw))
         yield _damage(source, f"undecodable Avro block at byte {block.offset} "

@@ -4,6 +4,7 @@ record a block claims is accounted for (``records = reports + dead letters``).""
 
 from __future__ import annotations
 
+import copy
 import io
 import re
 import zlib
@@ -15,6 +16,7 @@ import pytest
 
 from ldpflow.schemas import schema_json
 from ldpflow.wire import avro, formats
+from ldpflow.wire.parse import AcceptancePolicy
 
 BLOCK = 250
 BLOCKS = 4
@@ -180,6 +182,15 @@ def test_a_legal_empty_block_is_no_damage(codec):
     assert _read(patched) == (1000, 1000, [])
 
 
+@pytest.mark.parametrize("codec", CODECS)
+def test_an_empty_block_of_no_bytes_at_all_is_no_damage(codec):
+    data = _container(codec)
+    header = avro.read_header(io.BytesIO(data))
+    offset, _ = _blocks(data)[2]
+    patched = data[:offset] + _varint(0) + _varint(0) + header.sync + data[offset:]
+    assert _read(patched) == (1000, 1000, [])
+
+
 @pytest.mark.parametrize("codec", ["deflate", "snappy"])
 def test_an_empty_block_whose_data_does_not_decompress_is_damage(codec):
     data = _container(codec)
@@ -263,3 +274,27 @@ def test_the_surplus_is_measured_by_bisection_where_fastavro_cannot_walk(monkeyp
     for claimed in (1, 200, 249):
         assert avro.surplus_bytes(header, claimed, data) == sum(lengths[claimed:])
     assert avro.surplus_bytes(header, BLOCK, data) == 0
+
+
+@pytest.mark.parametrize("codec", ["bzip2", "xz"])
+def test_codecs_ldpflow_does_not_decompress_itself_are_read_by_fastavro(codec):
+    buffer = io.BytesIO()
+    fastavro.writer(buffer, fastavro.parse_schema(schema_json("report")), RECORDS,
+                    codec=codec, sync_interval=2000)
+    parsed = list(formats.read_reports(io.BytesIO(buffer.getvalue()), "avro", source="x",
+                                       policy=AcceptancePolicy()))
+    assert sum(len(b) for p in parsed for b in p.batches.values()) == len(RECORDS)
+    assert not [d for p in parsed for d in p.dead_letters]
+
+
+def test_a_nullable_string_field_carries_the_sentinel_and_ldpflow_strings_only_it():
+    schema = copy.deepcopy(schema_json("report"))
+    for field in schema["fields"]:
+        if field["name"] in ("oracle", "report_id"):
+            field["type"] = ["null", "string"]
+    mark = avro.sentinel(schema, ["report_id", "oracle", "seed"])
+    assert mark is not None and mark.column == "oracle"
+    record = fastavro.schemaless_reader(io.BytesIO(mark.encoded), fastavro.parse_schema(schema))
+    assert record["oracle"] == mark.nonce
+    assert [k for k, v in record.items() if isinstance(v, str) and v] == ["oracle"]
+    assert avro.sentinel(schema, ["seed"]) is None  # no decoded string: the slow check
