@@ -208,10 +208,14 @@ def _by_group(element, num_partitions):  # no annotations: Beam would read them 
     return element[1]
 
 
-def _shard(element, shards):
+def _shard(element, shards, by_group=False):
     """``(key, group, Reports)`` -> ``((key, shard), Reports)``: spread a key's batches over
-    ``shards`` counting tasks (by the first report's random seed)."""
-    key, _, reports = element
+    ``shards`` counting tasks: by the first report's random seed, or (a pass that reads
+    several groups) by group, so that a task holds the sums of a few groups only (SFP: one
+    ``2**piece_bits`` sum per position)."""
+    key, group, reports = element
+    if by_group:
+        return (key, group % shards), reports
     return (key, int(reports.columns["seed"][0] % np.uint64(shards))), reports
 
 
@@ -480,7 +484,7 @@ class IdentifyHeavyHitters(beam.PTransform):
                 source = (tuple(by_group[g] for g in groups)
                           | f"Groups{step}" >> beam.Flatten())
             gathered = (source
-                        | f"Shard{step}" >> beam.Map(_shard, self._shards)
+                        | f"Shard{step}" >> beam.Map(_shard, self._shards, len(groups) > 1)
                         | f"Gather{step}" >> beam.GroupByKey())
             side = () if previous is None else (beam.pvalue.AsDict(previous),)
             partial = gathered | f"Count{step}" >> beam.ParDo(CountPassFn(step), *side)

@@ -355,7 +355,9 @@ class PassCounts:
         What the pass counts for (the prefixes a stage extends, the candidates of a final
         test, ...), as :meth:`HeavyHitterProtocol.advance` left it in the state.
     arrays : dict of str to ndarray of int64
-        The sums, each linear in the reports.
+        The sums, each linear in the reports. A protocol may leave a sum out until a batch
+        adds to it (SFP: one large sum per position, held only by the shards that count
+        that position's reports); a merge adds the sums both hold and takes the others.
     group_counts : ndarray of int64
         How many reports of each group were counted.
     """
@@ -393,8 +395,11 @@ class PassCounts:
                 f"cannot merge counts of pass {self.step} made for different candidates "
                 f"(the shards saw different states)"
             )
-        for name, array in other.arrays.items():
-            self.arrays[name] += array
+        for name, array in other.arrays.items():  # a sum only some shards hold is added
+            if name in self.arrays:
+                self.arrays[name] += array
+            else:
+                self.arrays[name] = array.copy()
         self.group_counts += other.group_counts
         return self
 
@@ -658,7 +663,10 @@ class HeavyHitterProtocol(Keyed, CheckedReports):
                     f"{int(group[row])} at row {row}")
         if len(reports):
             for name, sums in self._count_pass(step, reports, counts.context).items():
-                counts.arrays[name] += sums
+                if name in counts.arrays:
+                    counts.arrays[name] += sums
+                else:  # a sum the protocol allocates only once a batch adds to it
+                    counts.arrays[name] = np.asarray(sums, dtype=np.int64)
             counts.group_counts += np.bincount(group, minlength=self.num_groups)
         return counts
 
@@ -786,7 +794,9 @@ class HeavyHitterProtocol(Keyed, CheckedReports):
 
     @abc.abstractmethod
     def _empty_arrays(self, step: int, context: tuple) -> dict[str, tuple[int, ...]]:
-        """The name and shape of each int64 sum of pass ``step``."""
+        """The name and shape of each int64 sum of pass ``step`` that every count holds
+        (sums that :meth:`_count_pass` returns beyond these are allocated when first added
+        to)."""
 
     @abc.abstractmethod
     def _count_pass(self, step: int, reports: Reports, context: tuple) -> dict[str, np.ndarray]:

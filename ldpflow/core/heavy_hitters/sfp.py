@@ -230,8 +230,8 @@ class SequenceFragmentPuzzle(HeavyHitterProtocol):
         return (np.asarray(state.data["candidates"], dtype=_U64),)
 
     def _empty_arrays(self, step: int, context: tuple) -> dict[str, tuple[int, ...]]:
-        if step == 0:
-            return {f"support_{p}": (1 << self.piece_bits,) for p in range(self.positions)}
+        if step == 0:  # one 2**piece_bits sum per position, allocated where its reports are
+            return {}
         return {"support": (context[0].size,)}
 
     def _count_pass(self, step: int, reports: Reports, context: tuple) -> dict[str, np.ndarray]:
