@@ -2,13 +2,14 @@
 reports, for any protocol.
 
     python benchmarks/pem_pipeline.py [--protocol pem] [--users 1000000] [--bits 64] [--k 32]
-                                      [--epsilon 4] [--query_limit 1048576]
+                                      [--epsilon 4] [--query_limit Q]
                                       [--num_distinct 100000] [--extra "--step_bits 8"]
                                       [--modes in_process,two_workers] [--workdir DIR]
 
 Simulates ``--users`` reports of ``--protocol`` (Zipf(1.1) over ``--num_distinct``
 distinct random ``--bits``-bit values, 4 Avro shards, ``ldpflow simulate``; ``--extra``
-adds the protocol's own parameter flags; ``--query_limit`` applies to pem only), times a bare
+adds the protocol's own parameter flags; ``--query_limit`` applies to pem only, whose
+configuration is otherwise the automatic one), times a bare
 fastavro decode of the same files, then runs ``ldpflow heavy-hitters`` as a fresh process per
 mode (so the wall time includes interpreter start-up and imports): ``in_process`` (Beam's
 FnApiRunner in one process, the default) and ``two_workers`` (two SDK worker processes).
@@ -66,7 +67,8 @@ def main(argv=None):
     parser.add_argument("--bits", type=int, default=64)
     parser.add_argument("--k", type=int, default=32)
     parser.add_argument("--epsilon", type=float, default=4.0)
-    parser.add_argument("--query_limit", type=int, default=2**20)
+    parser.add_argument("--query_limit", type=int, default=None,
+                        help="pem: Q (default: the automatic configuration of simulate).")
     parser.add_argument("--num_distinct", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=20240611)
     parser.add_argument("--modes", default=",".join(MODES))
@@ -76,7 +78,7 @@ def main(argv=None):
     workdir = args.workdir or tempfile.mkdtemp(prefix="ldpflow-pem-bench-")
     reports = os.path.join(workdir, "reports")
     flags = ["--bits", str(args.bits), "--k", str(args.k), *args.extra.split()]
-    if args.protocol == hh.NAME:
+    if args.protocol == hh.NAME and args.query_limit is not None:
         flags += ["--query_limit", str(args.query_limit)]
     common = {"protocol": args.protocol, "n": args.users, "m": args.bits, "k": args.k,
               "epsilon": args.epsilon, "flags": " ".join(flags)}
@@ -98,7 +100,7 @@ def main(argv=None):
         output = os.path.join(workdir, f"hh-{mode}")
         command = [sys.executable, "-m", "ldpflow.pipelines.cli", "heavy-hitters",
                    f"--input={reports}/*.avro", f"--output={output}",
-                   f"--protocol={args.protocol}", *flags, *MODES[mode]]
+                   f"--protocol={args.protocol}", *MODES[mode]]  # configuration: the input's
         start = time.perf_counter()
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wall = time.perf_counter() - start

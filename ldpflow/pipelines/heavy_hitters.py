@@ -89,7 +89,27 @@ _LOGGER = logging.getLogger(__name__)
 _PROG = "ldpflow heavy-hitters"
 _FLAGS = {"top_k": "k", "value_bits": "bits"}  # parameter -> its flag, where they differ
 #: The server-option flags (each is an option of the same name).
-_SERVER_FLAGS = ("survivors", "threshold_sigma", "threshold")
+_SERVER_FLAGS = ("survivors", "threshold_sigma", "threshold", "refine_sigma")
+
+
+def server_options(opts) -> dict[str, Any]:
+    """The server options the flags give (``--refine_sigma off``: None, the paper's ranking).
+
+    Raises
+    ------
+    SystemExit
+        For a ``--refine_sigma`` that is neither a number nor ``off``.
+    """
+    options = {flag: getattr(opts, flag) for flag in _SERVER_FLAGS
+               if getattr(opts, flag) is not None}
+    if "refine_sigma" in options:
+        text = options["refine_sigma"]
+        try:
+            options["refine_sigma"] = None if text == "off" else float(text)
+        except ValueError:
+            raise usage_error(_PROG, f"--refine_sigma must be a number or off, got "
+                                     f"{text!r}") from None
+    return options
 
 
 def configuration_of_input(pattern: str, fmt: str | None,
@@ -179,8 +199,7 @@ def configure(opts, found: hh.HeavyHitterProtocol | None = None
         params = {"top_k": opts.k, "value_bits": opts.bits,
                   "epsilon": 1.0 if opts.epsilon is None else opts.epsilon}
         params.update({p: getattr(opts, p) for p in shape if getattr(opts, p) is not None})
-    options = {flag: getattr(opts, flag) for flag in _SERVER_FLAGS
-               if getattr(opts, flag) is not None}
+    options = server_options(opts)
     try:
         protocol = cls(**params)
         if opts.codec is not None:
@@ -284,8 +303,7 @@ def run(argv: list[str] | None = None) -> dict:
         protocol, expect = configure(
             opts, configuration_of_input(opts.input, opts.input_format, opts.protocol))
     truth = read_truth(opts.truth) if opts.truth else None
-    options_given = {flag: getattr(opts, flag) for flag in _SERVER_FLAGS
-                     if getattr(opts, flag) is not None}
+    options_given = server_options(opts)
     rule = ServerRule(options=options_given, truth=truth)
     _LOGGER.info("%s: %s; server options %s (configuration from %s)", _PROG,
                  _describe(protocol, opts), protocol.check_options(options_given) or "none",

@@ -194,6 +194,10 @@ class HeavyHittersOptions(PipelineOptions):
         parser.add_argument("--threshold", type=float, default=None,
                             help="pem, treehist, sfp: keep only candidates of estimated "
                                  "frequency >= THRESHOLD.")
+        parser.add_argument("--refine_sigma", default=None,
+                            help="pem: z of the combined ranking of a stage's candidates with "
+                                 "the earlier stages' estimates (default 3); off: each "
+                                 "stage's own estimates (the paper's ranking).")
         parser.add_argument("--codec", choices=("int", "string"), default=None,
                             help="Refuse reports of the other codec (default: each report's "
                                  "own); the output decodes the values.")

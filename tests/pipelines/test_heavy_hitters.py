@@ -44,21 +44,23 @@ def read_records(pattern):
     return records
 
 
-def core_identify(records, threshold=None):
+def core_identify(records, threshold=None, **options):
     batches, dead = parse_records(records, trusted=True, expect={"oracle": "pem"})
     assert not dead
     ((key, batch),) = batches.items()
     pem = pem_from_key(key)[0]
-    return pem, pem.identify(batch.reports, threshold=threshold)
+    return pem, pem.identify(batch.reports, threshold=threshold, **options)
 
 
-@pytest.mark.parametrize("threshold", [None, 0.02])
-def test_pipeline_top_k_equals_the_core_identify_exactly(tmp_path, threshold):
+@pytest.mark.parametrize("threshold,refine", [(None, None), (0.02, None), (None, "off")])
+def test_pipeline_top_k_equals_the_core_identify_exactly(tmp_path, threshold, refine):
     truth = simulate_pem(tmp_path / "reports")
     extra = [] if threshold is None else ["--threshold", str(threshold)]
+    extra += [] if refine is None else ["--refine_sigma", refine]
     doc = run_job([f"--input={tmp_path}/reports/*.avro", f"--output={tmp_path}/hh",
                              *FLAGS, *extra])
-    pem, expected = core_identify(read_records(f"{tmp_path}/reports/*.avro"), threshold)
+    pem, expected = core_identify(read_records(f"{tmp_path}/reports/*.avro"), threshold,
+                                  **({} if refine is None else {"refine_sigma": None}))
     assert [t["value"] for t in doc["top_k"]] == expected.values.tolist()
     assert [t["frequency"] for t in doc["top_k"]] == expected.frequencies.tolist()
     assert [t["count"] for t in doc["top_k"]] == expected.counts.tolist()
@@ -225,6 +227,11 @@ def test_a_group_without_reports_is_an_error_not_a_guess(tmp_path):
      "--start_bits is not a parameter of mcm (it is of pem); mcm takes --num_channels "
      "--query_limit --channel_seed"),
     (["--step_bits", "4"], "--step_bits needs --k and --bits"),
+    (["--k", "8", "--bits", "32", "--refine_sigma", "high"],
+     "--refine_sigma must be a number or off, got 'high'"),
+    (["--k", "8", "--bits", "16", "--protocol", "treehist", "--refine_sigma", "3"],
+     "--refine_sigma: treehist has no such server option (its options: --survivors "
+     "--threshold_sigma --threshold)"),
     (["--k", "8", "--bits", "32", "--protocol", "sfp", "--fragment_bits", "5"],
      "fragment_bits must divide value_bits=32, got 5"),
     (["--k", "8", "--bits", "32", "--survivors", "9", "--query_limit", "1024"],
