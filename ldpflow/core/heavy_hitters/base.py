@@ -50,6 +50,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ldpflow.core import codecs, hashing, randomness, validation
+from ldpflow.core.heavy_hitters.counting import candidate_support
 from ldpflow.core.keys import Keyed, ProtocolKey
 from ldpflow.core.oracles.base import CheckedReports, Reports
 from ldpflow.core.validation import InvalidReportError
@@ -808,9 +809,34 @@ class HeavyHitterProtocol(Keyed, CheckedReports):
                  options: dict[str, Any]) -> tuple[dict[str, Any], PassFigures]:
         """The next state's data and this pass's figures (groups are known non-empty)."""
 
-    @abc.abstractmethod
     def _result(self, state: PassState, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The ``k`` best values (uint64) and their frequencies, best first."""
+        """The ``k`` best values (uint64) and their frequencies, best first (by default
+        those a final test left in the state, see :meth:`_final_advance`)."""
+        return state.data["values"][:k], state.data["frequencies"][:k]
+
+    # -- the final test: estimate a set of candidates from whole-value OLH reports ----------
+    def _final_count(self, reports: Reports, context: tuple) -> dict[str, np.ndarray]:
+        """The support of the candidates ``context[0]`` among the reports' top-level OLH
+        reports of the whole value (``seed``, ``bucket``, :attr:`hash_range` buckets)."""
+        (values,) = context
+        if not values.size:
+            return {}
+        return {"support": candidate_support(
+            reports.columns["seed"], reports.columns["bucket"], values, self.value_bits,
+            self.hash_range)}  # type: ignore[attr-defined]
+
+    def _final_advance(self, step: int, counts: PassCounts, epsilon: float, n: int
+                       ) -> tuple[dict[str, Any], PassFigures]:
+        """The candidates of a final test ranked by their OLH estimates from ``n`` reports
+        of budget ``epsilon``: every candidate, best first, with its frequency."""
+        (values,) = counts.context
+        g = self.hash_range  # type: ignore[attr-defined]
+        freqs = olh_frequencies(counts.arrays["support"], n, epsilon, g)
+        order = (select_top(values, freqs, values.size) if values.size
+                 else np.zeros(0, dtype=np.int64))
+        figures = PassFigures(step, self.pass_label(step), n, int(values.size),
+                              int(order.size), math.sqrt(olh_variance(n, epsilon, g)))
+        return {"values": values[order], "frequencies": freqs[order]}, figures
 
     @property
     @abc.abstractmethod

@@ -43,12 +43,6 @@ from ldpflow.core.heavy_hitters.base import (
     PassFigures,
     PassState,
     olh_budget,
-    olh_frequencies,
-    olh_variance,
-    select_top,
-)
-from ldpflow.core.heavy_hitters.counting import (
-    candidate_support,
 )
 from ldpflow.core.heavy_hitters.spm import check_common
 from ldpflow.core.oracles.base import Reports
@@ -224,12 +218,7 @@ class MultipleChannelMethod(HeavyHitterProtocol):
 
     def _count_pass(self, step: int, reports: Reports, context: tuple) -> dict[str, np.ndarray]:
         if step == 1:
-            (values,) = context
-            if not values.size:
-                return {}
-            return {"support": candidate_support(reports.columns["seed"],
-                                                 reports.columns["bucket"], values,
-                                                 self.value_bits, self.hash_range)}
+            return self._final_count(reports, context)
         T, m = self.num_channels, self.value_bits
         group, packed = reports.columns["group"], reports.columns["bits"]
         ones = np.zeros((m, 2 * T), dtype=np.int64)  # ones per (bit position, item)
@@ -249,15 +238,7 @@ class MultipleChannelMethod(HeavyHitterProtocol):
         T, m = self.num_channels, self.value_bits
         n = counts.n
         if step == 1:
-            (values,) = counts.context
-            freqs = olh_frequencies(counts.arrays["support"], n, self.final_epsilon,
-                                    self.hash_range)
-            order = (select_top(values, freqs, values.size) if values.size
-                     else np.zeros(0, dtype=np.int64))
-            sigma = math.sqrt(olh_variance(n, self.final_epsilon, self.hash_range))
-            figures = PassFigures(step, self.pass_label(step), n, int(values.size),
-                                  int(order.size), sigma)
-            return {"values": values[order], "frequencies": freqs[order]}, figures
+            return self._final_advance(step, counts, self.final_epsilon, n)
         sizes = counts.group_counts
         f = self.flip_probability
         est = (counts.arrays["ones"] - sizes[:, None] * f) / (1 - 2 * f)  # holders per item
@@ -272,5 +253,3 @@ class MultipleChannelMethod(HeavyHitterProtocol):
         figures = PassFigures(step, self.pass_label(step), n, T, int(values.size))
         return {"candidates": values}, figures
 
-    def _result(self, state: PassState, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return state.data["values"][:k], state.data["frequencies"][:k]

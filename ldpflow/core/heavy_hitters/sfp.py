@@ -50,7 +50,6 @@ from ldpflow.core.heavy_hitters.base import (
     olh_frequencies,
     olh_variance,
     select_survivors,
-    select_top,
 )
 from ldpflow.core.heavy_hitters.config import cost_aware_hash_range
 from ldpflow.core.heavy_hitters.spm import check_common
@@ -237,11 +236,7 @@ class SequenceFragmentPuzzle(HeavyHitterProtocol):
     def _count_pass(self, step: int, reports: Reports, context: tuple) -> dict[str, np.ndarray]:
         cols, g = reports.columns, self.hash_range
         if step == 1:
-            (values,) = context
-            if not values.size:
-                return {}
-            return {"support": counting.candidate_support(cols["seed"], cols["bucket"], values,
-                                                          self.value_bits, g)}
+            return self._final_count(reports, context)
         out = {}
         for position in range(self.positions):
             idx = np.flatnonzero(cols["group"] == position)
@@ -255,14 +250,7 @@ class SequenceFragmentPuzzle(HeavyHitterProtocol):
                  options: dict[str, Any]) -> tuple[dict[str, Any], PassFigures]:
         g, eps, n = self.hash_range, self.component_epsilon, counts.n
         if step == 1:
-            (values,) = counts.context
-            freqs = olh_frequencies(counts.arrays["support"], n, eps, g)
-            order = (select_top(values, freqs, values.size) if values.size
-                     else np.zeros(0, dtype=np.int64))
-            sigma = float(np.sqrt(olh_variance(n, eps, g)))
-            figures = PassFigures(step, self.pass_label(step), n, int(values.size),
-                                  int(order.size), sigma)
-            return {"values": values[order], "frequencies": freqs[order]}, figures
+            return self._final_advance(step, counts, eps, n)
         survivors = options["survivors"]
         cap = 4 * self.top_k if survivors is None else validation.check_positive_int(
             survivors, name="survivors")
@@ -339,5 +327,3 @@ class SequenceFragmentPuzzle(HeavyHitterProtocol):
         own = self.value_hash(values) == tag  # the puzzle's glue must be the value's own hash
         return np.unique(values[own])
 
-    def _result(self, state: PassState, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return state.data["values"][:k], state.data["frequencies"][:k]

@@ -62,11 +62,9 @@ from ldpflow.core.heavy_hitters.base import (
     PassState,
     olh_budget,
     olh_frequencies,
-    olh_variance,
     select_top,
 )
 from ldpflow.core.heavy_hitters.counting import (
-    candidate_support,
     full_domain_support,
     support_matrix,
 )
@@ -305,11 +303,7 @@ class SegmentPairsMethod(HeavyHitterProtocol):
         cols, g_range, bounds = reports.columns, self.hash_range, self.segment_bounds
         group = cols["group"]
         if step == 2:
-            (values,) = context
-            if not values.size:
-                return {}
-            return {"support": candidate_support(cols["seed"], cols["bucket"], values,
-                                                 self.value_bits, g_range)}
+            return self._final_count(reports, context)
         out: dict[str, np.ndarray] = {}
         for g, (i, j) in enumerate(self.pairs):
             idx = np.flatnonzero(group == g)
@@ -373,13 +367,7 @@ class SegmentPairsMethod(HeavyHitterProtocol):
                                   sum(int(counts.context[i].size * counts.context[j].size)
                                       for i, j in self.pairs), int(values.size))
             return {"candidates": values}, figures
-        (values,) = counts.context
-        freqs = self._estimate(counts.arrays["support"], n)
-        order = (select_top(values, freqs, values.size) if values.size
-                 else np.zeros(0, dtype=np.int64))
-        sigma = math.sqrt(olh_variance(n, self.component_epsilon, self.hash_range))
-        figures = PassFigures(step, label, n, int(values.size), int(order.size), sigma)
-        return {"values": values[order], "frequencies": freqs[order]}, figures
+        return self._final_advance(step, counts, self.component_epsilon, n)
 
     def _join(self, counts: PassCounts) -> np.ndarray:
         """The full values whose every segment pair is among its pair's frequent ones."""
@@ -432,5 +420,3 @@ class SegmentPairsMethod(HeavyHitterProtocol):
             values |= partial[:, seg] << _U64(shift)
         return values
 
-    def _result(self, state: PassState, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return state.data["values"][:k], state.data["frequencies"][:k]

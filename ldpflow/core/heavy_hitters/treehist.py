@@ -56,7 +56,6 @@ from ldpflow.core.heavy_hitters.base import (
     olh_frequencies,
     olh_variance,
     select_survivors,
-    select_top,
 )
 from ldpflow.core.heavy_hitters.config import cost_aware_hash_range
 from ldpflow.core.oracles.base import Reports
@@ -229,12 +228,11 @@ class TreeHist(HeavyHitterProtocol):
         (nodes,) = context
         if not nodes.size:
             return {}
-        seeds, buckets = reports.columns["seed"], reports.columns["bucket"]
-        if step < len(self.levels):
-            return {"counts": counting.prefix_scatter(seeds, buckets, nodes, self.levels[step],
-                                                      self._suffix_bits(step), self.hash_range)}
-        return {"support": counting.candidate_support(seeds, buckets, nodes, self.value_bits,
-                                                      self.hash_range)}
+        if step == len(self.levels):
+            return self._final_count(reports, context)
+        return {"counts": counting.prefix_scatter(
+            reports.columns["seed"], reports.columns["bucket"], nodes, self.levels[step],
+            self._suffix_bits(step), self.hash_range)}
 
     def _advance(self, step: int, counts: PassCounts, state: PassState,
                  valid: Callable[[np.ndarray, int], np.ndarray] | None,
@@ -244,12 +242,7 @@ class TreeHist(HeavyHitterProtocol):
         sigma = float(np.sqrt(self.variance(n)))
         g = self.hash_range
         if step == len(self.levels):  # the final estimate of the last level's frontier
-            freqs = olh_frequencies(counts.arrays["support"], n, self.epsilon, g)
-            order = (select_top(nodes, freqs, nodes.size) if nodes.size
-                     else np.zeros(0, dtype=np.int64))
-            figures = PassFigures(step, self.pass_label(step), n, int(nodes.size),
-                                  int(order.size), sigma)
-            return {"values": nodes[order], "frequencies": freqs[order]}, figures
+            return self._final_advance(step, counts, self.epsilon, n)
         survivors = options["survivors"]
         cap = 4 * self.top_k if survivors is None else validation.check_positive_int(
             survivors, name="survivors")
@@ -268,5 +261,3 @@ class TreeHist(HeavyHitterProtocol):
                               sigma)
         return {"frontier": cand[keep]}, figures
 
-    def _result(self, state: PassState, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return state.data["values"][:k], state.data["frequencies"][:k]
