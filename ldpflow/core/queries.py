@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 import numpy as np
@@ -285,9 +285,9 @@ def _value(item: Any, name: str, position: int) -> Hashable:
     return item
 
 
-def _distinct(values: Any, name: str) -> tuple[list[Hashable], int]:
-    """The distinct values of a one-dimensional collection in the order they first occur,
-    and how many values it holds (duplicates included)."""
+def _entries(values: Any, name: str) -> Iterator[Any]:
+    """An iterator over a one-dimensional collection of values (not a single string, not a
+    multi-dimensional array), read lazily."""
     if isinstance(values, (str, bytes)):
         raise TypeError(f"{name} must be a collection of values, got one "
                         f"{type(values).__name__} ({values!r})")
@@ -295,13 +295,18 @@ def _distinct(values: Any, name: str) -> tuple[list[Hashable], int]:
         if values.ndim != 1:
             raise ValueError(f"{name} must be a one-dimensional collection of values, got "
                              f"shape {values.shape}")
-        items = values.tolist() if values.size else []  # an empty array of any dtype is empty
-    else:
-        try:
-            items = list(values)
-        except TypeError:
-            raise TypeError(f"{name} must be a collection of values, got "
-                            f"{type(values).__name__}") from None
+        values = values.tolist() if values.size else []  # an empty array of any dtype is empty
+    try:
+        return iter(values)
+    except TypeError:
+        raise TypeError(f"{name} must be a collection of values, got "
+                        f"{type(values).__name__}") from None
+
+
+def _distinct(values: Any, name: str) -> tuple[list[Hashable], int]:
+    """The distinct values of a one-dimensional collection in the order they first occur,
+    and how many values it holds (duplicates included)."""
+    items = list(_entries(values, name))
     first: dict[Hashable, None] = {}
     for position, item in enumerate(items):
         first.setdefault(_value(item, name, position), None)
@@ -410,19 +415,7 @@ def top_k_scores(frequencies: npt.ArrayLike, truth: npt.ArrayLike, k: int) -> To
 
 def _ranked_truth(truth: Any, k: int) -> list[Hashable]:
     """The first ``k`` distinct values of ``truth`` (read no further than needed)."""
-    if isinstance(truth, (str, bytes)):
-        raise TypeError(f"truth must be a collection of values, got one "
-                        f"{type(truth).__name__} ({truth!r})")
-    if isinstance(truth, np.ndarray):
-        if truth.ndim != 1:
-            raise ValueError(f"truth must be a one-dimensional collection of values, got "
-                             f"shape {truth.shape}")
-        truth = truth.tolist() if truth.size else []
-    try:
-        entries = iter(truth)
-    except TypeError:
-        raise TypeError(f"truth must be a collection of values, got "
-                        f"{type(truth).__name__}") from None
+    entries = _entries(truth, "truth")
     ranked: dict[Hashable, None] = {}
     for position, entry in enumerate(entries):
         if len(ranked) == k:

@@ -815,6 +815,10 @@ class HeavyHitterProtocol(Keyed, CheckedReports):
         return state.data["values"][:k], state.data["frequencies"][:k]
 
     # -- the final test: estimate a set of candidates from whole-value OLH reports ----------
+    def _final_context(self, state: PassState) -> tuple:
+        """The candidates of a final test: what the previous pass left as ``candidates``."""
+        return (np.asarray(state.data["candidates"], dtype=_U64),)
+
     def _final_count(self, reports: Reports, context: tuple) -> dict[str, np.ndarray]:
         """The support of the candidates ``context[0]`` among the reports' top-level OLH
         reports of the whole value (``seed``, ``bucket``, :attr:`hash_range` buckets)."""

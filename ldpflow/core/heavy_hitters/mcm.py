@@ -209,7 +209,7 @@ class MultipleChannelMethod(HeavyHitterProtocol):
     def _pass_context(self, step: int, state: PassState) -> tuple:
         if step == 0:
             return ()
-        return (np.asarray(state.data["candidates"], dtype=_U64),)
+        return self._final_context(state)
 
     def _empty_arrays(self, step: int, context: tuple) -> dict[str, tuple[int, ...]]:
         if step == 0:

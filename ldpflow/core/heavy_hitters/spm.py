@@ -284,7 +284,7 @@ class SegmentPairsMethod(HeavyHitterProtocol):
             return ()
         if step == 1:
             return tuple(np.asarray(x, dtype=_U64) for x in state.data["kept"])
-        return (np.asarray(state.data["candidates"], dtype=_U64),)
+        return self._final_context(state)
 
     def _empty_arrays(self, step: int, context: tuple) -> dict[str, tuple[int, ...]]:
         if step == 0:
