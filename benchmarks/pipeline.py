@@ -54,8 +54,9 @@ _TIMED = ("import time\nt0 = time.perf_counter()\n{body}\n"
           "print(n, time.perf_counter() - t0)")
 
 
-def emit(**fields):
+def emit(**fields) -> dict:
     print(json.dumps(fields), flush=True)
+    return fields
 
 
 def _pss_kb(pid: int) -> int:
@@ -110,18 +111,19 @@ def run_timed(argv: list[str]) -> tuple[float, float, str]:
     return seconds, peak / 1024, text
 
 
-def simulate(fmt: str, users: int, out: str) -> dict:
+def simulate(fmt: str, users: int, out: str, shards: int = 4) -> dict:
     if os.path.exists(os.path.join(out, "truth.json")):
         return {}
     seconds, rss, _ = run_timed([BIN, "simulate", "--oracle", "olh", "--epsilon", "1",
                                  "--domain_size", "1024", "--users", str(users), "--seed", "1",
-                                 "--output", out, "--format", fmt, "--shards", "4"])
+                                 "--output", out, "--format", fmt, "--shards", str(shards)])
     size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
     return {"seconds": round(seconds, 2), "peak_memory_mb": round(rss), "bytes": size}
 
 
-def bare(name: str, folder: str, repeat: int) -> float:
-    """The reference read, the median of ``repeat`` runs (the read itself, not the start)."""
+def bare(name: str, folder: str, repeat: int) -> dict:
+    """The reference read, the median of ``repeat`` runs (the read itself, not the start):
+    the emitted step, whose ``records_per_s`` is the reference rate."""
     code = _TIMED.format(body=BARE[name].format(dir=folder))
     runs = []
     for _ in range(repeat):
@@ -130,14 +132,14 @@ def bare(name: str, folder: str, repeat: int) -> float:
         runs.append(float(seconds))
     seconds = statistics.median(runs)
     rate = int(n) / seconds
-    emit(step="bare", reader=name, records=int(n), seconds=round(seconds, 3),
-         runs=[round(r, 3) for r in runs], records_per_s=round(rate))
-    return rate
+    return emit(step="bare", reader=name, records=int(n), seconds=round(seconds, 3),
+                runs=[round(r, 3) for r in runs], records_per_s=round(rate))
 
 
 def estimate(fmt: str, folder: str, out: str, users: int, reference: float, dedup: str,
-             workers: int, repeat: int) -> None:
-    """``ldpflow estimate`` end to end (process start to exit), the median of ``repeat``."""
+             workers: int, repeat: int) -> dict:
+    """``ldpflow estimate`` end to end (process start to exit), the median of ``repeat``:
+    the emitted step."""
     extra = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"] \
         if workers == 2 else []
     runs = []
@@ -152,10 +154,10 @@ def estimate(fmt: str, folder: str, out: str, users: int, reference: float, dedu
     if document["reports_estimated"] != users:
         raise SystemExit(f"estimated {document['reports_estimated']} of {users} reports")
     rate = users / seconds
-    emit(step="estimate", format=fmt, dedup=dedup, workers=workers, records=users,
-         seconds=round(seconds, 2), runs=[round(r, 2) for r in runs], peak_memory_mb=round(rss),
-         records_per_s=round(rate),
-         ratio_to_reference=round(rate / reference, 3))
+    return emit(step="estimate", format=fmt, dedup=dedup, workers=workers, records=users,
+                seconds=round(seconds, 2), runs=[round(r, 2) for r in runs],
+                peak_memory_mb=round(rss), records_per_s=round(rate),
+                ratio_to_reference=round(rate / reference, 3))
 
 
 def main(argv=None):
@@ -187,7 +189,7 @@ def main(argv=None):
         figures = simulate(fmt, users, folder)
         if figures:
             emit(step="simulate", format=fmt, users=users, **figures)
-        rate = bare(reference, folder, args.repeat)
+        rate = bare(reference, folder, args.repeat)["records_per_s"]
         if fmt == "parquet":
             bare("parquet_read_table_payload", folder, args.repeat)
         for dedup, workers in [("none", 1), ("none", 2), ("report_id", 1)]:
