@@ -175,8 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     _configure_logging()
+    from ldpflow.pipelines.usage import JobFailed
+
     try:
         return COMMANDS[args.command](argv[1:])
+    except JobFailed as exc:
+        print(exc, file=sys.stderr)
+        return 1
     except ModuleNotFoundError as exc:
         message = _missing_extra(args.command, exc)
         if message is None:

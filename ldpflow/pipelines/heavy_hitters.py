@@ -25,11 +25,14 @@ Production (any Beam runner; see ``deploy/README.md``)::
         --k 32 --bits 64 --epsilon 4 --runner=DataflowRunner --project=PROJECT \\
         --region=REGION --temp_location=gs://BUCKET/tmp --setup_file=./setup.py
 
-The configuration fixes the protocol's groups and passes, which the pipeline unrolls: from
-the flags ``--k`` and ``--bits`` (with the protocol's own parameter flags, e.g. PEM's
-``--query_limit``, ``--start_bits``, ``--step_bits``, ``--num_groups``, when not its
-defaults), or, without ``--k`` and ``--bits``, from the first report of the input (every
-report carries its configuration). Pass ``s`` counts the reports of its groups for what
+The configuration fixes the protocol's groups and passes, which the pipeline unrolls. Every
+report carries its configuration, so it is the input's (its first valid report's): the
+flags ``--k`` and ``--bits`` (with the protocol's own parameter flags, e.g. PEM's
+``--query_limit``, ``--start_bits``, ``--step_bits``, ``--num_groups``) only check it, and
+a parameter they state that the reports do not have fails the job in one line (exit 1)
+before any pipeline runs; what they leave unstated (PEM's automatic groups and steps,
+which the clients chose from their number) is the reports'. Only an input with no valid
+report is configured by the flags alone. Pass ``s`` counts the reports of its groups for what
 pass ``s - 1`` found, which reaches it as a side input. Reports of any other protocol,
 configuration or codec (or epsilon, with ``--epsilon``) are dead letters; without
 ``--epsilon`` every epsilon present is identified separately. The server's options
@@ -69,6 +72,7 @@ from ldpflow.pipelines.common import (
     run_pipeline,
     usage_error,
 )
+from ldpflow.pipelines.usage import JobFailed
 from ldpflow.transforms.dedup import DeduplicateReports, is_tally
 from ldpflow.transforms.estimate import DeadLetterSummaryFn
 from ldpflow.transforms.heavy_hitters import (
@@ -171,34 +175,45 @@ def check_flags(opts) -> None:
 
 def configure(opts, found: hh.HeavyHitterProtocol | None = None
               ) -> tuple[hh.HeavyHitterProtocol, dict[str, Any]]:
-    """The configuration of the flags (or of the input, ``found``) and the report
-    parameters to expect.
+    """The configuration of the input (``found``, its first report's) checked against the
+    flags, and the report parameters to expect.
 
-    Without ``--epsilon`` the configuration's epsilon (and hash range) is a placeholder:
-    the groups and passes do not depend on it, and each epsilon present in the input is
-    identified with its own.
+    The reports carry their configuration, so the server takes it from them: ``--k``,
+    ``--bits`` and the protocol's parameter flags only check it (a parameter they state
+    that differs is :class:`~ldpflow.pipelines.usage.JobFailed`), and what they do not
+    state (PEM's automatic groups and steps, chosen by the clients from their number) is
+    the reports'. Only when the input holds no valid report are the flags the whole
+    configuration. Without ``--epsilon`` the configuration's epsilon (and hash range) is
+    a placeholder: the groups and passes do not depend on it, and each epsilon present in
+    the input is identified with its own; with it, reports of another epsilon are dead
+    letters.
 
     Raises
     ------
     SystemExit
         Naming the flag, the constraint and the value, before any pipeline exists.
+    JobFailed
+        For a parameter the flags state that the input's configuration does not have.
     """
     name = opts.protocol
     cls = hh.PROTOCOLS[name]
     shape = hh.shape_parameters(name)
     check_flags(opts)
-    if opts.k is None:
-        if found is None:
-            raise usage_error(_PROG, f"--input {opts.input!r} holds no valid {name} report to "
-                                     "take the configuration from; pass --k and --bits")
+    stated: dict[str, Any] = {}
+    if opts.k is not None:
+        stated = {"top_k": opts.k, "value_bits": opts.bits,
+                  **{p: getattr(opts, p) for p in shape if getattr(opts, p) is not None}}
+    if found is not None:
+        _check_agreement(stated, found, opts)
         params: dict[str, Any] = dict(found.parameters)
         if opts.epsilon is not None and opts.epsilon != found.epsilon:
             params["epsilon"] = opts.epsilon
             params.pop("hash_range", None)  # the flags' epsilon: its own default hash range
+    elif stated:
+        params = {**stated, "epsilon": 1.0 if opts.epsilon is None else opts.epsilon}
     else:
-        params = {"top_k": opts.k, "value_bits": opts.bits,
-                  "epsilon": 1.0 if opts.epsilon is None else opts.epsilon}
-        params.update({p: getattr(opts, p) for p in shape if getattr(opts, p) is not None})
+        raise usage_error(_PROG, f"--input {opts.input!r} holds no valid {name} report to "
+                                 "take the configuration from; pass --k and --bits")
     options = server_options(opts)
     try:
         protocol = cls(**params)
@@ -216,6 +231,20 @@ def configure(opts, found: hh.HeavyHitterProtocol | None = None
     if opts.epsilon is not None:
         expect["epsilon"] = protocol.epsilon
     return protocol, expect
+
+
+def _check_agreement(stated: dict[str, Any], found: hh.HeavyHitterProtocol, opts) -> None:
+    """Each parameter the flags state equals the input configuration's (one line naming
+    the first that differs, and the flags that give the reports' configuration)."""
+    have = found.parameters
+    for parameter, value in stated.items():
+        if have.get(parameter) != value:
+            theirs = " ".join(f"{_flag(p)} {v}" for p, v in have.items()
+                              if p not in ("epsilon", "hash_range"))
+            raise JobFailed(
+                _PROG, f"{_flag(parameter)} {value} disagrees with the input: its {found.name} "
+                       f"reports have {parameter} {have.get(parameter)} (their configuration: "
+                       f"{theirs}; leave out --k and --bits to take it as it is)")
 
 
 def read_truth(path: str) -> tuple:
@@ -295,19 +324,18 @@ def run(argv: list[str] | None = None) -> dict:
     """
     options, opts = job_options("heavy-hitters", argv)
     if opts.k is not None or opts.bits is not None:
-        protocol, expect = configure(opts)  # the flags first: a usage error names them
-        check_inputs(opts.input, opts.input_format, _PROG)
+        configure(opts)  # the flags' own values first: a usage error names them
     else:
         check_flags(opts)
-        check_inputs(opts.input, opts.input_format, _PROG)
-        protocol, expect = configure(
-            opts, configuration_of_input(opts.input, opts.input_format, opts.protocol))
+    check_inputs(opts.input, opts.input_format, _PROG)
+    found = configuration_of_input(opts.input, opts.input_format, opts.protocol)
+    protocol, expect = configure(opts, found)
     truth = read_truth(opts.truth) if opts.truth else None
     options_given = server_options(opts)
     rule = ServerRule(options=options_given, truth=truth)
     _LOGGER.info("%s: %s; server options %s (configuration from %s)", _PROG,
                  _describe(protocol, opts), protocol.check_options(options_given) or "none",
-                 "the flags" if opts.k is not None else "the input")
+                 "the flags" if found is None else "the input")
     started = time.time()
     pipeline = beam.Pipeline(runner=batch_runner(options, _PROG), options=options)
     build(pipeline, opts, protocol, expect, started, rule)

@@ -1,14 +1,22 @@
 """Command-line conventions shared by every command (no Beam): help text and usage errors.
 
 A usage error is a ``SystemExit`` whose code is one line, ``ldpflow JOB: error: ...``; the
-CLI prints it and exits with status 2, argparse's convention.
+CLI prints it and exits with status 2, argparse's convention. A job that cannot give a
+result for reasons of its input (:class:`JobFailed`) is one line too, with status 1.
 """
 
 from __future__ import annotations
 
 import argparse
 
-__all__ = ["HelpFormatter", "Parser", "usage_error"]
+__all__ = ["HelpFormatter", "JobFailed", "Parser", "usage_error"]
+
+
+class JobFailed(Exception):
+    """The job cannot give a result for what its input holds (the CLI: one line, exit 1)."""
+
+    def __init__(self, prog: str, message: str):
+        super().__init__(f"{prog}: {message}")
 
 
 def usage_error(prog: str, message: str) -> SystemExit:
