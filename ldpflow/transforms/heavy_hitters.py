@@ -340,7 +340,9 @@ def assemble_result(
     """One key's pass outcomes (and dead-letter count) -> its JSON-ready result.
 
     ``{"configuration", "protocol", "n", "group_sizes", "dead_letters", "top_k": [{"value",
-    "frequency", "count"}], "stages": [...], "error"}``: values decoded by the key's codec,
+    "frequency", "count"}], "stages": [...], "error", "shortfall"}``: values decoded by the
+    key's codec (``shortfall``: why fewer than ``top_k`` were found, see
+    :func:`~ldpflow.core.heavy_hitters.shortfall`; None when all were),
     ``count`` the estimated number of users (``frequency * n``, ``n`` the reports of all
     groups); with a truth list in ``rule``, also ``"scores": {"precision", "recall", "f1",
     "ncr"}``.
@@ -383,9 +385,12 @@ def assemble_result(
         if found.error is not None:
             result["error"] = f"pass {step}: {found.error}"
             return result
-    final = protocol.result(outcomes[-1].state, top_k=protocol.top_k)  # type: ignore[arg-type]
+    last = outcomes[-1].state  # type: ignore[union-attr]
+    final = protocol.result(last, top_k=protocol.top_k)  # type: ignore[arg-type]
     codec = codecs.make_codec(codec_name, bits=protocol.value_bits)
     result["top_k"] = final.to_records(codec)
+    result["shortfall"] = hh.shortfall(len(result["top_k"]), protocol.top_k,
+                                       last.figures)  # type: ignore[union-attr]
     if rule.truth is not None:
         values = [r["value"] for r in result["top_k"]]
         scores = queries.score_identified(values, rule.truth, protocol.top_k)

@@ -250,7 +250,8 @@ def heavy_hitters_document(
     ``records = reports + duplicates + dead letters`` counts every input record
     (``duplicates``: copies of a report id, counted once). ``warnings`` says when
     the input mixes configurations (several epsilons among them); it names the protocol
-    (``PEM``, ``SPM``, ...) when they share one.
+    (``PEM``, ``SPM``, ...) when they share one. It also says, for each configuration that
+    found fewer heavy hitters than its ``top_k``, how many and why (``shortfall``).
     """
     results = sorted(results, key=lambda r: (-r["n"], r["key"]))
     reports = sum(r["n"] for r in results)
@@ -268,6 +269,11 @@ def heavy_hitters_document(
             "lists all" + ("; a user who reported under several epsilons has spent their sum"
                            if len(epsilons) > 1 else ""))
         _LOGGER.warning("%s", warnings[-1])
+    for result in present:
+        if result.get("shortfall"):
+            warnings.append(result["shortfall"] if len(present) == 1 else
+                            f"{_protocol_name(result)} {result['key']}: {result['shortfall']}")
+            _LOGGER.warning("%s", warnings[-1])
     document: dict[str, Any] = {
         "top_k": primary["top_k"] if primary else [],
         "configuration": primary["configuration"] if primary else None,

@@ -80,3 +80,19 @@ def test_simulate_then_heavy_hitters_with_the_same_flags_finds_the_heavy_hitters
             docs.append(json.load(f))
     assert len(docs[0]["top_k"]) == K
     assert docs[0]["top_k"] == docs[1]["top_k"] and docs[0]["stages"] == docs[1]["stages"]
+
+
+@pytest.mark.pipeline
+def test_fewer_heavy_hitters_than_asked_are_a_warning_that_says_why(tmp_path, caplog):
+    simulate.run(["--oracle", "mcm", "--k", "32", "--bits", "16", "--epsilon", "2",
+                  "--domain_size", "5000", "--distribution", "uniform", "--users", "4000",
+                  "--seed", "5", "--output", str(tmp_path / "r"), "--shards", "1"])
+    heavy_hitters.run([f"--input={tmp_path}/r/*.avro", f"--output={tmp_path}/hh",
+                       "--protocol", "mcm"])
+    with open(tmp_path / "hh" / "heavy_hitters.json") as f:
+        doc = json.load(f)
+    found = len(doc["top_k"])
+    assert found < 32
+    line = doc["results"][0]["shortfall"]
+    assert line.startswith(f"found {found} of the 32 heavy hitters asked for: pass ")
+    assert doc["warnings"] == [line] and line in caplog.text

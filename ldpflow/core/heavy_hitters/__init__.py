@@ -40,6 +40,7 @@ from ldpflow.core.heavy_hitters.base import (
     olh_variance,
     select_survivors,
     select_top,
+    shortfall,
     user_keys,
 )
 from ldpflow.core.heavy_hitters.config import configure, cost_aware_hash_range
@@ -89,6 +90,7 @@ __all__ = [
     "extend_prefixes",
     "select_top",
     "select_survivors",
+    "shortfall",
     "default_survivors",
     "olh_frequencies",
     "olh_variance",

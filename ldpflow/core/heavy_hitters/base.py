@@ -72,6 +72,7 @@ __all__ = [
     "olh_frequencies",
     "olh_variance",
     "check_top_k",
+    "shortfall",
 ]
 
 #: The PEM paper's query limit ``Q`` (Sec. VI-A).
@@ -339,6 +340,28 @@ class HeavyHitters:
             {"value": v, "frequency": float(f), "count": float(c)}
             for v, f, c in zip(values, self.frequencies, self.counts, strict=True)
         ]
+
+
+def shortfall(found: int, top_k: int, figures: Sequence[PassFigures]) -> str | None:
+    """Why a run found ``found < top_k`` heavy hitters, in one line (None when it found
+    ``top_k``): the first pass that kept fewer than ``top_k``, and whether it had fewer
+    candidates than that to start with (what the passes before it left, or the candidates
+    its protocol can form) or kept fewer of them (its threshold, its ranking per part, the
+    codec's check of what a value can be)."""
+    if found >= top_k:
+        return None
+    head = f"found {found} of the {top_k} heavy hitters asked for"
+    for f in figures:
+        if f.survivors >= top_k:
+            continue
+        where = f"pass {f.step} ({f.label})"
+        if f.candidates < top_k:
+            before = (f"what pass {f.step - 1} kept" if f.step else "its domain")
+            return (f"{head}: {where} had only {f.candidates} candidates, formed from "
+                    f"{before}")
+        return (f"{head}: {where} kept {f.survivors} of its {f.candidates} candidates; "
+                "the others fell below its threshold or were not valid values")
+    return head
 
 
 # -- passes ---------------------------------------------------------------------------------------
