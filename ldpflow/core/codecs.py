@@ -16,10 +16,10 @@ maps application values to such integers (``encode``) and discovered integers ba
 
   The first zero byte *terminates* a string: no valid code has a non-zero byte after a zero
   byte, and the bytes before it are valid UTF-8. :meth:`StringCodec.valid_prefixes` tells,
-  for a batch of ``l``-bit prefixes, which can begin a valid code (vectorised), so a
-  heavy-hitter search can prune the candidates that extend a word past its end or are not
-  UTF-8. :meth:`StringCodec.fit` chooses ``m`` from the data, and :func:`infer_codec` the
-  codec from raw text lines.
+  for a batch of ``l``-bit prefixes, which can begin the code of a text string (vectorised),
+  so a heavy-hitter search can prune the candidates that extend a word past its end, are
+  not UTF-8 or hold control characters no text has. :meth:`StringCodec.fit` chooses ``m``
+  from the data, and :func:`infer_codec` the codec from raw text lines.
 
 Codecs do no I/O and hold no state; they are frozen dataclasses, safe to send to workers.
 """
@@ -272,14 +272,18 @@ class StringCodec:
         needed = int(np.quantile(lengths, coverage, method="inverted_cdf"))
         return cls(bits=8 * min(top, max(1, needed)))
 
-    def valid_prefixes(self, prefixes: npt.ArrayLike, prefix_bits: int) -> np.ndarray:
+    def valid_prefixes(self, prefixes: npt.ArrayLike, prefix_bits: int, *,
+                       controls: bool = False) -> np.ndarray:
         """Which ``prefix_bits``-bit prefixes can begin a valid code (bool, vectorised).
 
-        A prefix is valid when some completion to ``bits`` bits is a code of a string: its
-        bytes up to the first zero byte are valid UTF-8 (lead and continuation bytes in
+        A prefix is valid when some completion to ``bits`` bits is a code of a text string:
+        its bytes up to the first zero byte are valid UTF-8 (lead and continuation bytes in
         place, no overlong or surrogate second bytes, no code point above U+10FFFF, every
-        character whole within ``bits / 8`` bytes) and every byte after a zero byte is zero.
-        A partial last byte is valid when one of its completions is.
+        character whole within ``bits / 8`` bytes), hold no control character other than
+        the whitespace ``\t \n \v \f \r`` (C0 U+0001-U+001F, DEL U+007F and C1
+        U+0080-U+009F: text has none, and noise at low epsilon makes them), and every byte
+        after a zero byte is zero. A partial last byte is valid when one of its completions
+        is. ``controls=True`` admits the control characters (strings that are not text).
         """
         bits = validation.check_positive_int(prefix_bits, name="prefix_bits")
         if bits > self.bits:
@@ -305,14 +309,20 @@ class StringCodec:
             room = self.num_bytes - 1 - j  # bytes left after this one
             # The lead bytes whose character fits: C2-DF (1 more byte), E0-EF (2), F0-F4 (3).
             lead_top = 0xF4 if room >= 3 else 0xEF if room == 2 else 0xDF if room == 1 else 0
+            # The single bytes a character may be: all of ASCII, or ASCII but its controls.
+            singles = ((0x00, 0x7F),) if controls else _TEXT_BYTES
             if known == 8:
                 ok &= np.where(ended, byte == 0, True)
                 ok &= np.where(in_char & ~ended, (byte >= lo) & (byte <= hi), True)
-                ok &= np.where(fresh, (byte <= 0x7F) | ((byte >= 0xC2) & (byte <= lead_top)),
-                               True)
+                single = np.zeros(n, dtype=bool)
+                for low, high in singles:
+                    single |= (byte >= low) & (byte <= high)
+                ok &= np.where(fresh, single | ((byte >= 0xC2) & (byte <= lead_top)), True)
                 lead = fresh & (byte >= 0xC2)
                 new_need = np.where(byte >= 0xF0, 3, np.where(byte >= 0xE0, 2, 1))
-                new_lo = np.select([byte == 0xE0, byte == 0xF0], [0xA0, 0x90], 0x80)
+                # After C2 the second byte of U+0080-U+009F (the C1 controls) is 80-9F.
+                new_lo = np.select([byte == 0xE0, byte == 0xF0, (byte == 0xC2) & (not controls)],
+                                   [0xA0, 0x90, 0xA0], 0x80)
                 new_hi = np.select([byte == 0xED, byte == 0xF4], [0x9F, 0x8F], 0xBF)
                 need = np.where(lead, new_need, np.where(in_char & ~ended, need - 1, need))
                 lo = np.where(lead, new_lo, 0x80)
@@ -321,11 +331,18 @@ class StringCodec:
             else:  # some completion must be valid
                 ok &= np.where(ended, first == 0, True)
                 ok &= np.where(in_char & ~ended, (first <= hi) & (last >= lo), True)
-                ok &= np.where(fresh, (first <= 0x7F) | ((first <= lead_top) & (last >= 0xC2)),
-                               True)
+                single = np.zeros(n, dtype=bool)
+                for low, high in singles:
+                    single |= (first <= high) & (last >= low)
+                ok &= np.where(fresh, single | ((first <= lead_top) & (last >= 0xC2)), True)
         if bits == self.bits:
             ok &= ended | (need == 0)
         return ok
+
+
+#: The single bytes of text (ASCII without its controls, but for the whitespace 09-0D) and
+#: the zero byte that ends a string.
+_TEXT_BYTES = ((0x00, 0x00), (0x09, 0x0D), (0x20, 0x7E))
 
 
 def _byte_lengths(raw: list[bytes]) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import unicodedata
 
 import numpy as np
 import pytest
@@ -199,8 +200,9 @@ def test_wide_python_ints_are_not_rounded_through_floats():
 # -- string ends and UTF-8 pruning ------------------------------------------------------------
 
 
-def _reference_valid_codes(num_bytes):
-    """Every code of a string of at most ``num_bytes`` bytes, by brute force."""
+def _reference_valid_codes(num_bytes, controls):
+    """Every code of a string of at most ``num_bytes`` bytes, by brute force (with
+    ``controls=False`` only text: no control character but the whitespace 09-0D)."""
     valid = np.zeros(2 ** (8 * num_bytes), dtype=bool)
     for code in range(valid.size):
         raw = code.to_bytes(num_bytes, "big")
@@ -208,22 +210,34 @@ def _reference_valid_codes(num_bytes):
         if b"\x00" in text:
             continue
         try:
-            text.decode("utf-8", errors="strict")
+            decoded = text.decode("utf-8", errors="strict")
         except UnicodeDecodeError:
+            continue
+        if not controls and any(unicodedata.category(c) == "Cc" and c not in "\t\n\v\f\r"
+                                for c in decoded):
             continue
         valid[code] = True
     return valid
 
 
-def test_valid_prefixes_equal_the_brute_force_reference_on_16_bits():
+@pytest.mark.parametrize("controls", [False, True])
+def test_valid_prefixes_equal_the_brute_force_reference_on_16_bits(controls):
     codec = codecs.StringCodec(bits=16)
-    valid = _reference_valid_codes(2)
+    valid = _reference_valid_codes(2, controls)
     for bits in range(1, 17):
         prefixes = np.arange(2**bits, dtype=np.uint64)
         expected = np.zeros(2**bits, dtype=bool)
         np.logical_or.at(expected, np.arange(2**16) >> (16 - bits), valid)
-        np.testing.assert_array_equal(codec.valid_prefixes(prefixes, bits), expected,
-                                      err_msg=f"prefix_bits={bits}")
+        np.testing.assert_array_equal(codec.valid_prefixes(prefixes, bits, controls=controls),
+                                      expected, err_msg=f"prefix_bits={bits}")
+
+
+def test_text_prefixes_refuse_the_control_strings_low_epsilon_noise_makes():
+    codec = codecs.StringCodec(bits=64)
+    noise = ["line\x03\x1c\u0216", "with\x0eq", "a\x7f", "b\u0085", "tab\there", "cr\r\n"]
+    codes = codec.encode(noise)
+    assert codec.valid_prefixes(codes, 64).tolist() == [False] * 4 + [True] * 2
+    assert codec.valid_prefixes(codes, 64, controls=True).all()
 
 
 def test_valid_prefixes_stop_at_the_end_of_a_string_and_check_utf8():
