@@ -93,7 +93,7 @@ _LOGGER = logging.getLogger(__name__)
 _PROG = "ldpflow heavy-hitters"
 _FLAGS = {"top_k": "k", "value_bits": "bits"}  # parameter -> its flag, where they differ
 #: The server-option flags (each is an option of the same name).
-_SERVER_FLAGS = ("survivors", "threshold_sigma", "threshold", "refine_sigma")
+_SERVER_FLAGS = ("survivors", "threshold_sigma", "threshold", "refine_sigma", "significance")
 
 
 def server_options(opts) -> dict[str, Any]:
@@ -106,13 +106,14 @@ def server_options(opts) -> dict[str, Any]:
     """
     options = {flag: getattr(opts, flag) for flag in _SERVER_FLAGS
                if getattr(opts, flag) is not None}
-    if "refine_sigma" in options:
-        text = options["refine_sigma"]
-        try:
-            options["refine_sigma"] = None if text == "off" else float(text)
-        except ValueError:
-            raise usage_error(_PROG, f"--refine_sigma must be a number or off, got "
-                                     f"{text!r}") from None
+    for flag in ("refine_sigma", "significance"):  # a number, or off
+        if flag in options:
+            text = options[flag]
+            try:
+                options[flag] = None if text == "off" else float(text)
+            except ValueError:
+                raise usage_error(_PROG, f"--{flag} must be a number or off, got "
+                                         f"{text!r}") from None
     return options
 
 

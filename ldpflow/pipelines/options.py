@@ -194,6 +194,10 @@ class HeavyHittersOptions(PipelineOptions):
         parser.add_argument("--threshold", type=float, default=None,
                             help="pem, treehist, sfp: keep only candidates of estimated "
                                  "frequency >= THRESHOLD.")
+        parser.add_argument("--significance", default=None,
+                            help="pem: keep only candidates significantly above zero among "
+                                 "each stage's candidates, family-wise at this level "
+                                 "(Bonferroni; default 0.05); off: no such test (the paper).")
         parser.add_argument("--refine_sigma", default=None,
                             help="pem: z of the combined ranking of a stage's candidates with "
                                  "the earlier stages' estimates (default 3); off: each "

@@ -27,7 +27,7 @@ SMALL = {
 }
 #: The server options of each protocol, in the order they are declared.
 SERVER_OPTIONS = {
-    "pem": ("survivors", "threshold_sigma", "threshold", "refine_sigma"),
+    "pem": ("survivors", "threshold_sigma", "threshold", "refine_sigma", "significance"),
     "spm": (),
     "mcm": (),
     "treehist": ("survivors", "threshold_sigma", "threshold"),

@@ -697,7 +697,7 @@ def test_stage_zero_keeps_twice_the_survivors_when_the_next_stage_fits():
     pem = hh.configure(top_k=4, value_bits=32, epsilon=4.0, users=20_000)
     reports = reports_for(pem, 20_000, 51)
     est = pem.count_candidates(0, pem.split_groups(reports)[0])
-    assert pem.select(est).prefixes.size == 2 * pem.default_survivors == 16
+    assert pem.select(est, significance=None).prefixes.size == 2 * pem.default_survivors == 16
 
 
 def _stage(bits, prefixes, freqs, sigma):
@@ -736,10 +736,11 @@ def test_string_pruning_keeps_words_from_growing_past_their_end():
     pruned = pem.identify(reports, valid=codec.valid_prefixes)
     assert sorted(codec.decode(pruned.values)) == ["a", "of", "the", "when"]
     assert codec.valid_prefixes(pruned.values, 32).all()
-    loose = pem.identify(reports, top_k=8, survivors=8)
+    loose = pem.identify(reports, top_k=8, survivors=8, significance=None)
     # Without pruning, the noisy extensions of words past their end compete as values.
     assert not codec.valid_prefixes(loose.values, 32).all()
-    strict = pem.identify(reports, top_k=8, survivors=8, valid=codec.valid_prefixes)
+    strict = pem.identify(reports, top_k=8, survivors=8, valid=codec.valid_prefixes,
+                          significance=None)
     assert codec.valid_prefixes(strict.values, 32).all()
 
 

@@ -74,8 +74,9 @@ def test_pipeline_top_k_equals_the_core_identify_exactly(tmp_path, threshold, re
 
 def test_document_shape(tmp_path):
     simulate_pem(tmp_path / "reports", users=5000)
+    # 1,000 users a group: without the significance test, to fill all 8 places
     doc = run_job([f"--input={tmp_path}/reports/*.avro", f"--output={tmp_path}/hh",
-                             *FLAGS, "--epsilon", "4"])
+                             *FLAGS, "--epsilon", "4", "--significance", "off"])
     assert set(doc) >= {"top_k", "configuration", "n", "group_sizes", "stages", "results",
                         "records", "reports", "dead_letters", "elapsed_seconds"}
     assert doc["error"] is None and len(doc["results"]) == 1
@@ -188,8 +189,9 @@ def test_each_epsilon_is_its_own_result_unless_one_is_expected(tmp_path):
     assert [(r["configuration"]["epsilon"], r["n"]) for r in doc["results"]] == [(4.0, 3000),
                                                                               (2.0, 2000)]
     assert doc["configuration"]["epsilon"] == 4.0 and doc["n"] == 3000
-    (warning,) = doc["warnings"]  # several epsilons in one input are flagged
+    warning, *shortfalls = doc["warnings"]  # several epsilons in one input are flagged
     assert warning.startswith("the input holds 2 PEM configurations (epsilon 2.0, 4.0)")
+    assert all(": found " in line and "heavy hitters asked for" in line for line in shortfalls)
     doc = run_job([f"--input={tmp_path}/[ab]/*.avro", f"--output={tmp_path}/hh2",
                              *FLAGS, "--epsilon", "2"])
     assert [(r["configuration"]["epsilon"], r["n"], r["dead_letters"])

@@ -43,6 +43,7 @@ import dataclasses
 import hashlib
 import math
 import numbers
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -73,6 +74,9 @@ __all__ = [
     "olh_variance",
     "check_top_k",
     "shortfall",
+    "DEFAULT_SIGNIFICANCE",
+    "significance_sigmas",
+    "check_significance",
 ]
 
 #: The PEM paper's query limit ``Q`` (Sec. VI-A).
@@ -221,6 +225,7 @@ def select_survivors(
     threshold_sigma: float | None = None,
     threshold: float | None = None,
     valid: npt.ArrayLike | None = None,
+    significance: float | None = None,
 ) -> np.ndarray:
     """The survivor rule: positions of the candidates a stage keeps, best first.
 
@@ -228,7 +233,11 @@ def select_survivors(
     ``threshold_sigma``, only those of estimate at least ``threshold_sigma * sigma`` (a
     threshold in standard deviations of one estimate at frequency 0, so it means the same
     at any ``n`` and epsilon); with ``threshold``, only those of estimated frequency at least
-    ``threshold``. Ties go to the smaller candidate.
+    ``threshold``; with ``significance`` ``alpha``, only those significantly above zero
+    among all the stage's valid candidates: estimate at least ``z sigma`` with
+    ``z = Phi^-1(1 - alpha / C)`` for ``C`` valid candidates (Bonferroni's bound: the chance
+    that any candidate of frequency 0 is kept is at most ``alpha``, so the noise of a low
+    epsilon does not become values). Ties go to the smaller candidate.
     """
     survivors = validation.check_positive_int(survivors, name="survivors")
     score = np.asarray(frequencies, dtype=np.float64)
@@ -245,11 +254,36 @@ def select_survivors(
             cut = max(cut, t * sigma)
     if threshold is not None:
         cut = max(cut, _finite(threshold, "threshold"))
+    if significance is not None and math.isfinite(sigma):
+        count = int(np.count_nonzero(score > -np.inf))
+        if count:
+            cut = max(cut, significance_sigmas(significance, count) * sigma)
     order = select_top(candidates, score, survivors)
     keep = score[order] > -np.inf
     if cut > -math.inf:
         keep &= score[order] >= cut
     return order[keep]
+
+
+#: The default family-wise ``significance`` of a stage's survivors (see
+#: :func:`select_survivors`).
+DEFAULT_SIGNIFICANCE = 0.05
+
+
+def significance_sigmas(significance: float, candidates: int) -> float:
+    """``Phi^-1(1 - significance / candidates)``: how many standard deviations an estimate
+    must reach to be significant at ``significance`` among ``candidates`` (Bonferroni)."""
+    alpha = check_significance(significance)
+    count = validation.check_positive_int(candidates, name="candidates")
+    return -statistics.NormalDist().inv_cdf(alpha / count)
+
+
+def check_significance(value: Any) -> float:
+    """A family-wise significance level in ``(0, 1)``."""
+    alpha = _finite(value, "significance")
+    if not 0 < alpha < 1:
+        raise ValueError(f"significance must be in (0, 1), got {value!r}")
+    return alpha
 
 
 def _finite(value: Any, name: str) -> float:
@@ -757,6 +791,8 @@ class HeavyHitterProtocol(Keyed, CheckedReports):
                 continue
             if name == "survivors":
                 validation.check_positive_int(value, name="survivors")
+            elif name == "significance":
+                check_significance(value)
             else:  # thresholds and z: finite reals
                 _finite(value, name)
         return merged

@@ -51,6 +51,7 @@ from ldpflow.core import codecs, hashing, randomness, validation
 from ldpflow.core.heavy_hitters import counting
 from ldpflow.core.heavy_hitters.base import (
     DEFAULT_QUERY_LIMIT,
+    DEFAULT_SIGNIFICANCE,
     MAX_QUERY_LIMIT,
     HeavyHitterProtocol,
     PassCounts,
@@ -167,7 +168,8 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
     name = NAME  # the ``oracle`` tag of its reports (a class attribute, not a parameter)
     #: The survivor rule of every stage (see :meth:`select`).
     server_options = {"survivors": None, "threshold_sigma": None, "threshold": None,
-                      "refine_sigma": DEFAULT_REFINE_SIGMA}
+                      "refine_sigma": DEFAULT_REFINE_SIGMA,
+                      "significance": DEFAULT_SIGNIFICANCE}
     top_k: int
     value_bits: int
     epsilon: float
@@ -537,6 +539,7 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
         threshold: float | None = None,
         valid: Callable[[np.ndarray, int], np.ndarray] | None = None,
         refine_sigma: float | None = DEFAULT_REFINE_SIGMA,
+        significance: float | None = DEFAULT_SIGNIFICANCE,
     ) -> StageSurvivors:
         """The survivors of a stage, best first.
 
@@ -561,6 +564,11 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
             prefixes of valid values (a codec's ``valid_prefixes``); the others are pruned.
         refine_sigma : float or None, default 3
             :func:`combine`'s ``z``; ``None`` ranks by the stage's own estimates (the paper).
+        significance : float or None, default 0.05
+            Keep only candidates significantly above zero among the stage's valid
+            candidates, family-wise at this level (Bonferroni; see
+            :func:`~ldpflow.core.heavy_hitters.base.select_survivors`): a stage then keeps
+            fewer than ``s`` rather than noise. ``None``: no such test (the paper).
 
         Returns
         -------
@@ -577,7 +585,7 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
         pool_size = s if refine_sigma is None or not history else 4 * s
         pool = select_survivors(estimate.candidates, estimate.frequencies, estimate.sigma,
                                 survivors=pool_size, threshold_sigma=threshold_sigma,
-                                threshold=threshold, valid=mask)
+                                threshold=threshold, valid=mask, significance=significance)
         prefixes, freqs = estimate.candidates[pool], estimate.frequencies[pool]
         if refine_sigma is None or not history:
             return StageSurvivors(estimate.prefix_bits, prefixes, freqs, estimate.sigma, freqs)
