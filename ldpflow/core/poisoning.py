@@ -134,7 +134,8 @@ __all__ = [
 #: hashing: 1e-2, since the fakes' co-support count overlaps the genuine tail
 #: (docs/poisoning.md).
 DEFAULT_LEVELS = {"grr": 1e-3, "bitmap": 1e-4, "hash": 1e-2}
-#: Family-wise level of the population tests (spikes, suspected values, co-support pairs).
+#: Family-wise level of all the population tests of a key together (spikes, suspected
+#: values, co-support pairs, dispersion: :data:`DISPERSION_SHARE`).
 DEFAULT_POPULATION_LEVEL = 1e-3
 #: Passes over the reports of one key (fixed, so a pipeline unrolls them at construction).
 NUM_PASSES = 3
@@ -501,13 +502,13 @@ def _dispersion_value(q: float, n: npt.ArrayLike, squares: npt.ArrayLike, sums: 
 
 
 def _null_threshold(oracle: FrequencyOracle, n: npt.ArrayLike, values: npt.ArrayLike,
-                    mass_bound: float, level: float) -> tuple[np.ndarray, np.ndarray,
-                                                               np.ndarray]:
-    """``(g, h, threshold)``: the null ``g chi2_h`` (Satterthwaite: the largest mean and
-    variance of :func:`dispersion_moments`) and its upper ``level`` quantile."""
+                    mass_bound: float, level: float) -> tuple[np.ndarray, ...]:
+    """``(g, h, threshold, mean, variance)``: the null ``g chi2_h`` (Satterthwaite: the
+    largest mean and variance of :func:`dispersion_moments`) and its upper ``level``
+    quantile."""
     mean, variance = dispersion_moments(oracle, n, values=values, mass_bound=mass_bound)
     g, h = variance / (2 * mean), 2 * mean * mean / variance
-    return g, h, g * _stats().chi2.isf(level, h)
+    return g, h, g * _stats().chi2.isf(level, h), mean, variance
 
 
 def dispersion_test(oracle: FrequencyOracle, support: npt.ArrayLike, n: int,
@@ -530,9 +531,8 @@ def dispersion_test(oracle: FrequencyOracle, support: npt.ArrayLike, n: int,
     d = oracle.domain_size
     q = _pq(oracle)[1]
     bound = _mass_bound(oracle, counts, n, level / 2)
-    g, h, threshold = _null_threshold(oracle, n, d, bound, level / 2)
+    g, h, threshold, mean, variance = _null_threshold(oracle, n, d, bound, level / 2)
     value = float(_dispersion_value(q, n, np.sum(counts**2), counts.sum(), d))
-    mean, variance = dispersion_moments(oracle, n, mass_bound=bound)
     return {"name": "dispersion", "value": value, "threshold": float(threshold),
             "p_value": float(_stats().chi2.sf(value / g, h)), "level": level / 2,
             "alarm": bool(value > threshold), "mass_bound": bound,
@@ -567,7 +567,7 @@ def _grr_dispersion_suspects(oracle: DirectEncoding, support: np.ndarray, n: int
     values = d - ks
     t = _dispersion_value(q, n_hat, counts @ counts - removed_sq[ks],
                           counts.sum() - removed[ks], values)
-    _, _, threshold = _null_threshold(oracle, n_hat, values, test["mass_bound"], test["level"])
+    threshold = _null_threshold(oracle, n_hat, values, test["mass_bound"], test["level"])[2]
     passing = np.flatnonzero(t <= threshold)
     k = int(ks[passing[0]] if passing.size else ks[-1])
     return tuple(sorted(int(v) for v in order[:k]))
