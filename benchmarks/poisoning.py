@@ -2,7 +2,8 @@
 defence of ``ldpflow.core.poisoning``, and the defence's detection recall and false positives.
 
     python benchmarks/poisoning.py [--users 100000] [--domain_size 1024] [--epsilon 1.0]
-                                   [--betas 0.01,0.05,0.1] [--seed 20211]
+                                   [--betas 0.01,0.05,0.1] [--seed 20211] [--cases ...]
+                                   [--honest_runs 0 --honest_level 0.2 --honest_users 20000]
 
 ``--users`` genuine users draw Zipf(1.1) values; ``m = beta n / (1 - beta)`` fake users are
 added (a share ``beta`` of all reports). One JSON object per case and beta on stdout:
@@ -16,7 +17,22 @@ added (a share ``beta`` of all reports). One JSON object per case and beta on st
   the raw summed estimate, for scale (a defended gain within a few ``sigma`` is noise);
 * ``recall``: fakes flagged / fakes; ``false_positive``: genuine reports flagged / genuine;
   ``suspected``: the values the population tests suspect (``clean_suspected`` on genuine
-  reports alone: false alarms).
+  reports alone: false alarms);
+* ``dispersion`` (``clean_dispersion`` on genuine reports alone): the dispersion test's
+  ``value``, ``threshold``, ``p_value``, ``level`` and ``alarm``.
+
+The threshold-hugging cases (``*-hugging``) spread the fakes evenly over the fewest rare
+targets (drawn from ranks >= 100) that keep each GRR target under the per-value threshold
+with a margin of 3 standard deviations of its genuine count (``hugging_plan``); each fake
+runs the single-target MGA (``poisoning.spread_attack``: OUE matched, OLH best of
+``--tries`` seeds). They add ``fakes_per_target``, ``per_value_accepted_count`` (the largest
+count the GRR value test accepts) and, for GRR, ``max_target_count``.
+
+``--honest_runs R`` first prints, per oracle (grr, oue, olh) and honest population
+(``point``: everyone holds one value, the least favourable; ``zipf``), the share of ``R``
+perturbations of ``--honest_users`` users raising the dispersion alarm at
+``population_level = --honest_level`` (nominal rate ``level / 4``, with its binomial sigma)
+and the share with anything suspected (at most ``level``).
 
 The single-target cases promote the value whose genuine frequency is nearest 0.02%; the
 multi-target cases ten values drawn at random from ranks >= 100 (Cao et al.'s setting).
@@ -60,8 +76,34 @@ CASES = [
     ("olh-input", "olh", "input", None, 1, None),
     ("pem-mga-1-target", "pem", "mga", None, 1, None),
     ("pem-mga-10-targets", "pem", "mga", None, 10, None),
+    # last, so the cases before them draw what they drew before these were added
+    ("grr-hugging", "grr", "hugging", None, None, None),
+    ("oue-hugging", "oue", "hugging", "matched", None, None),
+    ("olh-hugging", "olh", "hugging", None, None, None),
 ]
 PEM_TOP_K = 16
+
+
+def hugging_plan(n, beta, d, eps, population_level=poisoning.DEFAULT_POPULATION_LEVEL):
+    """(targets, fakes per target) of the threshold-hugging attack: the fewest targets whose
+    share of ``m`` fakes keeps each GRR target under the per-value threshold (the largest
+    count ``Binomial(N, p)`` accepts at its level), with a margin of 3 standard deviations
+    of the genuine count ``N q`` of a rare value."""
+    from scipy import stats
+
+    grr = registry.make("grr", epsilon=eps, domain_size=d)
+    m = poisoning.fake_user_count(n, beta)
+    big_n = n + m
+    level = population_level * (1 - poisoning.DISPERSION_SHARE) / d
+    accepted = int(stats.binom.isf(level, big_n, grr.p))
+    per_max = accepted - math.ceil(big_n * grr.q + 3 * math.sqrt(big_n * grr.q))
+    count = math.ceil(m / per_max)
+    return count, m // count, accepted
+
+
+def dispersion_summary(report):
+    test = report.details.get("dispersion", {})
+    return {key: test.get(key) for key in ("value", "threshold", "p_value", "level", "alarm")}
 
 
 def pem_identify(pem, reports):
@@ -119,9 +161,37 @@ def pem_case(case, pem, values, genuine, targets, beta, truth, rng, tries):
     }
 
 
-def run_defence(oracle, reports, level):
+def honest_alarms(names, values, d, eps, runs, level, rng):
+    """Rows of the honest alarm rates: per oracle and population (``point``: everyone holds
+    value 0, the least favourable; ``zipf``: the benchmark's), over ``runs`` fresh
+    perturbations, the share raising the dispersion alarm at family-wise ``level`` (nominal
+    ``level / 2``: the statistic's share) and the share with anything suspected by the
+    defence at ``population_level = level``."""
+    n = values.size
+    for name in names:
+        oracle = registry.make(name, epsilon=eps, domain_size=d)
+        for label, held in (("point", np.zeros(n, dtype=np.int64)), ("zipf", values)):
+            started = time.perf_counter()
+            alarms = suspected = 0
+            for _ in range(runs):
+                reports = oracle.perturb(held, rng)
+                plan = poisoning.initial_plan(oracle, None, level)
+                plan = poisoning.advance(plan, poisoning.tally(plan, reports))
+                alarms += plan.details["dispersion"]["alarm"]
+                suspected += bool(run_defence(oracle, reports, None, level)[0].suspected)
+            nominal = level / 4
+            print(json.dumps({
+                "case": "honest-alarms", "oracle": name, "population": label, "users": n,
+                "domain_size": d, "epsilon": eps, "runs": runs, "population_level": level,
+                "dispersion_alarm_rate": alarms / runs, "dispersion_nominal": nominal,
+                "dispersion_sigma": math.sqrt(nominal * (1 - nominal) / runs),
+                "any_suspected_rate": suspected / runs,
+                "seconds": round(time.perf_counter() - started, 2)}), flush=True)
+
+
+def run_defence(oracle, reports, level, population_level=poisoning.DEFAULT_POPULATION_LEVEL):
     """(final plan, per-report flags, report) of the core passes."""
-    plan = poisoning.initial_plan(oracle, level)
+    plan = poisoning.initial_plan(oracle, level, population_level)
     for _ in range(poisoning.NUM_PASSES - 1):
         plan = poisoning.advance(plan, poisoning.tally(plan, reports))
     flags = poisoning.flag_reports(plan, reports)
@@ -138,6 +208,11 @@ def main(argv=None):
     parser.add_argument("--tries", type=int, default=1000,
                         help="seeds an OLH fake user examines")
     parser.add_argument("--cases", default=",".join(c[0] for c in CASES))
+    parser.add_argument("--honest_runs", type=int, default=0,
+                        help="also measure the honest alarm rates over this many runs")
+    parser.add_argument("--honest_level", type=float, default=0.2,
+                        help="population_level of the honest alarm runs")
+    parser.add_argument("--honest_users", type=int, default=20_000)
     args = parser.parse_args(argv)
     n, d, eps = args.users, args.domain_size, args.epsilon
     betas = [float(b) for b in args.betas.split(",")]
@@ -147,6 +222,10 @@ def main(argv=None):
     truth = np.bincount(values, minlength=d) / n
     single = np.array([int(np.argmin(np.abs(truth - 2e-4)))])
     several = np.sort(rng.choice(np.arange(100, d), 10, replace=False))
+    if args.honest_runs:
+        honest_alarms(("grr", "oue", "olh"), values[: args.honest_users], d, eps,
+                      args.honest_runs, args.honest_level,
+                      np.random.default_rng(args.seed + 1))  # the cases' draws stay the same
     genuine_by_oracle: dict[str, tuple] = {}
     for case, name, attack, variant, count, level in CASES:
         if case not in wanted:
@@ -177,7 +256,16 @@ def main(argv=None):
         for beta in betas:
             started = time.perf_counter()
             m = poisoning.fake_user_count(n, beta)
-            if attack == "mga":
+            if attack == "hugging":
+                spread, per, accepted = hugging_plan(n, beta, d, eps)
+                targets = np.sort(np.random.default_rng(args.seed + spread).choice(
+                    np.arange(100, d), spread, replace=False))
+                raw_clean = oracle.estimate(oracle.aggregate(genuine)).frequencies[targets].sum()
+                sigma = math.sqrt(targets.size * oracle.variance(n))
+                m = spread * per
+                extra = {"variant": variant} if variant else {"tries": args.tries}
+                fakes = poisoning.spread_attack(oracle, targets, per, rng, **extra)
+            elif attack == "mga":
                 extra = {"variant": variant} if variant else {}
                 if name == "olh":
                     extra["tries"] = args.tries
@@ -209,6 +297,12 @@ def main(argv=None):
                 "suspected_count": len(plan.suspected),
                 "targets_suspected": int(np.isin(targets, plan.suspected).sum()),
                 "clean_suspected": list(clean_plan.suspected),
+                "dispersion": dispersion_summary(report),
+                "clean_dispersion": dispersion_summary(clean_report),
+                **({"fakes_per_target": per, "per_value_accepted_count": accepted,
+                    "max_target_count": int(np.bincount(
+                        reports.value, minlength=d)[targets].max()) if name == "grr" else None}
+                   if attack == "hugging" else {}),
                 "seconds": round(time.perf_counter() - started, 2),
             }), flush=True)
 

@@ -12,7 +12,10 @@ report support all the targets it can. Attacks here (evaluation only, seeded):
   every other value with probability ``q`` (``matched``: exactly an honest report conditioned
   on supporting the targets); local hashing: the seed, out of ``tries`` random seeds, whose
   hash maps the most targets to one bucket, and that bucket;
-* :func:`input_manipulation`: fake users run the honest client on a target (the baseline).
+* :func:`input_manipulation`: fake users run the honest client on a target (the baseline);
+* :func:`spread_attack`: the same number of fakes on each of many targets, each running the
+  single-target MGA; on GRR with few enough per target, every target stays under the
+  per-value threshold (*threshold-hugging*).
 
 Defences. Detection uses the exact law of honest reports; recovery re-estimates from what
 detection leaves. Every test states its level: a per-report test at ``level`` (by default
@@ -40,13 +43,23 @@ most that probability (Bonferroni over what it examines).
   flagged, with the flagged genuine reports' expected support put back.
 * GRR: a report is one value, so a fake report of ``t`` cannot be told from a genuine
   report of ``t``: there is no per-report test. Per population: a value whose count exceeds
-  ``Binomial(N, p)`` (what it would be if *every* user held it) at ``population_level / d``
-  is impossible for honest users and is suspected; its reports are flagged (a flag on a
-  value: the genuine reports of it are flagged too). Recovery: ``n`` and the genuine mass of
-  the suspected values are not jointly identifiable from one histogram; assuming that mass
-  is zero, ``n^ = (N - c_T) / (1 - |T| q)``, the suspected values are reported as 0 and the
-  others as ``(c_v / n^ - q) / (p - q)`` (undoing the fakes' depression of every other
-  value).
+  ``Binomial(N, p)`` (what it would be if *every* user held it) at
+  ``population_level / (2 d)`` is impossible for honest users and is suspected. A
+  dispersion alarm (below) adds the fewest values of largest count whose removal leaves
+  an honest-looking rest (:func:`_grr_dispersion_suspects`). The reports of suspected values
+  are flagged (a flag on a value: the genuine reports of it are flagged too). Recovery:
+  ``n`` and the genuine mass of the suspected values are not jointly identifiable from one
+  histogram; assuming that mass is zero, ``n^ = (N - c_T) / (1 - |T| q)``, the suspected
+  values are reported as 0 and the others as ``(c_v / n^ - q) / (p - q)`` (undoing the
+  fakes' depression of every other value).
+* Every family, per population: the *dispersion* test (:func:`dispersion_test`) of many
+  values with excess, ``T = sum_v z_v^2`` with ``z_v`` a support count standardised by the
+  law of a value nobody holds, against the least favourable honest population (exact
+  moments, ``sum f = 1``, a confidence bound on the largest frequency). It spends
+  :data:`DISPERSION_SHARE` of ``population_level``; the family's own population tests the
+  rest. It catches fakes spread thinly over many values, each under a per-value threshold;
+  on bitmaps and local hashing it is an alarm only (no per-report test can pick out such
+  reports, below).
 
 What no test can see (docs/poisoning.md): fake reports whose law is at most ``K`` times an
 honest report's law of some value are flagged by any per-report test with probability at
@@ -71,6 +84,7 @@ Poisoning Attacks against Local Differential Privacy. ICDE 2024.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -88,6 +102,7 @@ __all__ = [
     "DEFAULT_LEVELS",
     "default_level",
     "DEFAULT_POPULATION_LEVEL",
+    "DISPERSION_SHARE",
     "NUM_PASSES",
     "OLH_CANDIDATES",
     "MGA_VARIANTS",
@@ -95,9 +110,12 @@ __all__ = [
     "fake_user_count",
     "maximal_gain_attack",
     "input_manipulation",
+    "spread_attack",
     "support_size_law",
     "support_size_bounds",
     "truncated_constants",
+    "dispersion_moments",
+    "dispersion_test",
     "supports",
     "DefencePlan",
     "PoisoningTally",
@@ -116,7 +134,8 @@ __all__ = [
 #: hashing: 1e-2, since the fakes' co-support count overlaps the genuine tail
 #: (docs/poisoning.md).
 DEFAULT_LEVELS = {"grr": 1e-3, "bitmap": 1e-4, "hash": 1e-2}
-#: Family-wise level of the population tests (spikes, suspected values, co-support pairs).
+#: Family-wise level of all the population tests of a key together (spikes, suspected
+#: values, co-support pairs, dispersion: :data:`DISPERSION_SHARE`).
 DEFAULT_POPULATION_LEVEL = 1e-3
 #: Passes over the reports of one key (fixed, so a pipeline unrolls them at construction).
 NUM_PASSES = 3
@@ -295,6 +314,25 @@ def input_manipulation(oracle: FrequencyOracle, targets: npt.ArrayLike, fake_use
     return oracle.perturb(targets[rng.integers(0, targets.size, m)], rng)
 
 
+def spread_attack(oracle: FrequencyOracle, targets: npt.ArrayLike, per_target: int,
+                  rng: np.random.Generator, *, variant: str = "matched",
+                  tries: int = 1000) -> Reports:
+    """``per_target`` fake users for each target, each running the single-target maximal
+    gain attack on it (bitmaps: ``variant``, by default the matched one; local hashing:
+    ``tries`` seeds). GRR: exactly ``per_target`` reports of each target. With
+    ``per_target`` under what the per-value test accepts, every target stays below its
+    threshold (the *threshold-hugging* attack; docs/poisoning.md)."""
+    targets = _check_targets(targets, oracle.domain_size)
+    per = validation.check_positive_int(per_target, name="per_target", minimum=0)
+    if _check_oracle(oracle) == "grr":
+        return Reports(oracle.name, {"value": np.repeat(targets, per)})
+    if isinstance(oracle, SubsetSelection) and variant == "matched":
+        variant = "fixed-size"  # for ss the fixed-size report is the matched one
+    extra: dict[str, Any] = {"tries": tries} if _family(oracle) == "hash" else {"variant": variant}
+    return Reports.concat([maximal_gain_attack(oracle, [int(t)], per, rng, **extra)
+                           for t in targets])
+
+
 # -- the law of honest support sizes ------------------------------------------------------
 def _binomial_pmf(trials: int, prob: float) -> np.ndarray:
     return _stats().binom.pmf(np.arange(trials + 1), trials, prob)
@@ -367,6 +405,172 @@ def truncated_constants(oracle: FrequencyOracle, accepted: npt.ArrayLike
     p_kept = p * float(own[mask[1:]].sum()) / total
     q_kept = q * float(other[mask[1:]].sum()) / total
     return total, p_kept, q_kept
+
+
+# -- the dispersion test: many values with excess -------------------------------------------
+#: Share of ``population_level`` spent on the dispersion test (:func:`dispersion_test`); each
+#: family's own population tests keep the rest, so the family-wise level holds (Bonferroni).
+DISPERSION_SHARE = 0.5
+
+
+def _pair_covariances(oracle: FrequencyOracle) -> tuple[float, float]:
+    """``(c0, c1)``: the covariance of the support indicators of two values ``u != v`` in one
+    report whose user holds neither (``c0``) or holds ``u`` (``c1``). Zero for unary encoding
+    (independent bits) and local hashing (3-wise independent hashes); negative for grr (one
+    value per report) and ss (a fixed number of values per report)."""
+    p, q = _pq(oracle)
+    d = oracle.domain_size
+    if isinstance(oracle, DirectEncoding):
+        return -q * q, -p * q
+    if isinstance(oracle, SubsetSelection) and d > 2:
+        w = oracle.subset_size
+        both = (p * (w - 1) * (w - 2) + (1 - p) * w * (w - 1)) / ((d - 1) * (d - 2))
+        return both - q * q, p * (w - 1) / (d - 1) - p * q
+    return 0.0, 0.0
+
+
+def dispersion_moments(oracle: FrequencyOracle, n: npt.ArrayLike, *,
+                       values: npt.ArrayLike | None = None, mass_bound: float = 1.0
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """The largest mean and variance of the dispersion statistic ``T = sum_v z_v^2`` over
+    ``values`` values (by default the whole domain) among honest populations of ``n`` users
+    whose largest frequency is at most ``mass_bound`` (``n`` and ``values`` broadcast).
+
+    ``z_v = (c_v - n q) / sqrt(n q (1 - q))``: the support count standardised by the law of a
+    value nobody holds. ``c_v`` is a sum over users of Bernoulli(``p``) (holders) and
+    Bernoulli(``q``) (the others), so its cumulants are linear in ``f_v``:
+    ``k_j(c_v) = n (K_j(q) + (K_j(p) - K_j(q)) f_v)``. With ``delta_v = n (p - q) f_v``,
+    ``E[(c_v - nq)^2] = k2 + delta^2`` and ``Var[(c_v - nq)^2] = k4 + 2 k2^2 + 4 delta^2 k2 +
+    4 delta k3``, exactly. Summed under ``sum f <= 1``, the mean depends on the population
+    only through ``S = sum f^2``, the variance through ``S`` and ``sum f^3 <= f_max S``;
+    both are linear in ``S <= f_max <= mass_bound`` (the variance is taken at both ends), so
+    these bound every such honest population. A report of unary encoding or local hashing
+    supports two values independently (the sum is exact); grr and ss add their Gaussian
+    cross term ``2 sum_{u != v} Cov(c_u, c_v)^2`` (the negative cross terms are left out,
+    which only overstates the variance).
+    """
+    p, q = _pq(oracle)
+    n = np.asarray(n, dtype=np.float64)
+    d = np.asarray(oracle.domain_size if values is None else values, dtype=np.float64)
+    s = min(1.0, max(float(mass_bound), 0.0))
+    r = p - q
+
+    def cumulants(x: float) -> tuple[float, float, float]:
+        v = x * (1 - x)
+        return v, v * (1 - 2 * x), v * (1 - 6 * v)
+
+    (a2, a3, a4), (b2, b3, b4) = cumulants(q), cumulants(p)
+    b2, b3, b4 = b2 - a2, b3 - a3, b4 - a4  # the slopes in f_v
+    c0, c1 = _pair_covariances(oracle)
+    e = c1 - c0
+
+    def mass(coefficient: float) -> float:
+        """The largest ``coefficient * M`` over the values' genuine mass ``M``: exactly 1
+        over the whole domain, at most 1 over part of it."""
+        return coefficient if values is None or coefficient > 0 else 0.0
+
+    scale = n * a2
+    mean = (n * (d * a2 + mass(b2)) + n * n * r * r * s) / scale
+
+    def variance(s_: float) -> np.ndarray:
+        cross = (d * (d - 1) * (n * c0) ** 2 + 4 * (d - 1) * n * n * mass(c0 * e)
+                 + e * e * n * n * (2 * np.maximum(d - 2, 0) * s_ + 2))
+        return np.asarray((n * (d * a4 + mass(b4))
+                           + 2 * n * n * (d * a2 * a2 + mass(2 * a2 * b2) + b2 * b2 * s_)
+                           + 4 * n ** 3 * r * r * (a2 * s_ + max(b2, 0.0) * s * s_)
+                           + 4 * n * n * r * (mass(a3) + b3 * s_) + 2 * cross) / scale ** 2)
+
+    return mean, np.maximum(variance(0.0), variance(s))
+
+
+def _mass_bound(oracle: FrequencyOracle, counts: np.ndarray, n: int, level: float) -> float:
+    """``U``, at least the largest genuine frequency with probability ``1 - level`` on honest
+    reports: the largest estimate plus ``z_level`` times the largest standard deviation of an
+    estimate (the value holding ``f_max`` is one of those maximised over)."""
+    p, q = _pq(oracle)
+    sigma = max(math.sqrt(x * (1 - x) / n) for x in (p, q)) / (p - q)
+    top = (float(counts.max()) / n - q) / (p - q)
+    return float(min(1.0, max(0.0, top + _stats().norm.isf(level) * sigma)))
+
+
+def _dispersion_value(q: float, n: npt.ArrayLike, squares: npt.ArrayLike, sums: npt.ArrayLike,
+                      values: npt.ArrayLike) -> np.ndarray:
+    """``sum (c_v - n q)^2 / (n q (1 - q))`` from ``sum c^2``, ``sum c`` and the count."""
+    n = np.asarray(n, dtype=np.float64)
+    return np.asarray((np.asarray(squares) - 2 * n * q * np.asarray(sums)
+                       + np.asarray(values) * (n * q) ** 2) / (n * q * (1 - q)))
+
+
+def _null_threshold(oracle: FrequencyOracle, n: npt.ArrayLike, values: npt.ArrayLike,
+                    mass_bound: float, level: float) -> tuple[np.ndarray, ...]:
+    """``(g, h, threshold, mean, variance)``: the null ``g chi2_h`` (Satterthwaite: the
+    largest mean and variance of :func:`dispersion_moments`) and its upper ``level``
+    quantile."""
+    mean, variance = dispersion_moments(oracle, n, values=values, mass_bound=mass_bound)
+    g, h = variance / (2 * mean), 2 * mean * mean / variance
+    return g, h, g * _stats().chi2.isf(level, h), mean, variance
+
+
+def dispersion_test(oracle: FrequencyOracle, support: npt.ArrayLike, n: int,
+                    level: float) -> dict[str, Any]:
+    """The population test of *many values with excess*, at family-wise ``level``.
+
+    Statistic: ``T = sum_v z_v^2`` over the domain (:func:`dispersion_moments`), which grows
+    with the square of every value's excess over the law of a value nobody holds. An honest
+    population has ``sum f = 1``, which caps the excess it can spread; fakes do not. Null:
+    the least favourable honest population whose largest frequency is at most ``U``
+    (:func:`_mass_bound` at ``level / 2``), approximated by ``g chi2_h`` with its largest mean
+    and variance; the alarm is ``T`` above its ``level / 2`` quantile. An honest population
+    raises it with probability at most ``level`` (union bound), whatever its frequencies.
+
+    Returns a JSON-ready dict: ``name``, ``value`` (``T``), ``threshold``, ``p_value`` (the
+    tail of the null at ``T``), ``level`` (what ``p_value`` is compared with: ``level / 2``),
+    ``alarm``, ``mass_bound`` (``U``) and ``mass_bound_level``, ``null_mean``, ``null_sd``.
+    """
+    counts = np.asarray(support, dtype=np.float64)
+    d = oracle.domain_size
+    q = _pq(oracle)[1]
+    bound = _mass_bound(oracle, counts, n, level / 2)
+    g, h, threshold, mean, variance = _null_threshold(oracle, n, d, bound, level / 2)
+    value = float(_dispersion_value(q, n, np.sum(counts**2), counts.sum(), d))
+    return {"name": "dispersion", "value": value, "threshold": float(threshold),
+            "p_value": float(_stats().chi2.sf(value / g, h)), "level": level / 2,
+            "alarm": bool(value > threshold), "mass_bound": bound,
+            "mass_bound_level": level / 2, "null_mean": float(mean),
+            "null_sd": float(np.sqrt(variance))}
+
+
+def _grr_dispersion_suspects(oracle: DirectEncoding, support: np.ndarray, n: int,
+                             test: dict[str, Any], start: Sequence[int]) -> tuple[int, ...]:
+    """GRR after a dispersion alarm: the fewest values, ``start`` (the per-value suspects)
+    then by decreasing count, whose removal leaves counts the rest of an honest population
+    explains. With ``P`` removed, the genuine users are re-estimated as the recovery does,
+    ``n^ = (N - c_P) / (1 - |P| q)`` (this undoes the fakes' depression of every other
+    value), and the rest's statistic is compared with its null over ``d - |P|`` values,
+    ``n^`` users, at the test's level and mass bound. Only values counted above ``n^ q``
+    are removed."""
+    d, q = oracle.domain_size, oracle.q
+    counts = support.astype(np.float64)
+    first = np.asarray(sorted(start), dtype=np.int64)
+    rest = np.argsort(-counts, kind="stable")
+    order = np.concatenate([first, rest[~np.isin(rest, first)]])
+    c = counts[order]
+    removed = np.concatenate([[0.0], np.cumsum(c)])
+    removed_sq = np.concatenate([[0.0], np.cumsum(c**2)])
+    ks = np.arange(first.size, d)
+    n_hat = (n - removed[ks]) / (1 - ks * q)
+    usable = (n_hat > 0) & ((ks == first.size) | (c[np.maximum(ks - 1, 0)] > n_hat * q))
+    usable &= np.cumprod(usable).astype(bool)  # stop at the first value without excess
+    ks, n_hat = ks[usable], n_hat[usable]
+    if ks.size == 0:
+        return tuple(int(v) for v in first)
+    values = d - ks
+    t = _dispersion_value(q, n_hat, counts @ counts - removed_sq[ks],
+                          counts.sum() - removed[ks], values)
+    threshold = _null_threshold(oracle, n_hat, values, test["mass_bound"], test["level"])[2]
+    passing = np.flatnonzero(t <= threshold)
+    k = int(ks[passing[0]] if passing.size else ks[-1])
+    return tuple(sorted(int(v) for v in order[:k]))
 
 
 # -- the defence: plans, tallies, passes ---------------------------------------------------
@@ -507,6 +711,12 @@ def initial_plan(oracle: FrequencyOracle, level: float | None = None,
     return DefencePlan(oracle, level, population_level)
 
 
+def _own_level(plan: DefencePlan) -> float:
+    """The family-wise level of a family's own population tests: what the dispersion test
+    leaves of ``population_level`` (:data:`DISPERSION_SHARE`)."""
+    return plan.population_level * (1 - DISPERSION_SHARE)
+
+
 def _sizes(reports: Reports) -> np.ndarray:
     return bitvectors.row_popcount(reports.columns["bits"])
 
@@ -628,15 +838,24 @@ def _after_first(plan: DefencePlan, result: PoisoningTally) -> DefencePlan:
     changes: dict[str, Any] = {"stage": 1, "n": n, "support": support}
     details: dict[str, Any] = {}
     d = oracle.domain_size
+    if n:  # every family: the population test of many values with excess
+        dispersion = dispersion_test(
+            oracle, oracle.support_counts(Accumulator(oracle.key, support, n)), n,
+            plan.population_level * DISPERSION_SHARE)
+        details["dispersion"] = dispersion
     if n == 0:
         pass
     elif family == "grr":
         # What a value's count would be if every user held it: Binomial(N, p).
         pvalues = stats.binom.sf(support - 1, n, oracle.p)
-        changes["suspected"] = tuple(int(v) for v in np.flatnonzero(
-            pvalues <= plan.population_level / d))
+        suspected = tuple(int(v) for v in np.flatnonzero(pvalues <= _own_level(plan) / d))
         details["max_count_fraction"] = float(support.max() / n)
         details["impossible_above_fraction"] = _pq(oracle)[0]
+        details["value_count_suspected"] = list(suspected)
+        if dispersion["alarm"]:
+            suspected = _grr_dispersion_suspects(oracle, support, n, dispersion,  # type: ignore[arg-type]
+                                                 suspected)
+        changes["suspected"] = suspected
     elif family == "bitmap":
         lo, hi, false_positive = support_size_bounds(oracle, plan.level)
         law = support_size_law(oracle)
@@ -644,7 +863,7 @@ def _after_first(plan: DefencePlan, result: PoisoningTally) -> DefencePlan:
         tested = np.flatnonzero((law > 0) & (np.arange(d + 1) >= lo) & (np.arange(d + 1) <= hi))
         pvalues = stats.binom.sf(sizes[tested] - 1, n, law[tested])
         excess = sizes[tested] > n * law[tested]
-        spikes = tested[excess & (pvalues <= plan.population_level / max(1, tested.size))]
+        spikes = tested[excess & (pvalues <= _own_level(plan) / max(1, tested.size))]
         changes.update(size_bounds=(lo, hi), spike_sizes=tuple(int(s) for s in spikes))
         details.update(size_bounds=[lo, hi], size_test_false_positive=false_positive,
                        spike_sizes=[int(s) for s in spikes],
@@ -690,7 +909,7 @@ def _after_second(plan: DefencePlan, result: PoisoningTally) -> DefencePlan:
         var = expected * (1 - expected / n) + (n * slope) ** 2 * 2 * var_f
         z = (cos - expected) / np.sqrt(var)
         pairs = max(1, cands.size * (cands.size - 1) // 2)
-        threshold = stats.norm.isf(plan.population_level / pairs)
+        threshold = stats.norm.isf(_own_level(plan) / pairs)
         suspected = tuple(int(v) for v in cands[_densest_clique(z, threshold)])
         changes["suspected"] = suspected
         details.update(candidates=int(cands.size), pair_threshold_z=float(threshold),
@@ -787,7 +1006,7 @@ def _spike_suspects(plan: DefencePlan, result: PoisoningTally, recovered: np.nda
     var = (expected * (1 - expected / n_hat) + (n_hat * (a1 - a0)) ** 2 * var_f
            + fakes * rho * (1 - rho))
     z = (excess - rho * fakes) / np.sqrt(var)
-    threshold = _stats().norm.isf(plan.population_level / oracle.domain_size)
+    threshold = _stats().norm.isf(_own_level(plan) / oracle.domain_size)
     details.update(spike_fake_reports_estimate=fakes, spike_filler_rate=rho,
                    spike_support_threshold_z=float(threshold))
     return tuple(int(v) for v in np.flatnonzero(z > threshold))

@@ -3,7 +3,9 @@
 :class:`DetectPoisoning` takes the ``(key, ReportBatch)`` PCollection the estimate job counts
 and yields one ``(key, section)`` per key of a supported oracle, ``section`` being
 :meth:`~ldpflow.core.poisoning.PoisoningReport.to_dict` (``flagged``, ``test``, ``level``,
-``suspected``, ``recovered_estimates``, ...). The defence's :data:`NUM_PASSES` passes are
+``suspected``, ``recovered_estimates``, ..., and in ``details.dispersion`` the population test
+of many values with excess: its ``name``, ``value``, ``threshold``, ``p_value``, ``level``
+and ``alarm``). The defence's :data:`NUM_PASSES` passes are
 unrolled at graph construction: per pass, each batch is tallied against its key's plan (a
 side input), the tallies of a key are merged exactly, and the next plan is derived.
 :class:`AttachPoisoning` adds the sections to the estimate job's result dicts by key.

@@ -326,3 +326,119 @@ def test_errors_name_the_problem():
         poisoning.advance(poisoning.advance(plan, first), first)
     with pytest.raises(ValueError, match="cannot merge a tally of pass"):
         first.merge(poisoning.PoisoningTally(1, {"n": np.zeros(1, dtype=np.int64)}))
+
+
+# -- the dispersion test: many values with excess -------------------------------------------
+def hugging(seed: int, n: int = 50_000, d: int = 1024, count: int = 21, per: int = 122):
+    """Issue 22's threshold-hugging attack: ``count`` rare targets with ``per`` fake GRR
+    reports each, every target under the per-value threshold (beta 4.9 % at the defaults)."""
+    rng = np.random.default_rng(seed)
+    oracle = ldpflow.oracle("grr", epsilon=1.0, domain_size=d)
+    values = population(seed + 1, n, d)
+    targets = np.arange(d - count, d)  # the rarest ranks of the Zipf population
+    genuine = oracle.perturb(values, rng)
+    fakes = poisoning.spread_attack(oracle, targets, per, rng)
+    return oracle, values, targets, genuine, Reports.concat([genuine, fakes])
+
+
+@pytest.mark.statistical
+def test_grr_threshold_hugging_attack_is_flagged_and_its_gain_cut():
+    oracle, values, targets, genuine, reports = hugging(40)
+    n, big_n, d = len(genuine), len(reports), oracle.domain_size
+    counts = np.bincount(reports.value, minlength=d)
+    # Every target stays under the per-value threshold (Binomial(N, p) at the level / d that
+    # the test had before the dispersion test took half of it): no value test can see them.
+    assert counts.max() <= stats.binom.isf(poisoning.DEFAULT_POPULATION_LEVEL / d, big_n,
+                                           oracle.p)
+    report = poisoning.defend(oracle, reports)
+    assert report.details["value_count_suspected"] == []
+    dispersion = report.details["dispersion"]
+    assert dispersion["alarm"] and dispersion["value"] > dispersion["threshold"]
+    assert dispersion["p_value"] < dispersion["level"] == poisoning.DEFAULT_POPULATION_LEVEL / 4
+    # The fewest values of largest count explaining the alarm: targets only, all but at most
+    # one (a lone value of 122 fakes is what an honest population held by one user gives).
+    assert set(report.suspected) <= set(targets.tolist()) and len(report.suspected) >= 20
+    truth = np.bincount(values, minlength=d) / n
+    raw = oracle.estimate(oracle.aggregate(reports)).frequencies
+    raw_gain = float(np.sum(raw[targets] - truth[targets]))
+    defended_gain = float(np.sum(report.recovered[targets] - truth[targets]))
+    # Escaped targets keep their fakes: at most 122 reports each over n^ (p - q), plus noise.
+    escaped = len(targets) - len(report.suspected)
+    sigma = math.sqrt(len(targets) * oracle.variance(n))
+    assert raw_gain > 20 * sigma
+    assert defended_gain < escaped * 122 / (n * (oracle.p - oracle.q)) + 4 * sigma
+    assert raw_gain > 10 * defended_gain
+
+
+def test_dispersion_moments_equal_a_direct_sum_for_two_values():
+    # d = 2 grr with every user holding value 0: c_0 ~ Binomial(n, p), c_1 = n - c_0; the
+    # statistic is (c_0 - nq)^2 / a + (n - c_0 - nq)^2 / a, summed exactly over the law.
+    oracle = ldpflow.oracle("oue", epsilon=0.7, domain_size=2)
+    n = 60
+    p, q = oracle.p, oracle.q
+    a = n * q * (1 - q)
+    # oue: the two bits independent; c_0 ~ Bin(n, p), c_1 ~ Bin(n, q).
+    k = np.arange(n + 1)
+    x0 = (k - n * q) ** 2 / a
+    w0, w1 = stats.binom.pmf(k, n, p), stats.binom.pmf(k, n, q)
+    mean = w0 @ x0 + w1 @ x0
+    var = w0 @ x0**2 - (w0 @ x0) ** 2 + w1 @ x0**2 - (w1 @ x0) ** 2
+    got_mean, got_var = poisoning.dispersion_moments(oracle, n, mass_bound=1.0)
+    assert math.isclose(float(got_mean), mean, rel_tol=1e-12)
+    assert math.isclose(float(got_var), var, rel_tol=1e-12)
+
+
+def dispersion_alarms(name: str, values: np.ndarray, runs: int, level: float, seed: int):
+    """How many of ``runs`` honest populations (fixed values, fresh randomness) raise the
+    dispersion alarm at family-wise ``level``, and the defence's overall alarms (anything
+    suspected) at ``population_level = level``."""
+    oracle = ldpflow.oracle(name, epsilon=1.0, domain_size=32)
+    rng = np.random.default_rng(seed)
+    alarms = overall = 0
+    for _ in range(runs):
+        reports = oracle.perturb(values, rng)
+        support = oracle.support_counts(oracle.aggregate(reports))
+        alarms += poisoning.dispersion_test(oracle, support, len(reports), level)["alarm"]
+        if name == "grr":
+            overall += bool(poisoning.defend(oracle, reports, population_level=level).suspected)
+    return alarms, overall
+
+
+@pytest.mark.statistical
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["grr", "oue", "olh"])
+def test_dispersion_false_alarm_rate_is_its_level_on_the_least_favourable_population(name):
+    # Everyone holds one value: the honest population of largest dispersion, where the null
+    # law is attained, so the alarm rate is the nominal level / 2 (the other half bounds the
+    # largest frequency, which holds here with probability ~1), within 4 binomial sigma.
+    runs, level = 1500, 0.2
+    alarms, overall = dispersion_alarms(name, np.zeros(2000, dtype=np.int64), runs, level, 41)
+    nominal = level / 2
+    sigma = math.sqrt(nominal * (1 - nominal) / runs)
+    assert abs(alarms / runs - nominal) <= 4 * sigma
+    if name == "grr":  # per-value and dispersion tests together: at most population_level
+        assert overall / runs <= level + 4 * math.sqrt(level * (1 - level) / runs)
+
+
+@pytest.mark.statistical
+@pytest.mark.slow
+def test_dispersion_false_alarm_rate_is_at_most_its_level_on_other_populations():
+    # A Zipf population spreads its mass: the least favourable null overstates it, so the
+    # alarm rate is at most the nominal level (within 4 sigma).
+    runs, level = 1500, 0.2
+    values = population(42, 2000, 32)
+    alarms, overall = dispersion_alarms("grr", values, runs, level, 43)
+    bound = level / 2 + 4 * math.sqrt(level / 2 * (1 - level / 2) / runs)
+    assert alarms / runs <= bound and overall / runs <= level + 4 * math.sqrt(
+        level * (1 - level) / runs)
+
+
+def test_every_family_reports_the_dispersion_statistic():
+    for name in ("grr", "oue", "olh", "ss"):
+        oracle, _, _, _, reports = attacked(name, 44, variant="fixed-size", tries=64)
+        section = poisoning.defend(oracle, reports).to_dict()
+        test = section["details"]["dispersion"]
+        assert test["name"] == "dispersion"
+        assert set(test) >= {"value", "threshold", "p_value", "level", "alarm", "mass_bound"}
+        assert test["alarm"] == (test["value"] > test["threshold"])
+        assert json.loads(json.dumps(section, allow_nan=False)) == section

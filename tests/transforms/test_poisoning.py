@@ -94,3 +94,24 @@ def test_merge_combine_fn_copies_its_first_input():
 def test_detect_poisoning_refuses_a_bad_level():
     with pytest.raises(ValueError, match=r"level must be in \(0, 1\)"):
         DetectPoisoning(level=1.5)
+
+
+@pytest.mark.pipeline
+def test_detect_poisoning_carries_the_dispersion_test_of_a_threshold_hugging_attack():
+    # GRR fakes spread over 10 targets, each under the per-value threshold: only the
+    # dispersion test sees them; its statistic reaches the section as the core gives it.
+    oracle = ldpflow.oracle("grr", epsilon=1.0, domain_size=D)
+    rng = np.random.default_rng(7)
+    targets = np.arange(D - 10, D)
+    genuine = oracle.perturb(rng.zipf(1.5, 20_000) % (D - 10), rng)
+    reports = Reports.concat([genuine, poisoning.spread_attack(oracle, targets, 150, rng)])
+    reports = reports[rng.permutation(len(reports))]
+    batches = [ReportBatch(oracle.key, reports[i::3]) for i in range(3)]
+    expected = poisoning.defend(oracle, reports).to_dict()
+    test = expected["details"]["dispersion"]
+    assert expected["details"]["value_count_suspected"] == []
+    assert test["alarm"] and test["p_value"] < test["level"]
+    assert expected["suspected"] and set(expected["suspected"]) <= set(targets.tolist())
+    with TestPipeline(runner=FnApiRunner()) as p:
+        out = p | beam.Create([(b.key, b) for b in batches], reshuffle=False) | DetectPoisoning()
+        assert_that(out, equal_to([(oracle.key, expected)]))
