@@ -20,8 +20,8 @@ The sample sizes are a log grid from 10^4 to 10^6 (``--users``): below 10^4 ever
 error is near its maximum of 2, and from 10^6 on the estimates resolve the distributions.
 Subset selection runs up to ``--ss_max_users`` (default 10^5) only: its reports are k-bit maps
 with omega = 269 members (2 to 5 microseconds a user here, 30 x 6 x 10^6 users would take hours);
-above that, the best of the other schemes is the reference (RAPPOR's variance is within 6% of
-subset selection's at epsilon = 1: 3.92 against 3.69, in units of 1/n).
+above that, the best of the other schemes is the reference (RAPPOR's variance is within 7% of
+subset selection's at epsilon = 1: 3.92 against 3.67, in units of 1/n).
 
 Per repetition, one sample of ``n`` values is drawn and given to every scheme (a paired
 comparison). A scheme's estimate is its raw unbiased estimate projected onto the probability

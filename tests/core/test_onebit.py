@@ -14,17 +14,9 @@ import pytest
 from scipy import stats
 
 import ldpflow
-from ldpflow.core import simulation
+from tests.core.test_oracle_variance import point_mass_population  # S2 far from 0
 
 ALPHA = 1e-6  # two-sided, per assertion (Bonferroni over the values inside)
-
-
-def point_mass_population(rng, n, d):
-    """40% of the users hold value 0, 10% value 1, the rest Zipf(1.1): S2 far from 0."""
-    p = 0.5 * simulation.RankDistribution("zipf", 1.1).probabilities(d)
-    p[0] += 0.4
-    p[1] += 0.1
-    return rng.choice(d, size=n, p=p / p.sum())
 
 
 def errors_over_orders(oracle, values, runs, rng):
