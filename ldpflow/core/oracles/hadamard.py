@@ -201,7 +201,9 @@ class OneBitHadamard(FrequencyOracle):
     def _value_variance(self, n: int, h: float, f: float | np.ndarray,
                         s2: float | np.ndarray) -> float | np.ndarray:
         c = n * h / (n - 1)  # n >= K >= 4
-        return self._randomisation_variance(h) + c * (1 - f - s2 + f * f)
+        # For a distribution, 1 - f_v - sum_{x != v} f_x^2 >= (1 - f_v) - (1 - f_v)^2 >= 0;
+        # a vector that is not one (a clipped plug-in with S2 > 1) gets no negative term.
+        return self._randomisation_variance(h) + c * np.maximum(1 - f - s2 + f * f, 0.0)
 
     def _variance_terms(self, n: int) -> tuple[float, float]:
         raise NotImplementedError("the one-bit variance is not linear in f_v: use variance()")
