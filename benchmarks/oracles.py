@@ -54,9 +54,7 @@ def main(argv=None):
             lambda oracle=oracle, reports=reports: oracle.estimate(oracle.aggregate(reports)),
             args.repeat)
         mse = float(np.mean((est.frequencies - truth) ** 2))
-        theory = np.mean(oracle.variance(n, truth))
-        if name == "onebit":  # columns see i.i.d. subsamples: add their sampling variance
-            theory += np.mean(oracle.column_sampling_variance(n, distribution))
+        theory = np.mean(oracle.variance(n, truth))  # one-bit: with the column sampling
         print(json.dumps({
             "oracle": name, "n": n, "d": d, "epsilon": eps,
             "perturb_s": round(perturb_s, 4), "aggregate_s": round(aggregate_s, 4),

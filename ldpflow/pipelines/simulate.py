@@ -195,7 +195,9 @@ def _simulate_shard(job: tuple) -> tuple[str, int, np.ndarray]:
             n = stop - start
             chunk = values[start - lo:stop - lo] if values is not None else \
                 dist.sample(oracle.domain_size, n, rng)  # type: ignore[union-attr]
-            kwargs = {"columns": rng.permutation(n) % oracle.order} \
+            # One-bit: user j -> column j mod K over the whole population (the chunk's
+            # indices, in random order), not restarting in every shard or chunk.
+            kwargs = {"columns": (start + rng.permutation(n)) % oracle.order} \
                 if oracle.name == "onebit" else {}
             reports = oracle.perturb(chunk, rng=rng, **kwargs)  # seeded: a simulation
             writer.write(formats.reports_table(

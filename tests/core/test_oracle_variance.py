@@ -60,9 +60,7 @@ def predicted_variances(oracle, est, truth):
     """The per-value error variances the theory predicts against the true frequencies."""
     if oracle.name != "onebit":
         return est.var_const + est.var_slope * truth
-    n = est.n  # the columns of j mod K are equal up to one user
-    h = float(np.sum(1.0 / np.bincount(np.arange(n) % oracle.order))) / oracle.order**2
-    return oracle.variance(n) * h * n + h * (1 - truth - (truth @ truth - truth**2))
+    return oracle.variance(est.n, truth)  # randomisation and column sampling, per value
 
 
 def check_sigma_matches_mse(oracle, est, truth):
@@ -102,8 +100,9 @@ def test_count_level_sigma_matches_the_mse_at_the_issue_size(name, population):
 
 
 def test_onebit_sigma_includes_the_estimated_column_sampling_term():
-    """sigma^2 = 4e/(e-1)^2 h + h (1 - S2^) with S2^ the unbiased estimate of sum f_v^2,
-    recomputed here from the accumulator (exact), and S2^ within k sigma of the truth."""
+    """sigma^2 = 4e/(e-1)^2 h + c (1 - S2^), c = n h / (n - 1), with S2^ the unbiased
+    estimate of sum f_v^2, recomputed here from the accumulator (exact), S2^ within k sigma
+    of the truth, and sigma^2 = variance(n, 0) at that S2."""
     d, n = 10_000, 2**20
     rng = np.random.default_rng(5)
     values = point_mass_population(rng, n, d)
@@ -113,12 +112,14 @@ def test_onebit_sigma_includes_the_estimated_column_sampling_term():
     est = oracle.estimate(acc)
     K, e = oracle.order, math.exp(EPSILON)
     h = float(np.sum(1.0 / acc.counts[:K])) / K**2
+    c = n * h / (n - 1)
     noise = 4 * e / (e - 1) ** 2 * h
     f = est.frequencies
-    s2 = (f @ f - d * noise - (d - 1) * h) / (1 - (d - 1) * h)
-    assert math.isclose(est.var_const, noise + h * (1 - s2), rel_tol=1e-12)
+    s2 = (f @ f - d * noise - (d - 1) * c) / (1 - (d - 1) * c)
+    assert math.isclose(est.var_const, noise + c * (1 - s2), rel_tol=1e-12)
     assert math.isclose(est.sigma**2, est.var_const, rel_tol=1e-12) and est.var_slope == 0.0
-    assert est.sigma**2 > 10 * oracle.variance(n)  # the sampling term dominates at eps = 4
+    assert math.isclose(est.sigma**2, oracle.variance(n, sum_of_squares=s2), rel_tol=1e-12)
+    assert est.sigma**2 > 10 * noise  # the sampling term dominates at eps = 4
     # Var[S2^] ~ sum_v (4 f_v^2 V_v + 2 V_v^2) / (1 - (d-1) h)^2 for normal errors.
     v = predicted_variances(oracle, est, truth)
     sd = math.sqrt(float(np.sum(4 * truth**2 * v + 2 * v**2))) / (1 - (d - 1) * h)

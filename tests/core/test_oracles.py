@@ -302,9 +302,11 @@ def test_empty_estimate_is_nan_not_an_error(name):
 
 def test_onebit_empty_column_is_a_clear_error():
     oracle = registry.make("onebit", epsilon=1.0, domain_size=8)
-    acc = oracle.aggregate(oracle.perturb(np.arange(8), rng=np.random.default_rng(0)))
-    with pytest.raises(ValueError, match="at least one report in each of the K = 16 columns"):
-        oracle.estimate(acc)
+    reports = oracle.perturb(np.arange(20) % 8, rng=np.random.default_rng(0),
+                             columns=np.arange(20) % 15)  # column 15 left empty
+    with pytest.raises(ValueError, match=r"each of the K = 16 columns \(user j -> column j mod "
+                                         r"K\): 1 of them have none \(first: 15\) among n = 20"):
+        oracle.estimate(oracle.aggregate(reports))
 
 
 @pytest.mark.parametrize("d,g", [(10, 4), (64, 2), (100, 8), (2, 2), (37, 16)])
@@ -458,9 +460,11 @@ def test_estimates_are_unbiased_within_k_sigma(name):
     z = bonferroni_z(1e-3, d)
     assert np.all(np.abs(est.frequencies - truth) <= z * sd), (
         np.max(np.abs(est.frequencies - truth) / sd))
-    if name == "onebit":  # sigma adds the column sampling term h (1 - S2^), h = 1/n here
-        s2 = oracle.estimate_sum_of_squares(est.frequencies, oracle.variance(n), 1 / n)
-        assert math.isclose(est.sigma**2, oracle.variance(n) + (1 - s2) / n, rel_tol=1e-9)
+    if name == "onebit":  # sigma: variance at f = 0 with S2 estimated (equal columns here)
+        e = math.exp(1.0)
+        s2 = oracle.estimate_sum_of_squares(est.frequencies, 4 * e / ((e - 1) ** 2 * n),
+                                            1 / (n - 1))
+        assert math.isclose(est.sigma**2, oracle.variance(n, sum_of_squares=s2), rel_tol=1e-9)
     elif name in ("cms", "hcms"):  # sigma adds the hash collisions' term, S2 estimated
         s2 = float(np.sum(np.clip(est.frequencies, 0, 1) ** 2))
         assert math.isclose(est.sigma**2, oracle.variance(n) + oracle.collision_variance(s2),
@@ -491,10 +495,12 @@ def test_empirical_variance_matches_the_formula(name):
     """Over R runs, (R-1) s^2 / Var follows chi-square(R-1) (estimates are near normal)."""
     d, n, R = 8, 4096, 300
     rng = np.random.default_rng(31)
-    values = column_balanced(rng, n, d, order_of(d))
+    values = zipf_values(rng, n, d)
     truth = np.bincount(values, minlength=d) / n
     oracle = registry.make(name, epsilon=1.0, domain_size=d)
-    runs = np.array([oracle.estimate(oracle.aggregate(oracle.perturb(values, rng=rng))).frequencies
+    # Each run in a new order: users' columns (one-bit) independent of their values.
+    runs = np.array([oracle.estimate(oracle.aggregate(oracle.perturb(rng.permutation(values),
+                                                                     rng=rng))).frequencies
                      for _ in range(R)])
     ratio = runs.var(axis=0, ddof=1) / oracle.variance(n, truth)
     alpha = 1e-4 / d

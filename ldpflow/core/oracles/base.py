@@ -331,7 +331,8 @@ class FrequencyOracle(Keyed, CheckedReports):
         """The size of one report in bits (spec)."""
 
     def variance(self, n: int, frequency: float | npt.ArrayLike = 0.0) -> float | np.ndarray:
-        """The exact variance of ``f~_v`` for a value of true frequency ``frequency``.
+        """The exact variance of ``f~_v`` about the population's frequency ``f_v = frequency``
+        (the contract of ``docs/spec/oracles.md``: the same meaning for every oracle).
 
         ``Var = q*(1-q*) / (n (p*-q*)^2) + f_v (1-p*-q*) / (n (p*-q*))``; with the default
         ``frequency=0`` it is the dominant term ``sigma^2`` used by post-processing.

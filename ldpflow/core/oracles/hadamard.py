@@ -107,19 +107,28 @@ class OneBitHadamard(FrequencyOracle):
     reports ``n_i`` and of ones ``S_i`` (``2K`` counters). Estimation: ``p_B = (e+1)/(e-1) *
     (S/n_i - 1/(e+1))`` and ``p_K = H_K (2 p_B - 1) / K``, one transform; the first ``d``
     coordinates are unbiased. The paper's final projection onto the simplex is the
-    ``norm-sub`` post-processing. Variance of the randomisation: ``4e / ((e-1)^2 K^2) *
-    sum_i 1/n_i`` for every value, exactly (``4e / (n (e-1)^2)`` with equal columns), below
-    the paper's bound ``2(e+1)^2 / (n (e-1)^2)``; this is :meth:`variance`, the whole error
-    when every column holds the same multiset of values. Real users are not spread that way:
-    each column sees a sample, which adds ``h (1 - f_v - sum_{x != v} f_x^2)`` with
-    ``h = sum_i 1/n_i / K^2`` (:meth:`column_sampling_variance`), about ``1/n`` where the
-    randomisation term is ``4e/((e-1)^2 n)``: at ``epsilon = 4`` the sampling term is 13
-    times larger. :meth:`estimate` therefore reports ``sigma^2 = var_const = 4e/(e-1)^2 h +
-    h (1 - S2^)``, the variance at ``f_v = 0`` with ``S2 = sum_x f_x^2`` estimated without
-    bias from the data (:meth:`estimate_sum_of_squares`). The remaining dependence on
-    ``f_v``, ``-h f_v (1 - f_v)``, lowers the variance of a frequent value by at most ``h/4``
-    and is left out (``var_slope = 0``): ``sigma`` is slightly conservative for such values.
-    Not a pure protocol: ``p*`` and ``q*`` are ``None``.
+    ``norm-sub`` post-processing. Not a pure protocol: ``p*`` and ``q*`` are ``None``.
+
+    The estimate needs a report in every column, so at least ``n = K`` users: with fewer,
+    the Hadamard coefficients of the empty columns are unknown and no unbiased estimate of
+    the frequencies exists (at most ``n`` of the ``d`` needed linear measurements are made);
+    :meth:`estimate` and :meth:`variance` say so in one line (:meth:`users_needed`).
+
+    Variance (:meth:`variance`, the same model as ``Estimate.sigma``): the error of ``f~_v``
+    against the population's frequency ``f_v``, with the users' order (so their columns)
+    independent of their values, has variance
+
+        ``V_v = 4e/(e-1)^2 h + c (1 - f_v - S2 + f_v^2)``,  ``S2 = sum_x f_x^2``,
+
+    with ``h = sum_i 1/n_i / K^2`` (``1/n`` with equal columns) and ``c = n h / (n - 1)``.
+    The first term is the randomisation, exact for any assignment; the second is the column
+    sampling: each column sees only its own users (:meth:`column_sampling_variance`; at
+    ``epsilon = 4`` it is 13 times the first). :meth:`estimate` reports ``sigma^2 =
+    var_const = V`` at ``f_v = 0`` with ``S2`` estimated without bias from the data
+    (:meth:`estimate_sum_of_squares`); the remaining ``-c f_v (1 - f_v)`` lowers a frequent
+    value's variance by at most ``c/4`` and is left out (``var_slope = 0``): ``sigma`` is
+    slightly conservative for such values. The randomisation term (``4e / (n (e-1)^2)`` with
+    equal columns) is below the paper's bound ``2(e+1)^2 / (n (e-1)^2)``.
     """
 
     name = "onebit"
@@ -135,26 +144,85 @@ class OneBitHadamard(FrequencyOracle):
     def report_bits(self) -> int:
         return 1
 
+    @property
+    def users_needed(self) -> int:
+        """The fewest reports with which the frequencies can be estimated: ``K``, one in
+        every column."""
+        return self.order
+
+    def _randomisation_variance(self, h: float) -> float:
+        return 4 * self.e / (self.e - 1) ** 2 * h
+
+    def _column_weight(self, n: int) -> float:
+        """``h = sum_i 1/n_i / K^2`` for ``n`` users in columns ``j mod K``, ``n >= K``."""
+        K = self.order
+        if n < K:
+            raise ValueError(self._too_few_message(n))
+        quotient, extra = divmod(n, K)
+        return (extra / (quotient + 1) + (K - extra) / quotient) / K**2
+
+    def _too_few_message(self, n: int) -> str:
+        K = self.order
+        return (f"the one-bit estimate at d = {self.domain_size} needs n >= K = {K} reports "
+                f"(one in each column, user j -> column j mod K), got n = {n}: {K - n} "
+                f"column(s) have none")
+
+    def variance(self, n: int, frequency: float | npt.ArrayLike = 0.0, *,
+                 sum_of_squares: float | None = None) -> float | np.ndarray:
+        """The variance of ``f~_v`` against the population's frequency ``f_v`` (see the class
+        notes): ``4e/(e-1)^2 h + c (1 - f_v - S2 + f_v^2)``.
+
+        ``S2 = sum_x f_x^2`` is ``sum_of_squares`` if given; else ``sum(frequency**2)`` when
+        ``frequency`` holds the whole population (one entry per value); else ``f_v**2``, its
+        least possible value, which gives the largest variance any population with this
+        ``f_v`` can have. ``n`` users fill the columns ``j mod K``; exact when ``K`` divides
+        ``n`` (otherwise the column sizes differ by one and the sampling term is within a
+        relative ``K/n``).
+
+        Raises
+        ------
+        ValueError
+            For ``n < K`` (no estimate exists), or ``sum_of_squares`` outside ``[0, 1]``.
+        """
+        n = validation.check_positive_int(n, name="n")
+        f = np.asarray(frequency, dtype=float)
+        h = self._column_weight(n)
+        if sum_of_squares is not None:
+            s2: float | np.ndarray = float(sum_of_squares)
+            if not 0.0 <= s2 <= 1.0:
+                raise ValueError(f"sum_of_squares must be in [0, 1], got {sum_of_squares!r}")
+        elif f.shape == (self.domain_size,):
+            s2 = float(f @ f)
+        else:
+            s2 = f**2
+        result = self._value_variance(n, h, f, s2)
+        return float(result) if np.ndim(result) == 0 else result
+
+    def _value_variance(self, n: int, h: float, f: float | np.ndarray,
+                        s2: float | np.ndarray) -> float | np.ndarray:
+        c = n * h / (n - 1)  # n >= K >= 4
+        # For a distribution, 1 - f_v - sum_{x != v} f_x^2 >= (1 - f_v) - (1 - f_v)^2 >= 0;
+        # a vector that is not one (a clipped plug-in with S2 > 1) gets no negative term.
+        return self._randomisation_variance(h) + c * np.maximum(1 - f - s2 + f * f, 0.0)
+
     def _variance_terms(self, n: int) -> tuple[float, float]:
-        return 4 * self.e / (n * (self.e - 1) ** 2), 0.0
+        raise NotImplementedError("the one-bit variance is not linear in f_v: use variance()")
 
     def column_sampling_variance(self, n: int, distribution: npt.ArrayLike) -> np.ndarray:
-        """The extra error variance when users' values are drawn i.i.d. from ``distribution``.
+        """The column-sampling part of :meth:`variance` for values drawn i.i.d. from
+        ``distribution``: ``(1 - pi_v - sum_{x != v} pi_x^2) / n`` (equal columns).
 
-        Each column sees only its own users, so against the population's empirical
-        frequencies the estimate of ``v`` also carries ``(1 - pi_v - sum_{x != v} pi_x^2) / n``
-        (with ``n / K`` users per column). Derivation: given the columns' contents, the
-        estimate's mean is ``(1/K) sum_i (1/n_i) sum_{j in i} H_K[v ^ x_j, i]`` (Sylvester:
+        Derivation: given the columns' contents, the estimate's mean is
+        ``(1/K) sum_i (1/n_i) sum_{j in i} H_K[v ^ x_j, i]`` (Sylvester:
         ``H[v, i] H[x, i] = H[v ^ x, i]``); the users holding ``v`` give ``f_v``, the others
         the error ``T = sum_j [x_j != v] H_K[v ^ x_j, c_j] / n``. A user's term has
         ``E[T_j^2] = 1 - pi_v`` and mean ``mu_c = sum_{x != v} pi_x H_K[v ^ x, c]``, whose
         squares sum over the ``K`` columns to ``K sum_{x != v} pi_x^2`` (orthogonal rows),
         so ``Var[T] = (1 - pi_v - sum_{x != v} pi_x^2) / n`` and ``E[T] = 0``. Assigning a
         fixed population to balanced columns by a random permutation gives the same with
-        ``n - 1`` and the empirical frequencies (Hoeffding's combinatorial variance). With
-        unequal columns ``1/n`` becomes ``h = sum_i 1/n_i / K^2``. :meth:`variance` is exact
-        when every column holds the same multiset of values; :meth:`estimate` includes this
-        term, estimated from the data (see the class notes).
+        ``n - 1`` and the empirical frequencies (Hoeffding's combinatorial variance), the
+        form :meth:`variance` uses. When every column holds the same multiset of values,
+        the term is zero and the randomisation is the whole error.
         """
         pi = np.asarray(distribution, dtype=float)
         return (1 - pi - (np.sum(pi**2) - pi**2)) / n
@@ -216,21 +284,25 @@ class OneBitHadamard(FrequencyOracle):
         )
 
     def _estimate(self, accumulator: Accumulator) -> Estimate:
-        K, e = self.order, self.e
+        K, e, n = self.order, self.e, accumulator.n
         per_column, ones = accumulator.counts[:K], accumulator.counts[K:]
+        if n < K:
+            raise ValueError(self._too_few_message(n))
         empty = np.flatnonzero(per_column == 0)
         if empty.size:
             raise ValueError(
-                f"the one-bit estimate needs at least one report in each of the K = {K} columns; "
-                f"{empty.size} column(s) have none (first: {int(empty[0])})"
-            )
+                f"the one-bit estimate needs a report in each of the K = {K} columns (user j "
+                f"-> column j mod K): {empty.size} of them have none (first: {int(empty[0])}) "
+                f"among n = {n} reports; were the columns assigned j mod K?")
         p_b = (e + 1) / (e - 1) * (ones / per_column - 1 / (e + 1))
         p_k = hashing.fwht(2 * p_b - 1) / K
         freqs = p_k[: self.domain_size]
         h = float(np.sum(1.0 / per_column)) / K**2  # 1/n with equal columns
-        noise = 4 * e / (e - 1) ** 2 * h
-        const = noise + h * (1.0 - self.estimate_sum_of_squares(freqs, noise, h))
-        return Estimate(freqs, accumulator.n, math.sqrt(const), None, None, const, 0.0,
+        c = n * h / (n - 1)
+        noise = self._randomisation_variance(h)
+        s2 = self.estimate_sum_of_squares(freqs, noise, c)
+        const = float(self._value_variance(n, h, 0.0, s2))
+        return Estimate(freqs, n, math.sqrt(const), None, None, const, 0.0,
                         self.name, self.parameters, None)
 
     def estimate_sum_of_squares(self, frequencies: npt.ArrayLike, noise: float,
@@ -238,10 +310,10 @@ class OneBitHadamard(FrequencyOracle):
         """An unbiased estimate of ``S2 = sum_v f_v^2`` from the raw estimates, in [0, 1].
 
         With ``V_v = noise + h (1 - f_v - S2 + f_v^2)`` the variance of ``f~_v`` (``noise``
-        the randomisation term, ``h = sum_i 1/n_i / K^2``) and ``sum_v f_v = 1``,
-        ``E[sum_v f~_v^2] = S2 + sum_v V_v = S2 (1 - (d-1) h) + d noise + (d-1) h``; solving
-        for ``S2`` gives the estimate, clipped to [0, 1]. ``(d-1) h < 1`` because every
-        column holds a report and ``d < K``.
+        the randomisation term, ``h`` the sampling weight ``c`` of the class notes) and
+        ``sum_v f_v = 1``, ``E[sum_v f~_v^2] = S2 + sum_v V_v = S2 (1 - (d-1) h) + d noise +
+        (d-1) h``; solving for ``S2`` gives the estimate, clipped to [0, 1].
+        ``(d-1) h < 1`` because every column holds a report and ``d < K``.
         """
         f = np.asarray(frequencies, dtype=float)
         d = f.size
