@@ -89,6 +89,6 @@ export class MultipleChannelMethod extends HeavyHitterClient {
     const bits = source.bernoulliBits(this.flipProbability, this.bitWidth);  // the flips
     bits[item >> 3] ^= 1 << (item & 7);
     const full = perturbHashed(source, code, this.valueBits, this.hashRange, this.p);
-    return { bits, seed: full.seed, bucket: full.bucket, group };
+    return { group, bits, seed: full.seed, bucket: full.bucket };
   }
 }

@@ -97,7 +97,7 @@ export class SequenceFragmentPuzzle extends HeavyHitterClient {
     const piece = (this.valueHash(code) << BigInt(this.fragmentBits)) | this.fragment(code, group);
     const a = perturbHashed(source, piece, this.pieceBits, this.hashRange, this.p);
     const full = perturbHashed(source, code, this.valueBits, this.hashRange, this.p);
-    return { seed: full.seed, bucket: full.bucket, group, seed_piece: a.seed,
-      bucket_piece: a.bucket };
+    return { group, seed_piece: a.seed, bucket_piece: a.bucket, seed: full.seed,
+      bucket: full.bucket };
   }
 }

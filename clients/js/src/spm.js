@@ -111,7 +111,7 @@ export class SegmentPairsMethod extends HeavyHitterClient {
     const a = perturbHashed(source, this.segment(code, i), this.segmentBounds[i][1], hashRange, p);
     const b = perturbHashed(source, this.segment(code, j), this.segmentBounds[j][1], hashRange, p);
     const full = perturbHashed(source, code, this.valueBits, hashRange, p);
-    return { seed: full.seed, bucket: full.bucket, group, seed_a: a.seed, bucket_a: a.bucket,
-      seed_b: b.seed, bucket_b: b.bucket };
+    return { group, seed_a: a.seed, bucket_a: a.bucket, seed_b: b.seed, bucket_b: b.bucket,
+      seed: full.seed, bucket: full.bucket };
   }
 }

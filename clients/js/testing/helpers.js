@@ -53,3 +53,9 @@ export function upperQuantile(tail) {
   }
   return hi;
 }
+
+/** A heavy-hitter configuration (snake_case, as ldpflow's) in the client's names. */
+export function camelParameters(parameters) {
+  return Object.fromEntries(Object.entries(parameters).map(([name, value]) =>
+    [name.replace(/_([a-z])/g, (_, c) => c.toUpperCase()), value]));
+}
