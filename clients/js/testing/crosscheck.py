@@ -59,7 +59,8 @@ for case in json.load(sys.stdin):
         continue
     source = SplitMix64Source(int(case["client_seed"]))
     if case["oracle"] in hh.PROTOCOLS:
-        parameters = {k: int(v) if k.endswith("_seed") else v for k, v in case["parameters"].items()}
+        parameters = {k: int(v) if k.endswith("_seed") else v
+                      for k, v in case["parameters"].items()}
         protocol = hh.PROTOCOLS[case["oracle"]](**parameters)
         reports = protocol.perturb(np.array([int(case["value"])], dtype=np.uint64),
                                    [case["user_id"]], source)
