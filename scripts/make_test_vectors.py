@@ -6,6 +6,10 @@
 ``client_reports.json``: for each oracle, a client whose random words are the splitmix64
 stream of ``client_seed`` (``SplitMix64Source``) perturbs ``value`` into ``report`` (bytes as
 hex). 64-bit integers are decimal strings, so JSON readers without 64-bit numbers keep them.
+``heavy_hitter_reports.json``: the same for one user of each heavy-hitter protocol (``pem spm
+mcm treehist sfp``): its ``user_id`` fixes its ``group``, ``value`` is its value (``code`` the
+``codec``'s integer of it), ``report`` the payload columns (unsigned seeds); 64-bit keys among
+the ``parameters`` (``channel_seed``, ``hash_seed``) are decimal strings too.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ import pathlib
 
 import numpy as np
 
-from ldpflow.core import hashing
+from ldpflow.core import codecs, hashing
+from ldpflow.core import heavy_hitters as hh
 from ldpflow.core.oracles import registry
 from ldpflow.core.randomness import SplitMix64Source
 
@@ -55,6 +60,63 @@ def client_vectors() -> list[dict]:
     return out
 
 
+HEAVY_HITTER_CASES = [
+    ("pem", {"top_k": 8, "value_bits": 32, "epsilon": 4.0}),
+    ("pem", {"top_k": 4, "value_bits": 64, "epsilon": 1.0, "query_limit": 4096}),
+    ("spm", {"top_k": 8, "value_bits": 32, "epsilon": 3.0}),
+    ("spm", {"top_k": 4, "value_bits": 64, "epsilon": 6.0, "num_segments": 5, "segment_top": 6}),
+    ("spm", {"top_k": 3, "value_bits": 7, "epsilon": 0.5, "query_limit": 64}),
+    ("mcm", {"top_k": 8, "value_bits": 32, "epsilon": 4.0}),
+    ("mcm", {"top_k": 5, "value_bits": 64, "epsilon": 1.5, "num_channels": 7,
+             "channel_seed": 2**64 - 12345}),
+    ("treehist", {"top_k": 8, "value_bits": 32, "epsilon": 4.0}),
+    ("treehist", {"top_k": 2, "value_bits": 61, "epsilon": 9.0, "step_bits": 5,
+                  "hash_range": 2}),
+    ("sfp", {"top_k": 8, "value_bits": 32, "epsilon": 4.0}),
+    ("sfp", {"top_k": 3, "value_bits": 64, "epsilon": 2.5, "fragment_bits": 8, "hash_bits": 9,
+             "hash_seed": 2**63 + 99}),
+]
+#: String-codec cases: (protocol, parameters, the value).
+HEAVY_HITTER_STRING_CASES = [
+    ("pem", {"top_k": 8, "value_bits": 64, "epsilon": 4.0}, "ldpflow"),
+    ("spm", {"top_k": 8, "value_bits": 48, "epsilon": 3.0}, "é漢"),
+    ("mcm", {"top_k": 8, "value_bits": 32, "epsilon": 4.0}, "abc"),
+    ("treehist", {"top_k": 8, "value_bits": 64, "epsilon": 4.0}, "https:/"),
+    ("sfp", {"top_k": 8, "value_bits": 64, "epsilon": 4.0}, "🙂x"),
+]
+
+
+def _wire(value):
+    return value.hex() if isinstance(value, bytes) else str(value) if value >= 2**53 else value
+
+
+def heavy_hitter_vectors() -> list[dict]:
+    out = []
+    cases = [(name, params, None) for name, params in HEAVY_HITTER_CASES]
+    cases += HEAVY_HITTER_STRING_CASES
+    for index, (name, parameters, text) in enumerate(cases):
+        protocol = hh.PROTOCOLS[name](**parameters)
+        bits = protocol.value_bits
+        for client_seed in (1, 2, 3):
+            user_id = f"vector-user-{index}-{client_seed}"
+            if text is None:
+                codec = "int"
+                code = int(SplitMix64Source(100 * index + client_seed).words(1)[0]) >> (64 - bits)
+                value = str(code) if code >= 2**53 else code
+            else:
+                codec, value = "string", text
+                code = int(codecs.StringCodec(bits=bits).encode([text])[0])
+            reports = protocol.perturb(np.array([code], dtype=np.uint64), [user_id],
+                                       SplitMix64Source(client_seed))
+            (report,) = reports.to_records()
+            wire_parameters = {k: _wire(v) if isinstance(v, int) else v
+                               for k, v in parameters.items()}
+            out.append({"protocol": name, "parameters": wire_parameters, "codec": codec,
+                        "client_seed": client_seed, "user_id": user_id, "value": value,
+                        "code": str(code), "report": {k: _wire(v) for k, v in report.items()}})
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output", default="docs/testvectors")
@@ -63,6 +125,8 @@ def main(argv: list[str] | None = None) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "hash_family.json").write_text(json.dumps(hash_vectors(), indent=1) + "\n")
     (folder / "client_reports.json").write_text(json.dumps(client_vectors(), indent=1) + "\n")
+    (folder / "heavy_hitter_reports.json").write_text(
+        json.dumps(heavy_hitter_vectors(), indent=1, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":

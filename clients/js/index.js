@@ -2,15 +2,15 @@
  * ldpflow-client: the client side of ldpflow's local differential privacy protocols.
  *
  * Perturb a true value on the device with one of the frequency oracles (`grr oue sue olh blh
- * hr ss onebit cms hcms pgr`) or with the PEM heavy-hitter protocol, wrap the report in ldpflow's
- * envelope and send it as one JSON line. Randomness comes from `crypto.getRandomValues`
+ * hr ss onebit cms hcms pgr`) or with a heavy-hitter protocol (`pem spm mcm treehist sfp`),
+ * wrap the report in ldpflow's envelope and send it as one JSON line. Randomness comes from `crypto.getRandomValues`
  * unless a test passes a seeded `SplitMix64TestingRandom`.
  *
  * @module ldpflow-client
  */
 
 export { VERSION } from "./src/version.js";
-export { makeOracle, ORACLES } from "./src/registry.js";
+export { HEAVY_HITTERS, makeHeavyHitters, makeOracle, ORACLES } from "./src/registry.js";
 export { FrequencyOracle } from "./src/oracle.js";
 export { DirectEncoding } from "./src/grr.js";
 export { OptimizedUnaryEncoding, SymmetricUnaryEncoding, UnaryEncoding } from "./src/unary.js";
@@ -26,8 +26,13 @@ export {
   CountMeanSketch, HadamardCountMeanSketch, Sketch, sketchSeeds,
 } from "./src/sketch.js";
 export {
-  PrefixExtendingMethod, assignGroup, userKey, DEFAULT_QUERY_LIMIT,
-} from "./src/pem.js";
+  DEFAULT_QUERY_LIMIT, HeavyHitterClient, assignGroup, costAwareHashRange, userKey,
+} from "./src/heavyHitters.js";
+export { PrefixExtendingMethod } from "./src/pem.js";
+export { SegmentPairsMethod } from "./src/spm.js";
+export { MultipleChannelMethod } from "./src/mcm.js";
+export { TreeHist } from "./src/treehist.js";
+export { SequenceFragmentPuzzle } from "./src/sfp.js";
 export { encodeValue, CODECS } from "./src/codecs.js";
 export {
   hashValue, optimalHashRange, splitmix64Mix, splitmix64Stream,

@@ -4,17 +4,19 @@
  *
  * One report is one JSON object on one line, fields in the schema's order, null fields left
  * out: `report_id`, `user_id`, `event_time` (milliseconds since the epoch), `oracle`,
- * `epsilon`, `domain_size`, `hash_range` (olh/blh/pem; cms/hcms: the sketch width `m`),
+ * `epsilon`, `domain_size` (heavy hitters: the number of groups), `hash_range` (olh/blh and
+ * the heavy hitters' OLH components; cms/hcms: the sketch width `m`),
  * `num_hashes` (cms/hcms: `k`), then the payload: `value` (grr, hr, pgr; hcms: the coordinate
- * `l`), `bits` (oue/sue/ss/cms: hex of the packed bytes), `seed` (olh/blh/pem: the 64-bit
+ * `l`), `bits` (oue/sue/ss/cms/mcm: hex of the packed bytes), `seed` (olh/blh/heavy hitters: the 64-bit
  * seed as a signed two's-complement integer) and `bucket`, `column` and `bit` (onebit;
- * cms/hcms: the hash function `j`, hcms's sign bit), `pem` (the group, prefix length and
- * configuration of a PEM report).
+ * cms/hcms: the hash function `j`, hcms's sign bit), then a heavy-hitter report's nested record
+ * named after its protocol (`pem`, `spm`, `mcm`, `treehist`, `sfp`: the group, the protocol's
+ * other payload fields, 64-bit seeds as signed longs, then its configuration).
  *
  * @module envelope
  */
 
-import { PrefixExtendingMethod, USER_ID } from "./pem.js";
+import { HeavyHitterClient, USER_ID, toLong } from "./heavyHitters.js";
 
 const PAYLOAD_ORDER = ["value", "bits", "seed", "bucket", "column", "bit"];
 const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"));
@@ -47,7 +49,7 @@ function checkString(value, name) {
  * @param {object} protocol the oracle (or `PrefixExtendingMethod`) that made the report
  * @param {object} report what its `perturb` returned
  * @param {object} meta
- * @param {string} meta.userId the pseudonymous, stable user id (PEM: the one its group came from)
+ * @param {string} meta.userId the pseudonymous, stable user id (heavy hitters: the one its group came from)
  * @param {string} [meta.reportId] unique per report; a redelivery carries the same id
  *   (default: a fresh random id)
  * @param {number} [meta.eventTime] milliseconds since the epoch (default: now)
@@ -62,7 +64,7 @@ export function envelope(protocol, report, { userId, reportId, eventTime } = {})
     throw new TypeError(`eventTime must be an integer (milliseconds), got ${record.event_time}`);
   }
   Object.assign(record, protocol.envelopeParameters);
-  const isPem = protocol instanceof PrefixExtendingMethod;
+  const nested = protocol instanceof HeavyHitterClient;
   const expected = protocol.reportFields;
   const missing = expected.filter((name) => report?.[name] === undefined || report[name] === null);
   const foreign = PAYLOAD_ORDER.filter((name) => !expected.includes(name) && report?.[name] != null);
@@ -72,7 +74,7 @@ export function envelope(protocol, report, { userId, reportId, eventTime } = {})
   }
   const width = protocol.bitWidth ?? protocol.domainSize;
   if (report.bits !== undefined && report.bits.length !== Math.ceil(width / 8)) {
-    const of = width === protocol.domainSize ? "domainSize" : "hashRange";
+    const of = protocol.bitWidthName ?? (width === protocol.domainSize ? "domainSize" : "hashRange");
     throw new RangeError(`a ${protocol.name} report's bits must be ceil(${of} / 8) = ` +
       `${Math.ceil(width / 8)} bytes, got ${report.bits.length}`);
   }
@@ -80,18 +82,22 @@ export function envelope(protocol, report, { userId, reportId, eventTime } = {})
     if (report[name] === undefined || report[name] === null) continue;
     const value = report[name];
     if (name === "bits") record.bits = toHex(value);
-    else if (name === "seed") record.seed = BigInt.asIntN(64, BigInt(value));  // an Avro long
+    else if (name === "seed") record.seed = toLong(value);  // an Avro long
     else record[name] = value;
   }
-  if (isPem) {
+  if (nested) {
     // A report of this user's own perturb() carries the id; another is hashed again.
     if (report[USER_ID] !== userId && protocol.groupOf(userId) !== report.group) {
       throw new RangeError(
         `the report's group ${report.group} is not the group of userId ${JSON.stringify(userId)}` +
         ` (${protocol.groupOf(userId)}): perturb with the user id that the envelope carries`);
     }
-    record.pem = { group: report.group, prefix_bits: report.prefix_bits,
-      ...protocol.nestedParameters() };
+    // The nested record: its payload fields (64-bit seeds as longs), then the configuration.
+    const inner = {};
+    for (const name of protocol.nestedFields) {
+      inner[name] = name.startsWith("seed") ? toLong(report[name]) : report[name];
+    }
+    record[protocol.name] = { ...inner, ...protocol.nestedParameters() };
   }
   return record;
 }

@@ -10,53 +10,32 @@
  * @module pem
  */
 
-import { blake2b } from "./blake2b.js";
-import { encodeValue, CODECS } from "./codecs.js";
-import { advanceHalves, mixHalves, optimalHashRange } from "./hashing.js";
+import { optimalHashRange } from "./hashing.js";
+import {
+  DEFAULT_QUERY_LIMIT, HeavyHitterClient, MAX_QUERY_LIMIT, checkCodec, checkCommon, checkOptions,
+  olhKeep,
+} from "./heavyHitters.js";
 import { perturbHashed } from "./localHashing.js";
-import { asSource } from "./random.js";
-import { checkEpsilon, checkInteger, checkPowerOfTwo } from "./validation.js";
+import { checkInteger, checkPowerOfTwo } from "./validation.js";
 
-/** The PEM paper's query limit `Q` (Sec. VI-A). */
-export const DEFAULT_QUERY_LIMIT = 2 ** 20;
-export const MAX_QUERY_LIMIT = 2 ** 28;
-const encoder = new TextEncoder();
-/** The user id a report's group was drawn from (a symbol key: never a wire field). */
-export const USER_ID = Symbol("ldpflow.userId");
+export {
+  DEFAULT_QUERY_LIMIT, MAX_QUERY_LIMIT, USER_ID, assignGroup, userKey,
+} from "./heavyHitters.js";
 
+const OPTIONS = ["topK", "valueBits", "epsilon", "queryLimit", "startBits", "stepBits",
+  "numGroups", "hashRange", "codec"];
 const floorLog2 = (x) => (x >= 1 ? Math.floor(x).toString(2).length - 1 : -1);
 const bitLength = (x) => (x === 0 ? 0 : x.toString(2).length);
-
-/** The 64-bit key of a string user id: its BLAKE2b-64 digest, little-endian (a BigInt). */
-export function userKey(userId) {
-  if (typeof userId !== "string") {
-    throw new TypeError(`userId must be a string, got ${typeof userId}`);
-  }
-  const digest = blake2b(encoder.encode(userId), 8);
-  let key = 0n;
-  for (let i = 7; i >= 0; i--) key = (key << 8n) | BigInt(digest[i]);
-  return key;
-}
-
-/** The group in `[0, numGroups)` of a user: `splitmix64(userKey(id)) mod numGroups`. */
-export function assignGroup(userId, numGroups) {
-  checkInteger(numGroups, "numGroups");
-  if (typeof userId !== "string") {
-    throw new TypeError(`userId must be a string, got ${typeof userId}`);
-  }
-  const d = blake2b(encoder.encode(userId), 8);
-  const low = (d[0] | (d[1] << 8) | (d[2] << 16) | (d[3] << 24)) >>> 0;
-  const high = (d[4] | (d[5] << 8) | (d[6] << 16) | (d[7] << 24)) >>> 0;
-  const state = advanceHalves(high, low);  // the first splitmix64 output from the key
-  const mixed = mixHalves(state[0], state[1]);
-  return Number(((BigInt(mixed[0]) << 32n) | BigInt(mixed[1])) % BigInt(numGroups));
-}
 
 /**
  * The configuration every PEM client and the server must agree on, derived as ldpflow
  * derives it (the defaults are the paper's Sec. IV-C configuration).
  */
-export class PrefixExtendingMethod {
+export class PrefixExtendingMethod extends HeavyHitterClient {
+  static protocolName = "pem";
+  static topFields = ["seed", "bucket"];
+  static nestedFields = ["group", "prefix_bits"];
+
   /**
    * @param {object} options
    * @param {number} options.topK `k`
@@ -69,19 +48,13 @@ export class PrefixExtendingMethod {
    * @param {number} [options.hashRange] OLH's `g`, default the optimum for epsilon
    * @param {string} [options.codec="int"] `int` or `string`
    */
-  constructor({ topK, valueBits, epsilon, queryLimit = DEFAULT_QUERY_LIMIT, startBits, stepBits,
-    numGroups, hashRange, codec = "int" } = {}) {
-    const k = checkInteger(topK, "topK");
-    const m = checkInteger(valueBits, "valueBits");
-    if (m > 64) throw new RangeError(`valueBits must be in [1, 64], got ${m}`);
-    checkEpsilon(epsilon);
-    const limit = checkInteger(queryLimit, "queryLimit", 2);
-    if (limit > MAX_QUERY_LIMIT) throw new RangeError(`queryLimit must be <= 2**28, got ${limit}`);
+  constructor(options = {}) {
+    checkOptions(options, OPTIONS, "pem");
+    const { startBits, stepBits, numGroups, hashRange, codec = "int" } = options;
+    super();
+    const { topK: k, valueBits: m, epsilon, queryLimit: limit } = checkCommon(options);
     const g = checkPowerOfTwo(hashRange ?? optimalHashRange(epsilon), "hashRange");
-    if (!CODECS.includes(codec)) throw new RangeError(`codec must be int or string, got ${codec}`);
-    if (codec === "string" && m % 8) {
-      throw new RangeError(`valueBits of the string codec must be a multiple of 8, got ${m}`);
-    }
+    checkCodec(codec, m);
     let gamma;
     if (startBits === undefined || startBits === null) {
       gamma = Math.min(bitLength(k - 1), m - 1);
@@ -129,15 +102,6 @@ export class PrefixExtendingMethod {
     Object.freeze(this);
   }
 
-  get name() {
-    return "pem";
-  }
-
-  /** The fields of a report (`seed` and `bucket` at the top level, the rest under `pem`). */
-  get reportFields() {
-    return ["seed", "bucket", "group", "prefix_bits"];
-  }
-
   /** `l_i = min(gamma + (i + 1) eta, m)`: the prefix length of each group. */
   get prefixBits() {
     const out = [];
@@ -149,8 +113,7 @@ export class PrefixExtendingMethod {
 
   /** OLH's `p* = e / (e + g - 1)`. */
   get p() {
-    const e = Math.exp(this.epsilon);
-    return e / (e + this.hashRange - 1);
+    return olhKeep(this.epsilon, this.hashRange);
   }
 
   /** OLH's `q* = 1 / g`. */
@@ -164,14 +127,6 @@ export class PrefixExtendingMethod {
     return (q * (1 - q)) / (n * (p - q) ** 2) + (frequency * (1 - p - q)) / (n * (p - q));
   }
 
-  /** The envelope's parameter fields: `domain_size` is the number of groups. */
-  get envelopeParameters() {
-    return {
-      oracle: "pem", epsilon: this.epsilon, domain_size: this.numGroups,
-      hash_range: this.hashRange,
-    };
-  }
-
   /** The configuration in the envelope's nested `pem` record (with the report's fields). */
   nestedParameters() {
     return {
@@ -180,27 +135,11 @@ export class PrefixExtendingMethod {
     };
   }
 
-  /** The group of a user (see `assignGroup`). */
-  groupOf(userId) {
-    return assignGroup(userId, this.numGroups);
-  }
-
-  /**
-   * One user's report: its group's prefix of its value through OLH (epsilon-LDP).
-   *
-   * @param {number|bigint|string} value the true value (a string for the string codec)
-   * @param {string} userId the stable user id, which must travel in the envelope
-   * @param {RandomSource} [rng] the secure source unless given (tests only)
-   * @param {object} [options]
-   * @param {boolean} [options.truncate=false] string codec: keep a longer string's leading bytes
-   * @returns {{seed: bigint, bucket: number, group: number, prefix_bits: number}}
-   */
-  perturb(value, userId, rng, { truncate = false } = {}) {
-    const code = encodeValue(this.codec, value, this.valueBits, { truncate });
-    const group = this.groupOf(userId);
+  /** OLH (full epsilon) of the group's prefix of the code. */
+  perturbCode(code, group, source) {
     const bits = this.prefixBits[group];
     const prefix = code >> BigInt(this.valueBits - bits);
-    const report = perturbHashed(asSource(rng), prefix, bits, this.hashRange, this.p);
-    return { ...report, group, prefix_bits: bits, [USER_ID]: userId };
+    const report = perturbHashed(source, prefix, bits, this.hashRange, this.p);
+    return { ...report, group, prefix_bits: bits };
   }
 }

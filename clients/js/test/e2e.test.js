@@ -9,11 +9,12 @@ import { after, before, describe, test } from "node:test";
 import { promisify } from "node:util";
 
 import {
-  ORACLES, PrefixExtendingMethod, SplitMix64TestingRandom, makeOracle,
+  HEAVY_HITTERS, ORACLES, PrefixExtendingMethod, SplitMix64TestingRandom, makeHeavyHitters,
+  makeOracle,
 } from "../index.js";
 import { simulate } from "../tools/simulate.js";
 import {
-  PACKAGE_DIR, REPO_DIR, clientParameters, upperQuantile, wireForm,
+  PACKAGE_DIR, REPO_DIR, camelParameters, clientParameters, upperQuantile, wireForm,
 } from "../testing/helpers.js";
 
 const run = promisify(execFile);
@@ -35,6 +36,20 @@ const SKETCHES = ["cms", "hcms"];
 const clientOptions = (name) => (SKETCHES.includes(name)
   ? { hashRange: SKETCH.hash_range, numHashes: SKETCH.num_hashes } : {});
 const PEM_FLAGS = { k: "8", bits: "32", epsilon: "4", query_limit: "4096" };
+// The other heavy-hitter protocols at epsilon 8 (PEM's baselines, weaker at equal epsilon),
+// each asserted to find the `found` most frequent values of a Zipf(1.1) population of 1000
+// values (ranks 1-8: 17.9 % down to 1.8 %). SPM keeps 16 values per segment (the 8th value
+// against the 17th, 0.9 %, is about 5 sigma of a segment estimate; with segment_top = k = 8
+// ranks 7-10 compete within 1 sigma). MCM's vote per channel and bit position rests on the
+// n / m = 3125 users of one bit position; its default T = 4k channels collide heavy values,
+// hence 256 channels and its top 4 (rank 4: 122 users of its group against a flip noise of
+// about 24).
+const BASELINES = {
+  spm: { flags: { k: "8", bits: "32", epsilon: "8", segment_top: "16" }, found: 8 },
+  mcm: { flags: { k: "8", bits: "32", epsilon: "8", num_channels: "256" }, found: 4 },
+  treehist: { flags: { k: "8", bits: "32", epsilon: "8" }, found: 8 },
+  sfp: { flags: { k: "8", bits: "32", epsilon: "8" }, found: 8 },
+};
 const AUDITED = ["grr", "olh", "oue"];
 const AUDIT_USERS = 20000;  // reports per value
 const options = { cwd: REPO_DIR, maxBuffer: 64 << 20, timeout: 240000 };
@@ -89,6 +104,13 @@ describe("the JavaScript client end to end with ldpflow", { skip: SKIP }, () => 
       distribution: "zipf:1.1", seed: "2024", shards: "2", output: path.join(work, "pem") });
     start("pem", ["heavy-hitters", "--input", path.join(work, "pem", "*.jsonl"), "--output",
       path.join(work, "hh"), ...Object.entries(PEM_FLAGS).flatMap(([f, v]) => [`--${f}`, v])]);
+    Object.entries(BASELINES).forEach(([name, { flags }], i) => {
+      truths[name] = simulate({ oracle: name, ...flags, distinct: "1000", users: String(USERS),
+        distribution: "zipf:1.1", seed: String(3000 + i), shards: "2", output: path.join(work, name) });
+      start(name, ["heavy-hitters", "--protocol", name, "--input", path.join(work, name, "*.jsonl"),
+        "--output", path.join(work, `hh-${name}`),
+        ...Object.entries(flags).flatMap(([f, v]) => [`--${f}`, v])]);
+    });
     if (AUDIT_SKIP) return;
     for (const name of AUDITED) {
       const dirs = [0, 1].map((v) => {
@@ -168,6 +190,19 @@ describe("the JavaScript client end to end with ldpflow", { skip: SKIP }, () => 
     const missed = top.filter((t) => !found.has(t.value));
     assert.deepEqual(missed, [], `top values not found; found ${[...found].join(", ")}`);
   });
+
+  for (const [name, { found: planted }] of Object.entries(BASELINES)) {
+    test(`ldpflow heavy-hitters --protocol ${name} finds the top values of JS ${name} reports`, async () => {
+      await jobs[name];
+      const doc = JSON.parse(fs.readFileSync(path.join(work, `hh-${name}`, "heavy_hitters.json"), "utf8"));
+      assert.deepEqual(doc.dead_letters, { total: 0, by_reason: {} });
+      assert.equal(doc.reports, USERS);
+      const found = new Set(doc.top_k.map((t) => String(t.value)));
+      const top = [...truths[name].top].sort((a, b) => b.count - a.count).slice(0, planted);
+      const missed = top.filter((t) => !found.has(t.value));
+      assert.deepEqual(missed, [], `${name}: top values not found; found ${[...found].join(", ")}`);
+    });
+  }
 
   test("ldpflow audit passes the JS client's reports of two known values", { skip: AUDIT_SKIP }, async (t) => {
     for (const name of AUDITED) {
@@ -264,6 +299,67 @@ describe("the JavaScript client end to end with ldpflow", { skip: SKIP }, () => 
         report = oracle.perturb(c.value, new SplitMix64TestingRandom(c.client_seed),
           c.column === undefined ? undefined : { column: c.column });
       }
+      const js = Object.fromEntries(Object.entries(wireForm(report)).map(([k, v]) => [k, String(v)]));
+      assert.deepEqual(js, python[i], JSON.stringify(c));
+    });
+  });
+
+  test("ldpflow accepts the heavy-hitter configurations the JS client accepts, and their reports agree", async (t) => {
+    const rng = new SplitMix64TestingRandom(777);
+    const pick = (list) => list[rng.below(list.length)];
+    const maybe = (make) => (rng.below(3) ? undefined : make());
+    const configs = [];
+    for (let i = 0; i < 400; i++) {
+      const name = pick(Object.keys(HEAVY_HITTERS));
+      const options = {
+        top_k: pick([1, 2, 3, 8, 40, 0]), value_bits: pick([1, 2, 5, 8, 16, 31, 32, 48, 61, 64, 65]),
+        epsilon: pick([0.3, 1, 2.5, 4, 8, 0]),
+        query_limit: maybe(() => pick([1, 2, 16, 1024, 4096, 2 ** 20, 2 ** 28, 2 ** 29])),
+      };
+      if (name === "pem") Object.assign(options, { start_bits: maybe(() => rng.below(10)),
+        step_bits: maybe(() => rng.below(24)), hash_range: maybe(() => pick([2, 3, 4, 64])) });
+      if (name === "spm") Object.assign(options, { num_segments: maybe(() => rng.below(12)),
+        segment_top: maybe(() => pick([0, 1, 5, 33, 1024])) });
+      if (name === "mcm") Object.assign(options, { num_channels: maybe(() => pick([0, 1, 7, 300, 5000])),
+        channel_seed: maybe(() => rng.nextWord().toString()) });
+      if (name === "treehist") Object.assign(options, { step_bits: maybe(() => rng.below(24)),
+        hash_range: maybe(() => pick([1, 2, 3, 8, 64])) });
+      if (name === "sfp") Object.assign(options, { fragment_bits: maybe(() => pick([1, 4, 8, 16, 21, 32])),
+        hash_bits: maybe(() => pick([0, 1, 6, 9, 20])), hash_seed: maybe(() => rng.nextWord().toString()) });
+      for (const key of Object.keys(options)) if (options[key] === undefined) delete options[key];
+      configs.push([name, options]);
+    }
+    const made = configs.map(([name, options]) => {
+      try {
+        return makeHeavyHitters(name, camelParameters(options));
+      } catch (error) {
+        assert.ok(error instanceof RangeError || error instanceof TypeError, String(error));
+        return null;
+      }
+    });
+    // Reports of the accepted configurations, of random values and user ids.
+    const cases = [];
+    made.forEach((protocol, i) => {
+      if (!protocol) return;
+      cases.push({ oracle: configs[i][0], parameters: configs[i][1], client_seed: rng.nextWord().toString(),
+        value: (rng.nextWord() >> BigInt(64 - protocol.valueBits)).toString(), user_id: `hh-user-${i}` });
+    });
+    const python = await new Promise((resolve, reject) => {
+      const child = execFile(PYTHON, [path.join(PACKAGE_DIR, "testing", "crosscheck.py")], options,
+        (error, stdout, stderr) => (error ? reject(new Error(stderr)) : resolve(JSON.parse(stdout))));
+      child.stdin.end(JSON.stringify([...cases, { validate: configs }]));
+    });
+    const derived = python.pop();
+    const accepted = made.filter(Boolean).length;
+    assert.ok(accepted >= 60 && made.length - accepted >= 60);
+    t.diagnostic(`${accepted} configurations accepted and ${made.length - accepted} refused by both`);
+    made.forEach((protocol, i) => {
+      assert.deepEqual(protocol && [protocol.numGroups, protocol.hashRange], derived[i],
+        JSON.stringify(configs[i]));
+    });
+    cases.forEach((c, i) => {
+      const protocol = makeHeavyHitters(c.oracle, camelParameters(c.parameters));
+      const report = protocol.perturb(BigInt(c.value), c.user_id, new SplitMix64TestingRandom(c.client_seed));
       const js = Object.fromEntries(Object.entries(wireForm(report)).map(([k, v]) => [k, String(v)]));
       assert.deepEqual(js, python[i], JSON.stringify(c));
     });

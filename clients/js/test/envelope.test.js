@@ -160,3 +160,102 @@ test("the package: version of the Python package, no dependencies, ES module", (
     assert.equal(typeof client[name], "function", name);
   }
 });
+
+// The nested record of each heavy-hitter protocol in ldpflow/schemas/report.avsc.
+function schemaRecord(name) {
+  const schema = JSON.parse(fs.readFileSync(path.join(REPO_DIR, "ldpflow", "schemas", "report.avsc"), "utf8"));
+  const field = schema.fields.find((f) => f.name === name);
+  return field.type.find((t) => t !== "null").fields.map((f) => f.name);
+}
+
+test("spm, mcm, treehist and sfp reports nest their record in the schema's field order", () => {
+  const options = { topK: 4, valueBits: 32, epsilon: 2 };
+  const protocols = ["pem", "spm", "mcm", "treehist", "sfp"].map((n) => client.makeHeavyHitters(n, options));
+  const schema = JSON.parse(fs.readFileSync(path.join(REPO_DIR, "ldpflow", "schemas", "report.avsc"), "utf8"));
+  const top = schema.fields.map((f) => f.name);
+  for (const protocol of protocols) {
+    const userId = `user-${protocol.name}`;
+    const report = protocol.perturb(123456789, userId, new SplitMix64TestingRandom(1));
+    const line = toJsonLine(protocol, report, { ...META, userId });
+    const record = JSON.parse(line);
+    const keys = Object.keys(record);
+    assert.deepEqual(keys, top.filter((k) => keys.includes(k)), protocol.name);  // schema order
+    assert.equal(keys.at(-1), protocol.name);
+    assert.deepEqual(Object.keys(record[protocol.name]), schemaRecord(protocol.name), protocol.name);
+    assert.equal(record.oracle, protocol.name);
+    assert.equal(record.domain_size, protocol.numGroups);
+    assert.equal(record.hash_range, protocol.hashRange);
+    assert.equal(record[protocol.name].group, protocol.groupOf(userId));
+    // Every 64-bit seed travels as a signed long (two's complement of the unsigned seed).
+    for (const [name, value] of Object.entries(report)) {
+      if (!name.startsWith("seed")) continue;
+      const written = new RegExp(`"${name}":(-?\\d+)`).exec(line)[1];
+      assert.equal(BigInt(written), BigInt.asIntN(64, value), `${protocol.name} ${name}`);
+    }
+    const other = ["a", "b", "c", "d", "e", "f"].find((id) => protocol.groupOf(id) !== report.group);
+    if (protocol.numGroups > 1) {
+      assert.throws(() => toJsonLine(protocol, report, { ...META, userId: other }), /is not the group of userId/);
+    }
+    assert.throws(() => toJsonLine(protocol, { ...report, value: 3 }, META), /report has the fields/);
+  }
+  const mcm = protocols[2];
+  const report = mcm.perturb(5, "u", new SplitMix64TestingRandom(1));
+  assert.equal(report.bits.length, Math.ceil((2 * mcm.numChannels) / 8));
+  assert.throws(() => toJsonLine(mcm, { ...report, bits: new Uint8Array(3) }, { ...META, userId: "u" }),
+    /bits must be ceil\(2 \* numChannels \/ 8\) = 4 bytes, got 3/);
+  // 64-bit keys of the configuration: signed longs too.
+  const keyed = client.makeHeavyHitters("sfp", { ...options, hashSeed: "18446744073709551615" });
+  const line = toJsonLine(keyed, keyed.perturb(1, "u", new SplitMix64TestingRandom(1)), { ...META, userId: "u" });
+  assert.match(line, /"hash_seed":-1,/);
+});
+
+test("makeHeavyHitters: the five protocols, their checks, and no option they lack", () => {
+  assert.deepEqual(Object.keys(client.HEAVY_HITTERS), ["pem", "spm", "mcm", "treehist", "sfp"]);
+  const base = { topK: 8, valueBits: 32, epsilon: 4 };
+  assert.throws(() => client.makeHeavyHitters("olh", base), /protocol must be one of pem spm mcm treehist sfp, got olh \(olh is a frequency oracle: use makeOracle\)/);
+  assert.throws(() => makeOracle("spm", { epsilon: 1, domainSize: 4 }), /use makeHeavyHitters/);
+  assert.throws(() => client.makeHeavyHitters("spm", { ...base, stepBits: 4 }), /spm has no option stepBits/);
+  assert.throws(() => client.makeHeavyHitters("mcm", { ...base, hashRange: 4 }), /mcm has no option hashRange/);
+  assert.throws(() => client.makeHeavyHitters("spm", { ...base, valueBits: 1 }), /valueBits must be >= 2 for segment pairs, got 1/);
+  assert.throws(() => client.makeHeavyHitters("spm", { ...base, segmentTop: 2000 }), /segmentTop must be <= 1024/);
+  assert.throws(() => client.makeHeavyHitters("mcm", { ...base, numChannels: 2 ** 21 }), /numChannels must be <= queryLimit=1048576/);
+  assert.throws(() => client.makeHeavyHitters("mcm", { ...base, channelSeed: -1 }), /channelSeed must be in \[0, 2\*\*64\), got -1/);
+  assert.throws(() => client.makeHeavyHitters("treehist", { ...base, stepBits: 21 }), /stepBits must be <= min\(valueBits, 20\) = 20, got 21/);
+  assert.throws(() => client.makeHeavyHitters("treehist", { ...base, hashRange: 3 }), /hashRange must be a power of two/);
+  assert.throws(() => client.makeHeavyHitters("sfp", { ...base, fragmentBits: 12 }), /fragmentBits must divide valueBits=32, got 12/);
+  assert.throws(() => client.makeHeavyHitters("sfp", { ...base, hashBits: 7 }), /hashBits \+ fragmentBits must be <= 22, got 7 \+ 16/);
+  assert.throws(() => client.makeHeavyHitters("sfp", { ...base, codec: "string", valueBits: 20, fragmentBits: 4 }), /multiple of 8/);
+  // ldpflow's derived configurations (heavy_hitters/{spm,mcm,treehist,sfp}.py, printed by
+  // ldpflow; cost_aware_hash_range of config.py).
+  const spm = client.makeHeavyHitters("spm", { ...base, valueBits: 64 });
+  assert.deepEqual([spm.numSegments, spm.numGroups, spm.hashRange, spm.segmentTop], [4, 6, 4, 8]);
+  assert.deepEqual(spm.segmentBounds, [[48, 16], [32, 16], [16, 16], [0, 16]]);
+  const mcm = client.makeHeavyHitters("mcm", base);
+  assert.deepEqual([mcm.numChannels, mcm.numGroups, mcm.hashRange], [32, 32, 8]);
+  const treehist = client.makeHeavyHitters("treehist", base);
+  assert.deepEqual([treehist.numGroups, treehist.groupBits, treehist.hashRange], [5, [8, 16, 24, 32, 32], 32]);
+  const sfp = client.makeHeavyHitters("sfp", base);
+  assert.deepEqual([sfp.numGroups, sfp.pieceBits, sfp.hashRange], [2, 22, 8]);
+  assert.deepEqual([1, 2, 4, 8, 12].map((e) => client.costAwareHashRange(e)), [4, 8, 32, 64, 64]);
+});
+
+test("heavy-hitter clients draw from crypto.getRandomValues unless given a source", () => {
+  const original = globalThis.crypto.getRandomValues;
+  let calls = 0;
+  globalThis.crypto.getRandomValues = function spy(array) {
+    calls++;
+    return original.call(this, array);
+  };
+  try {
+    for (const name of ["spm", "mcm", "treehist", "sfp"]) {
+      const protocol = client.makeHeavyHitters(name, { topK: 4, valueBits: 32, epsilon: 2 });
+      const before = calls;
+      const seeds = new Set();
+      for (let i = 0; i < 600; i++) seeds.add(protocol.perturb(7, `u${i}`).seed);
+      assert.ok(calls > before, `${name} drew no secure words`);
+      assert.equal(seeds.size, 600, name);
+    }
+  } finally {
+    globalThis.crypto.getRandomValues = original;
+  }
+});

@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  PrefixExtendingMethod, SplitMix64TestingRandom, hashValue, makeOracle,
+  PrefixExtendingMethod, SplitMix64TestingRandom, hashValue, makeHeavyHitters, makeOracle,
 } from "../index.js";
 import { popcount } from "../src/oracle.js";
 import { upperQuantile } from "../testing/helpers.js";
@@ -172,6 +172,47 @@ test("pem: the group's prefix is reported through OLH with p* and q*", () => {
     assertRate(own[g], seen[g], pem.p, `pem group ${g} p*`);
     assertRate(other[g], seen[g], pem.q, `pem group ${g} q*`);
   }
+});
+
+test("spm, treehist, sfp and mcm: each OLH component keeps its value with p*; mcm's bits flip at their rate", () => {
+  const value = 0xdeadbeefn;
+  const options = { topK: 4, valueBits: 32, epsilon: 2 };
+  const rng = new SplitMix64TestingRandom(777001);
+  const hits = (protocol, make) => {
+    const counts = [];
+    for (let i = 0; i < N; i++) {
+      make(protocol.perturb(value, `stat-user-${i}`, rng)).forEach((hit, j) => {
+        counts[j] = (counts[j] ?? 0) + hit;
+      });
+    }
+    return counts;
+  };
+  const spm = makeHeavyHitters("spm", options);
+  const keeps = (seed, v, bits, bucket, p) => Number(hashValue(seed, v, bits, p.hashRange) === bucket);
+  const seg = (r, side) => spm.pairs[r.group][side === "a" ? 0 : 1];
+  hits(spm, (r) => [
+    keeps(r.seed_a, spm.segment(value, seg(r, "a")), spm.segmentBounds[seg(r, "a")][1], r.bucket_a, spm),
+    keeps(r.seed_b, spm.segment(value, seg(r, "b")), spm.segmentBounds[seg(r, "b")][1], r.bucket_b, spm),
+    keeps(r.seed, value, 32, r.bucket, spm),
+  ]).forEach((count, j) => assertRate(count, N, spm.p, `spm component ${"abf"[j]}`));
+  const treehist = makeHeavyHitters("treehist", options);
+  hits(treehist, (r) => [keeps(r.seed, value >> BigInt(32 - r.prefix_bits), r.prefix_bits, r.bucket, treehist)])
+    .forEach((count) => assertRate(count, N, treehist.p, "treehist prefix"));
+  const sfp = makeHeavyHitters("sfp", options);
+  const piece = (group) => (sfp.valueHash(value) << BigInt(sfp.fragmentBits)) | sfp.fragment(value, group);
+  hits(sfp, (r) => [keeps(r.seed_piece, piece(r.group), sfp.pieceBits, r.bucket_piece, sfp),
+    keeps(r.seed, value, 32, r.bucket, sfp)])
+    .forEach((count, j) => assertRate(count, N, sfp.p, `sfp ${["piece", "value"][j]}`));
+  const mcm = makeHeavyHitters("mcm", options);
+  const width = 2 * mcm.numChannels;
+  const item = (group) => 2 * mcm.channelOf(value) + Number((value >> BigInt(group)) & 1n);
+  const [own, others, full] = hits(mcm, (r) => {
+    const bit = (r.bits[item(r.group) >> 3] >> (item(r.group) & 7)) & 1;
+    return [bit, popcount(r.bits) - bit, keeps(r.seed, value, 32, r.bucket, mcm)];
+  });
+  assertRate(own, N, 1 - mcm.flipProbability, "mcm item bit");
+  assertRate(others, N * (width - 1), mcm.flipProbability, "mcm other bits");
+  assertRate(full, N, mcm.p, "mcm value");
 });
 
 // The sketches: a report picks hash function j uniformly, so whether it supports a value u

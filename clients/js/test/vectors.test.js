@@ -1,16 +1,20 @@
 // The published test vectors (docs/testvectors) hold exactly in JavaScript: client_reports.json
-// for the eight oracles of that file, sketch_reports.json for cms, hcms and pgr.
+// for the eight oracles of that file, sketch_reports.json for cms, hcms and pgr,
+// heavy_hitter_reports.json for pem, spm, mcm, treehist and sfp.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  ORACLES, SplitMix64TestingRandom, assignGroup, chooseGeometry, hashValue, makeOracle, sketchSeeds,
+  HEAVY_HITTERS, ORACLES, SplitMix64TestingRandom, assignGroup, encodeValue, chooseGeometry, hashValue, makeOracle, sketchSeeds,
   splitmix64Mix, splitmix64Stream, userKey,
 } from "../index.js";
 import { blake2b } from "../src/blake2b.js";
 import { mixHalves } from "../src/hashing.js";
 import { fillRate } from "../src/subset.js";
-import { clientParameters, readVectors, wireForm } from "../testing/helpers.js";
+import * as client from "../index.js";
+import {
+  clientParameters, readVectors, replayHeavyHitterVector, wireForm,
+} from "../testing/helpers.js";
 
 test("hash family matches hash_family.json bit for bit", () => {
   const cases = readVectors("hash_family.json");
@@ -45,6 +49,24 @@ test("cms, hcms and pgr reports match sketch_reports.json exactly", () => {
     assert.ok(cases.filter((c) => c.oracle === name).length >= 3, `${name} cases`);
   }
   cases.forEach(replay);
+});
+
+test("heavy-hitter reports match heavy_hitter_reports.json exactly", () => {
+  const cases = readVectors("heavy_hitter_reports.json");
+  for (const name of Object.keys(HEAVY_HITTERS)) {
+    for (const codec of ["int", "string"]) {
+      assert.ok(cases.filter((c) => c.protocol === name && c.codec === codec).length >= 3,
+        `${name} ${codec} cases`);
+    }
+  }
+  for (const c of cases) {
+    const { protocol, value, report, wire } = replayHeavyHitterVector(client, c);
+    assert.equal(encodeValue(c.codec, value, protocol.valueBits).toString(), c.code);
+    assert.equal(report.group, protocol.groupOf(c.user_id));
+    assert.deepEqual(wire, c.report, JSON.stringify(c));
+    // The same fields in the same order as ldpflow's report columns.
+    assert.deepEqual(Object.keys(report), Object.keys(c.report), c.protocol);
+  }
 });
 
 test("pgr's geometry (q, t, K) of the vectors' parameters and its canonical order", () => {

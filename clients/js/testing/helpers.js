@@ -53,3 +53,20 @@ export function upperQuantile(tail) {
   }
   return hi;
 }
+
+/** A heavy-hitter configuration (snake_case, as ldpflow's) in the client's names. */
+export function camelParameters(parameters) {
+  return Object.fromEntries(Object.entries(parameters).map(([name, value]) =>
+    [name.replace(/_([a-z])/g, (_, c) => c.toUpperCase()), value]));
+}
+
+/**
+ * The report of a heavy_hitter_reports.json case made by `lib` (the ES modules or the
+ * CommonJS build), in the vectors' form, and the protocol that made it.
+ */
+export function replayHeavyHitterVector(lib, c) {
+  const protocol = lib.makeHeavyHitters(c.protocol, { ...camelParameters(c.parameters), codec: c.codec });
+  const value = c.codec === "string" ? c.value : BigInt(c.value);
+  const report = protocol.perturb(value, c.user_id, new lib.SplitMix64TestingRandom(c.client_seed));
+  return { protocol, value, report, wire: wireForm(report) };
+}

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 /**
  * Simulate a population's reports with the JavaScript client: JSON lines that `ldpflow
- * estimate` (oracles) or `ldpflow heavy-hitters` (pem) read, and `truth.json`.
+ * estimate` (oracles) or `ldpflow heavy-hitters --protocol P` (pem, spm, mcm, treehist, sfp)
+ * read, and `truth.json`.
  *
  *   node tools/simulate.js --oracle olh --epsilon 4 --domain_size 64 --users 100000 \
  *       --distribution zipf:1.1 --seed 7 --output /tmp/js-olh
@@ -9,9 +10,13 @@
  *       --num_hashes 16 --users 100000 --seed 7 --output /tmp/js-cms
  *   node tools/simulate.js --oracle pem --epsilon 4 --bits 32 --k 8 --query_limit 4096 \
  *       --distinct 1000 --users 100000 --seed 7 --output /tmp/js-pem
+ *   node tools/simulate.js --oracle sfp --epsilon 4 --bits 32 --k 8 --fragment_bits 8 \
+ *       --users 100000 --seed 7 --output /tmp/js-sfp
  *
  * The population is exact: value `r` (rank r; pem: the r-th of `--distinct` random values)
- * is held by `round(n * pi_r)` users (largest remainders), in a shuffled order. With `--seed`
+ * is held by `round(n * pi_r)` users (largest remainders), in a shuffled order. A
+ * heavy-hitter protocol takes its flags (`--query_limit`, `--num_segments`, `--channel_seed`,
+ * ...: those of `ldpflow heavy-hitters`). With `--seed`
  * the population and the reports come from the seeded `SplitMix64TestingRandom` (for tests
  * and evaluation: reproducible, not private); without it, from the secure source.
  * onebit: user `j` is in column `j mod K`.
@@ -23,11 +28,18 @@ import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 
 import {
-  PrefixExtendingMethod, SecureRandom, SplitMix64TestingRandom, envelope, makeOracle,
+  HEAVY_HITTERS, SecureRandom, SplitMix64TestingRandom, envelope, makeHeavyHitters, makeOracle,
   recordToJsonLine,
 } from "../index.js";
 
 const START_TIME_MS = 1767225600000;  // 2026-01-01T00:00:00Z, as ldpflow simulate
+// The heavy-hitter protocols' flags (as ldpflow heavy-hitters') and their option names.
+const PROTOCOL_FLAGS = {
+  hash_range: "hashRange", query_limit: "queryLimit", start_bits: "startBits",
+  step_bits: "stepBits", num_groups: "numGroups", num_segments: "numSegments",
+  segment_top: "segmentTop", num_channels: "numChannels", channel_seed: "channelSeed",
+  fragment_bits: "fragmentBits", hash_bits: "hashBits", hash_seed: "hashSeed",
+};
 
 /**
  * Population shares of the ranks `0 .. size-1` for `zipf:S`, `uniform`, `geometric:P` or
@@ -112,8 +124,8 @@ class ShardWriter {
  * Write the reports of a population and its `truth.json`; returns the truth document.
  *
  * @param {object} options the command's flags as strings (`oracle`, `epsilon`, `users`,
- *   `output`; `domain_size` or pem's `bits` and `k`; optional `seed`, `shards`,
- *   `distribution`, `hash_range` (olh, blh, cms, hcms, pem), `num_hashes` (cms, hcms),
+ *   `output`; `domain_size`, or a heavy-hitter protocol's `bits` and `k`; optional `seed`, `shards`,
+ *   `distribution`, `hash_range` (olh, blh, cms, hcms, pem, treehist), `num_hashes` (cms, hcms),
  *   `query_limit`, `distinct`)
  */
 export function simulate(options) {
@@ -126,28 +138,27 @@ export function simulate(options) {
   let truth;
   const meta = (j) => ({ userId: `js-user-${j}`, reportId: `js-${options.oracle}-${j}`,
     eventTime: START_TIME_MS + j });
-  if (options.oracle === "pem") {
-    const pem = new PrefixExtendingMethod({
-      topK: Number(options.k), valueBits: Number(options.bits), epsilon,
-      ...(options.hash_range ? { hashRange: Number(options.hash_range) } : {}),
-      ...(options.query_limit ? { queryLimit: Number(options.query_limit) } : {}),
-    });
+  if (Object.hasOwn(HEAVY_HITTERS, options.oracle)) {
+    const configuration = { topK: Number(options.k), valueBits: Number(options.bits), epsilon };
+    for (const [flag, name] of Object.entries(PROTOCOL_FLAGS)) {
+      if (options[flag] === undefined) continue;
+      configuration[name] = name.endsWith("Seed") ? options[flag] : Number(options[flag]);
+    }
+    const protocol = makeHeavyHitters(options.oracle, configuration);
     const distinct = Number(options.distinct);
     const pool = new Set();
-    const mask = (1n << BigInt(pem.valueBits)) - 1n;
+    const mask = (1n << BigInt(protocol.valueBits)) - 1n;
     while (pool.size < distinct) pool.add(source.nextWord() & mask);
     const values = [...pool];
     const counts = exactCounts(distribution(options.distribution, distinct), users);
     const order = shuffled(counts, source);
     order.forEach((rank, j) => {
       const m = meta(j);
-      writer.write(recordToJsonLine(envelope(pem, pem.perturb(values[rank], m.userId, source), m)));
+      writer.write(recordToJsonLine(envelope(protocol, protocol.perturb(values[rank], m.userId, source), m)));
     });
     truth = {
-      oracle: "pem", users, distinct, distribution: options.distribution,
-      parameters: { top_k: pem.topK, value_bits: pem.valueBits, epsilon, hash_range: pem.hashRange,
-        query_limit: pem.queryLimit, num_groups: pem.numGroups, start_bits: pem.startBits,
-        step_bits: pem.stepBits },
+      oracle: protocol.name, users, distinct, distribution: options.distribution,
+      parameters: { ...protocol.envelopeParameters, ...protocol.nestedParameters() },
       top: counts.map((count, rank) => ({ value: values[rank].toString(), count })),
     };
   } else {
@@ -166,7 +177,8 @@ export function simulate(options) {
       parameters: oracle.envelopeParameters, counts };
   }
   writer.close();
-  fs.writeFileSync(path.join(options.output, "truth.json"), JSON.stringify(truth));
+  fs.writeFileSync(path.join(options.output, "truth.json"),
+    JSON.stringify(truth, (_, v) => (typeof v === "bigint" ? v.toString() : v)));
   return truth;
 }
 
@@ -177,12 +189,12 @@ function main() {
       hash_range: { type: "string" }, num_hashes: { type: "string" }, users: { type: "string" },
       distribution: { type: "string", default: "zipf:1.1" }, seed: { type: "string" },
       output: { type: "string" }, shards: { type: "string", default: "1" },
-      bits: { type: "string" }, k: { type: "string" }, query_limit: { type: "string" },
-      distinct: { type: "string", default: "1000" },
+      bits: { type: "string" }, k: { type: "string" }, distinct: { type: "string", default: "1000" },
+      ...Object.fromEntries(Object.keys(PROTOCOL_FLAGS).map((flag) => [flag, { type: "string" }])),
     },
   });
   const needed = ["oracle", "epsilon", "users", "output",
-    ...(values.oracle === "pem" ? ["bits", "k"] : ["domain_size"])];
+    ...(Object.hasOwn(HEAVY_HITTERS, values.oracle) ? ["bits", "k"] : ["domain_size"])];
   const missing = needed.filter((name) => values[name] === undefined);
   if (missing.length) {
     process.stderr.write(`simulate.js: missing --${missing.join(", --")}\n`);
