@@ -9,7 +9,9 @@ message holds an Avro container of reports, or JSON) and returns ``{"estimates":
    their own event time, or the message's ``--timestamp_attribute`` sets it);
 3. ``DeduplicateReportsFn`` (stateful, per key and cell) drops reports whose id was seen
    before, so redelivery changes no estimate (copies share their event time, so a cell
-   holds every copy), and counts the rest into an exact integer accumulator;
+   holds every copy), and counts the rest into an exact integer accumulator. The state
+   keeps the keyed id hashes with the full ids, and a hash seen before marks a duplicate
+   only when its id is the one seen: a distinct report is never dropped;
 4. windows (fixed or sliding) with watermark, early and late firings and *accumulating*
    panes; ``CombinePerKey`` of the exact integer accumulators, so every pane is estimated
    from the merged counts of all the window's reports and is consistent on its own;
@@ -26,6 +28,7 @@ Counters (namespace ``ldpflow``): ``messages``, ``records``, ``reports``, ``dead
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import logging
@@ -42,7 +45,7 @@ from apache_beam.transforms import trigger, window
 from apache_beam.transforms.userstate import CombiningValueStateSpec
 from apache_beam.utils.timestamp import Duration, Timestamp
 
-from ldpflow.core.dedup import SeenIds
+from ldpflow.core.dedup import SeenIds, first_copies
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.postprocess import postprocess
 from ldpflow.transforms.combine import FrequencyOracleCombineFn
@@ -194,7 +197,7 @@ class DecodeMessagesFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
 
 
-_KEEP = ("id_hashes", "event_times")
+_KEEP = ("id_hashes", "report_ids", "event_times")
 _USER_BUCKET_BITS = 4  # state cells per window for the contribution cap
 
 
@@ -208,13 +211,14 @@ def split_cells(key: str, batch, cell_ms: int):
 
 
 class SeenIdsCombineFn(beam.CombineFn):
-    """The state of :class:`DeduplicateReportsFn`: a :class:`SeenIds` of 64-bit id hashes."""
+    """The state of :class:`DeduplicateReportsFn`: a :class:`SeenIds` of keyed 64-bit id
+    hashes with their full ids; an input is ``(hashes, ids)``."""
 
     def create_accumulator(self):
         return SeenIds()
 
-    def add_input(self, seen, hashes):
-        seen.add_new(hashes)
+    def add_input(self, seen, hashes_and_ids):
+        seen.add_new(*hashes_and_ids)
         return seen
 
     def merge_accumulators(self, accumulators):
@@ -241,17 +245,16 @@ class DeduplicateReportsFn(beam.DoFn):
     def process(self, element, seen=beam.DoFn.StateParam(SEEN)):
         _, batch = element  # keyed by the key's text form: a deterministic state key
         key = tuple(batch.key)
-        hashes = batch.id_hashes
-        _, first = np.unique(hashes, return_index=True)
-        new = np.zeros(hashes.size, dtype=bool)
-        new[first] = True
-        new &= ~seen.read().contains(hashes)
+        hashes, ids = batch.id_hashes, batch.report_ids
+        new, _ = first_copies(hashes, (), ids)  # first occurrences in the batch, by full id
+        new &= ~seen.read().contains(hashes, ids)
         duplicates = int(hashes.size - np.count_nonzero(new))
         if duplicates:
             self._duplicates.inc(duplicates)
         if new.any():
-            seen.add(hashes[new])
-            fresh = batch if duplicates == 0 else batch[new]
+            seen.add((hashes[new], ids[new]))
+            fresh = dataclasses.replace(batch if duplicates == 0 else batch[new],
+                                        report_ids=None)
             yield key, (batch.protocol.count_valid(fresh.reports) if self._count else fresh)
 
 
