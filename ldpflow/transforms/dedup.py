@@ -36,7 +36,8 @@ from ldpflow.core.oracles import Accumulator
 from ldpflow.transforms.combine import FrequencyOracleCombineFn
 from ldpflow.wire.envelope import ReportBatch
 
-__all__ = ["DEDUP_KEEP", "Tally", "TallyCombineFn", "DeduplicateReports", "DropRepeatsFn", "RepeatedIds",
+__all__ = ["DEDUP_KEEP", "Tally", "TallyCombineFn", "DeduplicateReports", "DropRepeatsFn",
+           "RepeatedIds",
            "RepeatedIdsFn", "split_repeated", "DEFAULT_BUCKETS", "is_tally"]
 
 #: Buckets per key: how many workers can share one key's deduplication.
