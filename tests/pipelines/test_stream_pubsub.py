@@ -206,3 +206,47 @@ def test_publish_to_a_missing_topic_fails_in_one_line(emulator, tmp_path, capsys
     assert excinfo.value.code == 1
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"ldpflow pubsub publish: error: --topic {missing} does not exist")
+
+
+def test_a_large_message_and_a_bad_timestamp_are_dead_letters_and_windows_fire(emulator):
+    from google.cloud import pubsub_v1
+
+    from ldpflow.pipelines import stream
+
+    emulator.create_topic("hostile")
+    subscription = emulator.create_subscription("hostile-stream", "hostile")
+    emulator.create_topic("hostile-estimates")
+    estimates_sub = emulator.create_subscription("hostile-check", "hostile-estimates")
+    oracle = ldpflow.oracle("grr", epsilon=1.0, domain_size=16)
+    rng = np.random.default_rng(7)
+    n = 2000
+    start = (int(time.time() * 1000) // 60_000 - 3) * 60_000
+    reports = oracle.perturb(rng.integers(0, 16, n), rng=rng)
+    records = reports_to_records(oracle, reports, [f"h{i}" for i in range(n)],
+                                 [f"u{i}" for i in range(n)], np.full(n, start + 10))
+    publisher = pubsub_v1.PublisherClient()
+    topic = emulator.topic("hostile")
+    futures = [  # all waiting before the job starts: its first pull has every one
+        publisher.publish(topic, b"\x00" * 9_692_245, ts=str(start)),  # over 4 MiB
+        publisher.publish(topic, formats.encode_message(records[:10]), ts="not-a-time"),
+        publisher.publish(topic, formats.encode_message(records[:1000]), ts=str(start)),
+        publisher.publish(topic, formats.encode_message(records[1000:]), ts=str(start)),
+    ]
+    for future in futures:
+        future.result(timeout=60)
+    result = stream.start([
+        f"--subscription={subscription}", f"--output_topic={emulator.topic('hostile-estimates')}",
+        "--window_size=60", "--allowed_lateness=3600", "--methods=base",
+        "--timestamp_attribute=ts",
+    ])
+    try:
+        panes = pull_until(estimates_sub, lambda got: any(p["n"] >= n for p in got),
+                           timeout=60)
+    finally:
+        cancel_streaming(result, emulator.topic("hostile"))
+    assert panes, "the stream stalled: no estimates arrived"
+    final = max(panes, key=lambda p: p["n"])
+    assert final["n"] == n  # exact: neither hostile message counted, nothing lost
+    assert final["window_start"] == start
+    expected = oracle.estimate(oracle.aggregate(reports)).frequencies.tolist()
+    assert final["estimates"]["base"] == expected
