@@ -368,8 +368,10 @@ class EstimateStream(beam.PTransform):
         capping = self._cap is not None
         decode = DecodeMessagesFn(self._windows.cell, self._expect, self._attribute,
                                   ("user_hashes",) if capping else ())
-        decoded = messages | "Decode" >> beam.ParDo(decode).with_outputs(DEAD_LETTERS,
-                                                                           main="reports")
+        # Typed keys (str here, int for the user buckets), so that the stateful DoFns' keys
+        # get deterministic coders.
+        decoded = messages | "Decode" >> beam.ParDo(decode).with_output_types(
+            tuple[str, typing.Any]).with_outputs(DEAD_LETTERS, main="reports")
         windowed = (
             decoded.reports
             | "Cells" >> self._windows.cell_window_into()
@@ -380,7 +382,8 @@ class EstimateStream(beam.PTransform):
         if capping:
             windowed = (
                 windowed
-                | "UserBuckets" >> beam.FlatMap(_user_bucket, _USER_BUCKET_BITS)
+                | "UserBuckets" >> beam.FlatMap(_user_bucket, _USER_BUCKET_BITS
+                                               ).with_output_types(tuple[int, typing.Any])
                 | "CapUsers" >> beam.ParDo(CapUsersFn(self._cap)).with_input_types(
                     tuple[int, typing.Any])
             )

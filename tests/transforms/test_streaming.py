@@ -299,3 +299,19 @@ def test_a_report_whose_id_hash_collides_is_counted_and_copies_are_not():
                     equal_to([(6, expected)]))
 
     run_stream(stream, WindowSpec(60), checks=checks)
+
+
+def test_an_unparseable_timestamp_attribute_is_a_dead_letter_and_windows_fire():
+    _, records = make_reports("z", [5] * 6, seed=22)
+    stream = (TestStream().advance_watermark_to(0)
+              .add_elements([TimestampedValue(message(records[:2], attributes={"ts": "nope"}), 1),
+                             TimestampedValue(message(records, attributes={"ts": "5000"}), 2)])
+              .advance_watermark_to_infinity())
+
+    def checks(out):
+        assert_that(out["estimates"] | beam.Map(pane_view), equal_to([(0, "ON_TIME", 6)]),
+                    label="estimates")
+        assert_that(out["dead_letters"] | beam.Map(lambda d: (d.reason.split(":")[0], d.count)),
+                    equal_to([("message attribute 'ts' missing or invalid", 2)]), label="dead")
+
+    run_stream(stream, WindowSpec(60), checks=checks, attribute="ts")
