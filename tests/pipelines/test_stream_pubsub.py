@@ -250,3 +250,26 @@ def test_a_large_message_and_a_bad_timestamp_are_dead_letters_and_windows_fire(e
     assert final["window_start"] == start
     expected = oracle.estimate(oracle.aggregate(reports)).frequencies.tolist()
     assert final["estimates"]["base"] == expected
+
+
+def test_pull_takes_many_large_messages(emulator, capsys):
+    """``ldpflow pubsub pull`` past 4 MiB in one pull (25 panes of 400 kB) and a 9 MB
+    message: Pub/Sub's own limit is 10 MB."""
+    from google.cloud import pubsub_v1
+
+    from ldpflow.pipelines import pubsub
+
+    topic = emulator.create_topic("big-panes")
+    subscription = emulator.create_subscription("big-panes-pull", "big-panes")
+    publisher = pubsub_v1.PublisherClient()
+    bodies = [json.dumps({"pane": i, "pad": "x" * 400_000}).encode() for i in range(25)]
+    bodies.append(b"\x00" * 9_000_000)
+    for future in [publisher.publish(topic, body) for body in bodies]:
+        future.result(timeout=60)
+    capsys.readouterr()
+    assert pubsub.run(["pull", f"--subscription={subscription}", "--max_messages=26",
+                       "--timeout=30"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 26
+    assert sorted(json.loads(line)["pane"] for line in lines if line.startswith("{")) == \
+        list(range(25))
