@@ -82,16 +82,21 @@ def test_first_copies_compares_bitmap_rows():
 
 
 @settings(max_examples=50, deadline=None)
+def first_occurrences(batch, reference: set) -> list[bool]:
+    """Which values of ``batch`` are new to ``reference`` (which then holds them all)."""
+    want = []
+    for value in batch:
+        want.append(value not in reference)
+        reference.add(value)
+    return want
+
+
 @given(batches=st.lists(st.lists(st.integers(0, 40), max_size=30), max_size=12))
 def test_add_new_marks_exactly_the_first_occurrences(batches):
     seen, reference = SeenIds(), set()
     for batch in batches:
         mask = seen.add_new(np.array(batch, dtype=np.uint64))
-        want = []
-        for value in batch:
-            want.append(value not in reference)
-            reference.add(value)
-        assert mask.tolist() == want
+        assert mask.tolist() == first_occurrences(batch, reference)
     assert len(seen) == len(reference)
     assert all(v in seen for v in reference)
     clone = pickle.loads(pickle.dumps(seen))
@@ -201,12 +206,7 @@ def test_seen_ids_with_ids_is_exact_when_every_hash_collides(batches):
     for batch in batches:
         ids = packed_report_ids([f"id{v}" for v in batch])
         hashes = np.array([v % 3 for v in batch], dtype=np.uint64)  # many collisions
-        mask = seen.add_new(hashes, ids)
-        want = []
-        for value in batch:
-            want.append(value not in reference)
-            reference.add(value)
-        assert mask.tolist() == want
+        assert seen.add_new(hashes, ids).tolist() == first_occurrences(batch, reference)
     assert len(seen) == len(reference)
 
 

@@ -46,6 +46,15 @@ def pull_until(subscription, done, timeout=90.0):
     return received
 
 
+def stream_topics(emulator, reports, estimates):
+    """Create the topics ``reports`` and ``estimates``; returns the job's subscription to
+    the first and a check subscription to the second."""
+    emulator.create_topic(reports)
+    emulator.create_topic(estimates)
+    return (emulator.create_subscription(f"{reports}-stream", reports),
+            emulator.create_subscription(f"{estimates}-check", estimates))
+
+
 def batch_result(input_pattern, output):
     """The one result of ``ldpflow estimate`` on the same reports (its estimates.json)."""
     from ldpflow.pipelines import estimate
@@ -61,10 +70,7 @@ def test_stream_from_the_emulator_equals_a_batch_run(emulator, tmp_path):
 
     from ldpflow.pipelines import stream
 
-    emulator.create_topic("reports")
-    subscription = emulator.create_subscription("reports-stream", "reports")
-    emulator.create_topic("estimates")
-    estimates_sub = emulator.create_subscription("estimates-check", "estimates")
+    subscription, estimates_sub = stream_topics(emulator, "reports", "estimates")
 
     oracle = ldpflow.oracle("olh", epsilon=1.0, domain_size=128)
     rng = np.random.default_rng(42)
@@ -213,10 +219,9 @@ def test_a_large_message_and_a_bad_timestamp_are_dead_letters_and_windows_fire(e
 
     from ldpflow.pipelines import stream
 
-    emulator.create_topic("hostile")
-    subscription = emulator.create_subscription("hostile-stream", "hostile")
-    emulator.create_topic("hostile-estimates")
-    estimates_sub = emulator.create_subscription("hostile-check", "hostile-estimates")
+    subscription, estimates_sub = stream_topics(emulator, "hostile", "hostile-estimates")
+    emulator.create_topic("hostile-dead")
+    dead_sub = emulator.create_subscription("hostile-dead-check", "hostile-dead")
     oracle = ldpflow.oracle("grr", epsilon=1.0, domain_size=16)
     rng = np.random.default_rng(7)
     n = 2000
@@ -237,11 +242,12 @@ def test_a_large_message_and_a_bad_timestamp_are_dead_letters_and_windows_fire(e
     result = stream.start([
         f"--subscription={subscription}", f"--output_topic={emulator.topic('hostile-estimates')}",
         "--window_size=60", "--allowed_lateness=3600", "--methods=base",
-        "--timestamp_attribute=ts",
+        "--timestamp_attribute=ts", f"--dead_letter_topic={emulator.topic('hostile-dead')}",
     ])
     try:
         panes = pull_until(estimates_sub, lambda got: any(p["n"] >= n for p in got),
                            timeout=60)
+        dead = pull_until(dead_sub, lambda got: len(got) >= 2, timeout=30)
     finally:
         cancel_streaming(result, emulator.topic("hostile"))
     assert panes, "the stream stalled: no estimates arrived"
@@ -250,6 +256,8 @@ def test_a_large_message_and_a_bad_timestamp_are_dead_letters_and_windows_fire(e
     assert final["window_start"] == start
     expected = oracle.estimate(oracle.aggregate(reports)).frequencies.tolist()
     assert final["estimates"]["base"] == expected
+    assert sorted((d["reason"].split(":")[0], d["count"]) for d in dead) == [
+        ("message attribute 'ts' missing or invalid", 10), ("policy", 1)]  # too long a line
 
 
 def test_pull_takes_many_large_messages(emulator, capsys):
