@@ -48,7 +48,7 @@ import numpy.typing as npt
 from ldpflow.core import hashing
 
 __all__ = ["ID_KEY_BYTES", "new_id_key", "string_hashes", "report_id_hashes", "packed_ids",
-           "packed_report_ids", "first_copies", "SeenIds"]
+           "packed_report_ids", "unpacked_ids", "first_copies", "SeenIds"]
 
 #: Length of the key of the keyed id hash (SipHash's 128 bits).
 ID_KEY_BYTES = 16
@@ -247,6 +247,22 @@ def packed_ids(offsets: npt.ArrayLike, data: npt.ArrayLike) -> npt.NDArray[np.by
 def packed_report_ids(ids: Sequence[str] | np.ndarray) -> npt.NDArray[np.bytes_]:
     """:func:`packed_ids` of report ids given as Python strings (UTF-8)."""
     return packed_ids(*_encode(ids))
+
+
+def unpacked_ids(packed: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
+    """The inverse of :func:`packed_ids`: ``(offsets, data)`` in Arrow's string layout (so
+    ``string_hashes(*unpacked_ids(p))`` hashes packed ids). Vectorised."""
+    packed = np.ascontiguousarray(packed)
+    n = packed.size
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    if n == 0:
+        return offsets, np.zeros(0, dtype=np.uint8)
+    width = packed.dtype.itemsize
+    table = packed.view(np.uint8).reshape(n, width)
+    # The terminator is each row's last nonzero byte; its position is the length.
+    lengths = width - 1 - np.argmax(table[:, ::-1] != 0, axis=1)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets, table[np.arange(width)[None, :] < lengths[:, None]]
 
 
 def first_copies(hashes: npt.ArrayLike, columns: Iterable[np.ndarray] = (),

@@ -156,17 +156,17 @@ def _union(parts) -> np.ndarray:
 def split_repeated(key, batch: ReportBatch, repeated: dict):
     """``(unique rows, repeated rows)`` of a batch: its rows whose id hash is not (is) in
     ``repeated[key text]`` (a sorted array, as :class:`RepeatedIds` gives); ``None`` for
-    an empty part. Only the repeated rows keep their full ids (``report_ids``), which
-    :class:`DeduplicateReports` compares."""
+    an empty part. The repeated rows take their full ids (``report_ids``) to
+    :class:`DeduplicateReports`, which compares them; the unique rows are counted where they
+    were read."""
     if batch.id_hashes is None or batch.report_ids is None:
         raise ValueError(f"deduplication needs batches read with keep={DEDUP_KEEP!r}")
     known = repeated.get(ProtocolKey.coerce(key).to_json())
     if known is None:
-        return _without_ids(batch), None
+        return batch, None
     at = np.minimum(np.searchsorted(known, batch.id_hashes), known.size - 1)
     mask = known[at] == batch.id_hashes
-    return (None if mask.all() else _without_ids(batch[~mask])), \
-        (batch[mask] if mask.any() else None)
+    return (None if mask.all() else batch[~mask]), (batch[mask] if mask.any() else None)
 
 
 class RepeatedIds(beam.PTransform):
@@ -193,8 +193,9 @@ class DropRepeatsFn(beam.DoFn):
     (rows of one hash are grouped by their full ids: never a distinct report dropped), and
     ``(key, Tally)`` counting the copies dropped (when there were any)."""
 
-    def __init__(self):
+    def __init__(self, keep_ids: bool = False):
         super().__init__()
+        self._keep_ids = keep_ids
         self._duplicates = Metrics.counter("ldpflow", "duplicates")
         self._conflicting = Metrics.counter("ldpflow", "conflicting_duplicates")
 
@@ -212,7 +213,7 @@ class DropRepeatsFn(beam.DoFn):
                 self._conflicting.inc(conflicting)
             yield key, Tally(None, duplicates, conflicting)
             batch = batch[keep]
-        yield key, _without_ids(batch)
+        yield key, batch if self._keep_ids else _without_ids(batch)
 
 
 def _bucket_bits(buckets: int) -> int:
@@ -226,17 +227,20 @@ class DeduplicateReports(beam.PTransform):
     """``(key, ReportBatch)`` with id hashes -> ``(key, ReportBatch)`` with one copy per
     report id, and ``(key, Tally)`` elements counting the copies dropped;
     :class:`TallyCombineFn` takes both. Given only the rows of repeated ids (what a read
-    splits off with :class:`RepeatedIds`) it gives the same result for those rows."""
+    splits off with :class:`RepeatedIds`) it gives the same result for those rows.
+    ``keep_ids``: the kept batches keep their full ids (a contribution cap after this step
+    breaks ties by them); else they are dropped here."""
 
-    def __init__(self, buckets: int = DEFAULT_BUCKETS):
+    def __init__(self, buckets: int = DEFAULT_BUCKETS, keep_ids: bool = False):
         super().__init__()
         self._bits = _bucket_bits(buckets)
+        self._keep_ids = keep_ids
 
     def expand(self, reports):
         return (
             reports
             | "Buckets" >> beam.FlatMap(_split_buckets, self._bits)
             | "GatherBuckets" >> beam.GroupByKey()
-            | "DropRepeats" >> beam.ParDo(DropRepeatsFn())
+            | "DropRepeats" >> beam.ParDo(DropRepeatsFn(self._keep_ids))
         )
 

@@ -20,7 +20,8 @@ message holds an Avro container of reports, or JSON) and returns ``{"estimates":
 With ``max_reports_per_user``, ``CapUsersFn`` (stateful, per user-hash bucket and window)
 keeps each user's first reports in a window up to the cap, between 3 and 4: in arrival
 order across batches (a stream cannot wait for a window's earliest reports), by event time
-then report-id hash within a batch. Sliding windows cap each window on its own.
+then the public hash of the report id within a batch (``caps.tie_breaks``). Sliding windows
+cap each window on its own.
 
 Counters (namespace ``ldpflow``): ``messages``, ``records``, ``reports``, ``dead_letters``,
 ``duplicates``, ``reports_capped``.
@@ -48,6 +49,7 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 from ldpflow.core.dedup import SeenIds, first_copies
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.postprocess import postprocess
+from ldpflow.transforms.caps import tie_breaks
 from ldpflow.transforms.combine import FrequencyOracleCombineFn
 from ldpflow.transforms.io import as_policy
 from ldpflow.wire import formats
@@ -253,8 +255,9 @@ class DeduplicateReportsFn(beam.DoFn):
             self._duplicates.inc(duplicates)
         if new.any():
             seen.add((hashes[new], ids[new]))
-            fresh = dataclasses.replace(batch if duplicates == 0 else batch[new],
-                                        report_ids=None)
+            fresh = batch if duplicates == 0 else batch[new]
+            if self._count:  # the ids are needed no more (the cap breaks ties by them)
+                fresh = dataclasses.replace(fresh, report_ids=None)
             yield key, (batch.protocol.count_valid(fresh.reports) if self._count else fresh)
 
 
@@ -314,7 +317,7 @@ class CapUsersFn(beam.DoFn):
             at = np.minimum(np.searchsorted(known, distinct), known.size - 1)
             seen = known[at] == distinct
             room[seen] -= known_counts[at[seen]]
-        order = np.lexsort((batch.id_hashes, batch.event_times, inverse))
+        order = np.lexsort((tie_breaks(batch.report_ids), batch.event_times, inverse))
         ranked = inverse[order]
         starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])
         rank = np.arange(ranked.size) - np.repeat(starts, np.diff(np.r_[starts, ranked.size]))

@@ -16,6 +16,7 @@ from ldpflow.core.dedup import (
     packed_report_ids,
     report_id_hashes,
     string_hashes,
+    unpacked_ids,
 )
 
 _M = (1 << 64) - 1
@@ -217,6 +218,10 @@ def test_packed_ids_are_exact():
         [x == y for y in ids] for x in ids]
     wide = np.concatenate([packed, packed_report_ids(["x" * 40])])
     assert wide[:6].tolist() == packed.tolist()
+    # The inverse: the ids' own bytes back, so the public hash of packed ids is the ids'.
+    assert string_hashes(*unpacked_ids(wide)).tolist() == report_id_hashes(
+        ids + ["x" * 40]).tolist()
+    assert unpacked_ids(wide[:0])[0].tolist() == [0]
 
 
 # -- the keyed hash ---------------------------------------------------------------------------
