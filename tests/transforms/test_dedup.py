@@ -111,3 +111,17 @@ def test_a_report_whose_id_hash_collides_is_kept(key):
                | beam.CombinePerKey(TallyCombineFn())
                | beam.MapTuple(lambda k, t: (t.accumulator.n, t.duplicates)))
         assert_that(out, equal_to([(n, 1)]))  # every distinct report, one copy dropped
+
+
+def test_the_secret_id_key_stays_out_of_the_run_metadata_and_reprs():
+    from ldpflow.core.dedup import new_id_key
+    from ldpflow.wire.parse import AcceptancePolicy
+    from ldpflow.wire.results import run_metadata
+
+    key = new_id_key()
+    assert len(key) == 16 and new_id_key() != key
+    policy = AcceptancePolicy(id_key=key)
+    metadata = run_metadata(inputs="x", files=1, runner="r", policy=policy, methods=[],
+                            started="s")
+    assert "id_key" not in metadata["policy"] and key.hex() not in repr(metadata)
+    assert repr(key) not in repr(policy)
