@@ -1,12 +1,27 @@
-"""Exact-enough deduplication of reports by id: 64-bit id hashes in a log-structured set.
+"""Exact deduplication of reports by id: keyed 64-bit id hashes, confirmed by full ids.
 
 At-least-once transports (Pub/Sub) redeliver reports, and batch inputs can hold a file
-twice; a repeated report must change no estimate. Report ids are hashed to 64 bits by
-:func:`string_hashes`, vectorised over a whole column: two distinct ids collide with
-probability about ``m**2 / 2**65`` for ``m`` ids of one key (below 3e-6 for ten million
-ids), and only then would a valid report be taken for a duplicate.
+twice; a repeated report must change no estimate, and a distinct report must never be
+dropped. Report ids are hashed to 64 bits, vectorised over a whole column; equal hashes
+only make rows *candidates*: :func:`first_copies` (given the full ids, :func:`packed_ids`)
+and :class:`SeenIds` (given the ids with the hashes) compare the full ids of the candidate
+rows, so two distinct ids that share a hash are both kept, by chance or by design.
 
-The hash (``ldpflow-idhash-1``), so that other implementations can reproduce it: the UTF-8
+The hash that deduplication uses is keyed (``ldpflow-idhash-2``, SipHash-1-3 with a
+16-byte key, :func:`new_id_key`, drawn from the operating system's CSPRNG once per run and
+sent to the workers with the job): without the key, nobody can choose ids whose hashes
+collide, so the rows that need their full ids compared (those of repeated hashes) stay the
+real copies plus a chance ``m**2 / 2**65`` of ``m`` ids, and the light shuffle of hashes
+only (8 bytes a report) stays light. SipHash (Aumasson and Bernstein, 2012) is the keyed
+hash that CPython (1-3 rounds, since 3.11) and Rust use against hash flooding: on a
+little-endian 8-byte word sequence ``w_0 .. w_{k-1}`` of the UTF-8 bytes (``k = len // 8``
+full words) and a last word holding the ``len % 8`` remaining bytes with ``len mod 256`` in
+its top byte, with ``c`` rounds per word and ``d`` final rounds (``c = 1, d = 3`` here;
+``c = 2, d = 4`` gives the published SipHash-2-4 vectors, which the tests check).
+
+The unkeyed hash (``ldpflow-idhash-1``, ``key=None``) is public, so that other
+implementations can reproduce it; being invertible, ids colliding under it can be built at
+will, which is why no dedup path uses it. Its definition: the UTF-8
 bytes of an id are cut into 8-byte little-endian words ``w_0 .. w_{k-1}`` (the last one
 zero-padded; ``k = ceil(len / 8)``, 0 for the empty id). With ``mix`` the SplitMix64
 finaliser (``z ^= z >> 30; z *= 0xBF58476D1CE4E5B9; z ^= z >> 27; z *= 0x94D049BB133111EB;
@@ -18,11 +33,13 @@ z ^= z >> 31``, arithmetic modulo 2**64)::
 
 :class:`SeenIds` keeps the hashes in sorted numpy runs of doubling sizes (a log-structured
 merge set): a batch of ``b`` ids is tested and added in ``O(b log m)`` without copying the
-whole set, and the set pickles as a few arrays.
+whole set, and the set pickles as a few arrays. It keeps the full ids with the hashes, so
+that a hash seen before is a duplicate only when its id is the one seen.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -30,7 +47,11 @@ import numpy.typing as npt
 
 from ldpflow.core import hashing
 
-__all__ = ["string_hashes", "report_id_hashes", "first_copies", "SeenIds"]
+__all__ = ["ID_KEY_BYTES", "new_id_key", "string_hashes", "report_id_hashes", "packed_ids",
+           "packed_report_ids", "unpacked_ids", "first_copies", "SeenIds"]
+
+#: Length of the key of the keyed id hash (SipHash's 128 bits).
+ID_KEY_BYTES = 16
 
 _GOLDEN = hashing.GOLDEN_GAMMA
 _M3 = np.uint64(0xFF51AFD7ED558CCD)
@@ -38,8 +59,24 @@ _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 _mix = hashing.splitmix64_mix  # SplitMix64's finaliser, the hash family's own
 
 
-def string_hashes(offsets: npt.ArrayLike, data: npt.ArrayLike) -> npt.NDArray[np.uint64]:
-    """64-bit hashes (``ldpflow-idhash-1``, see the module notes) of byte strings.
+def new_id_key() -> bytes:
+    """A fresh secret key for :func:`string_hashes` (16 bytes of ``os.urandom``): one per
+    run, sent to the workers with the job. Tests pass a fixed one."""
+    return os.urandom(ID_KEY_BYTES)
+
+
+def _key_words(key: bytes) -> tuple[np.uint64, np.uint64]:
+    if not isinstance(key, (bytes, bytearray)) or len(key) != ID_KEY_BYTES:
+        raise ValueError(f"key must be {ID_KEY_BYTES} bytes, got {key!r:.40}")
+    k0 = int.from_bytes(bytes(key[:8]), "little")
+    k1 = int.from_bytes(bytes(key[8:]), "little")
+    return np.uint64(k0), np.uint64(k1)
+
+
+def string_hashes(offsets: npt.ArrayLike, data: npt.ArrayLike, key: bytes | None = None,
+                  rounds: tuple[int, int] = (1, 3)) -> npt.NDArray[np.uint64]:
+    """64-bit hashes of byte strings: keyed (``ldpflow-idhash-2``, SipHash) when ``key``
+    is given, else the public ``ldpflow-idhash-1`` (see the module notes).
 
     Parameters
     ----------
@@ -47,6 +84,12 @@ def string_hashes(offsets: npt.ArrayLike, data: npt.ArrayLike) -> npt.NDArray[np
         String ``i`` is ``data[offsets[i]:offsets[i + 1]]`` (Arrow's string layout).
     data : array_like of uint8
         The concatenated bytes.
+    key : bytes, optional
+        A :data:`ID_KEY_BYTES`-byte secret (:func:`new_id_key`). Deduplication always
+        passes one: the unkeyed hash is invertible, so collisions with it can be built.
+    rounds : (int, int)
+        SipHash's compression and finalisation rounds (keyed only): ``(1, 3)``, the
+        ldpflow hash; ``(2, 4)`` is SipHash-2-4, for its published test vectors.
 
     Notes
     -----
@@ -57,12 +100,16 @@ def string_hashes(offsets: npt.ArrayLike, data: npt.ArrayLike) -> npt.NDArray[np
     data = np.asarray(data, dtype=np.uint8).reshape(-1)
     n = offsets.size - 1
     if n <= 0:
+        if key is not None:
+            _key_words(key)
         return np.zeros(0, dtype=np.uint64)
     lengths = np.diff(offsets)
     padded = np.zeros(int(data.size) + 8, dtype=np.uint8)
     padded[: data.size] = data
     # Unaligned little-endian 8-byte loads at any byte offset.
     words_at = np.ndarray(shape=(data.size + 1,), dtype="<u8", buffer=padded, strides=(1,))
+    if key is not None:
+        return _siphash(offsets[:-1], lengths, words_at, key, rounds)
     h = _mix(_GOLDEN ^ lengths.astype(np.uint64))
     num_words = (lengths + 7) // 8
     fewest, most = int(num_words.min()), int(num_words.max())
@@ -93,24 +140,151 @@ def string_hashes(offsets: npt.ArrayLike, data: npt.ArrayLike) -> npt.NDArray[np
     return out
 
 
-def report_id_hashes(ids: Sequence[str] | np.ndarray) -> npt.NDArray[np.uint64]:
-    """:func:`string_hashes` of report ids given as Python strings (UTF-8)."""
+_SIP_INIT = (0x736F6D6570736575, 0x646F72616E646F6D, 0x6C7967656E657261, 0x7465646279746573)
+
+
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+def _sip_rounds(v: list[np.ndarray], count: int) -> None:
+    v0, v1, v2, v3 = v
+    for _ in range(count):
+        v0 += v1
+        v1 = _rotl(v1, 13)
+        v1 ^= v0
+        v0 = _rotl(v0, 32)
+        v2 += v3
+        v3 = _rotl(v3, 16)
+        v3 ^= v2
+        v0 += v3
+        v3 = _rotl(v3, 21)
+        v3 ^= v0
+        v2 += v1
+        v1 = _rotl(v1, 17)
+        v1 ^= v2
+        v2 = _rotl(v2, 32)
+    v[:] = [v0, v1, v2, v3]
+
+
+def _sip_absorb(v: list[np.ndarray], rows: int, word: np.ndarray, rounds: int) -> None:
+    """Absorb ``word`` into the first ``rows`` lanes of the state ``v`` (in place)."""
+    part = [lane[:rows] for lane in v]
+    part[3] ^= word
+    _sip_rounds(part, rounds)
+    part[0] ^= word
+    for lane, new in zip(v, part, strict=True):
+        lane[:rows] = new
+
+
+def _siphash(start: np.ndarray, lengths: np.ndarray, words_at: np.ndarray, key: bytes,
+             rounds: tuple[int, int]) -> np.ndarray:
+    """SipHash-c-d of every string, one pass per 8-byte word position (longest first)."""
+    c, d = (int(r) for r in rounds)
+    k0, k1 = _key_words(key)
+    n = lengths.size
+    full = lengths // 8  # whole words; then one last word with the tail and the length
+    order = np.argsort(-full, kind="stable")
+    start, lengths, full = start[order], lengths[order], full[order]
+    with np.errstate(over="ignore"):
+        v = [np.full(n, k ^ np.uint64(init), dtype=np.uint64)
+             for k, init in zip((k0, k1, k0, k1), _SIP_INIT, strict=True)]
+        active_rows = np.searchsorted(-full, -np.arange(1, int(full[0]) + 1), side="right")
+        for j, active in enumerate(active_rows.tolist()):
+            _sip_absorb(v, active, words_at[start[:active] + 8 * j], c)
+        tail = (lengths % 8).astype(np.uint64)
+        last = words_at[start + 8 * full] & ((np.uint64(1) << (np.uint64(8) * tail)) -
+                                             np.uint64(1))
+        last |= (lengths.astype(np.uint64) & np.uint64(0xFF)) << np.uint64(56)
+        _sip_absorb(v, n, last, c)
+        v[2] ^= np.uint64(0xFF)
+        _sip_rounds(v, d)
+    out = np.empty(n, dtype=np.uint64)
+    out[order] = v[0] ^ v[1] ^ v[2] ^ v[3]
+    return out
+
+
+def _encode(ids: Sequence[str] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     encoded = [str(i).encode("utf-8") for i in ids]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum([len(b) for b in encoded], out=offsets[1:])
-    data = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-    return string_hashes(offsets, data)
+    return offsets, np.frombuffer(b"".join(encoded), dtype=np.uint8)
 
 
-def first_copies(hashes: npt.ArrayLike, columns: Iterable[np.ndarray] = ()
-                 ) -> tuple[npt.NDArray[np.bool_], int]:
-    """Which rows to keep when rows of equal id hashes are copies of one report.
+def report_id_hashes(ids: Sequence[str] | np.ndarray, key: bytes | None = None
+                     ) -> npt.NDArray[np.uint64]:
+    """:func:`string_hashes` of report ids given as Python strings (UTF-8)."""
+    return string_hashes(*_encode(ids), key=key)
 
-    Of each set of rows with one hash, the row whose payload (``columns``, compared in
+
+def packed_ids(offsets: npt.ArrayLike, data: npt.ArrayLike) -> npt.NDArray[np.bytes_]:
+    """Byte strings as one numpy ``S`` column that compares, sorts and concatenates exactly.
+
+    Each string is followed by one ``0x01`` byte, so the zero padding of numpy's fixed-width
+    strings can never make two different strings equal (numpy ignores trailing zeros, and
+    no packed string ends in one). Vectorised: one pass per 8-byte word position.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    data = np.asarray(data, dtype=np.uint8).reshape(-1)
+    n = max(offsets.size - 1, 0)
+    if n == 0:
+        return np.zeros(0, dtype="S1")
+    lengths = np.diff(offsets)
+    words = (int(lengths.max()) + 1 + 7) // 8  # the bytes and the terminator
+    padded = np.zeros(int(data.size) + 8, dtype=np.uint8)
+    padded[: data.size] = data
+    words_at = np.ndarray(shape=(data.size + 1,), dtype="<u8", buffer=padded, strides=(1,))
+    table = np.zeros((n, words), dtype="<u8")
+    for j in range(words):
+        rows = np.flatnonzero(lengths > 8 * j)
+        left = np.minimum(lengths[rows] - 8 * j, 8).astype(np.uint64)
+        table[rows, j] = words_at[offsets[rows] + 8 * j] & (_ALL >> (np.uint64(64) -
+                                                                     np.uint64(8) * left))
+    table.view(np.uint8).reshape(n, 8 * words)[np.arange(n), lengths] = 1
+    return table.view(f"S{8 * words}").reshape(n)
+
+
+def packed_report_ids(ids: Sequence[str] | np.ndarray) -> npt.NDArray[np.bytes_]:
+    """:func:`packed_ids` of report ids given as Python strings (UTF-8)."""
+    return packed_ids(*_encode(ids))
+
+
+def unpacked_ids(packed: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
+    """The inverse of :func:`packed_ids`: ``(offsets, data)`` in Arrow's string layout (so
+    ``string_hashes(*unpacked_ids(p))`` hashes packed ids). Vectorised."""
+    packed = np.ascontiguousarray(packed)
+    n = packed.size
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    if n == 0:
+        return offsets, np.zeros(0, dtype=np.uint8)
+    width = packed.dtype.itemsize
+    table = packed.view(np.uint8).reshape(n, width)
+    # The terminator is each row's last nonzero byte; its position is the length.
+    lengths = width - 1 - np.argmax(table[:, ::-1] != 0, axis=1)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets, table[np.arange(width)[None, :] < lengths[:, None]]
+
+
+def first_copies(hashes: npt.ArrayLike, columns: Iterable[np.ndarray] = (),
+                 ids: npt.ArrayLike | None = None) -> tuple[npt.NDArray[np.bool_], int]:
+    """Which rows to keep when rows of one report id are copies of one report.
+
+    Of each set of rows with one id, the row whose payload (``columns``, compared in
     order, then row by row) is smallest is kept, so the choice does not depend on the order
-    the rows arrived in. Returns the mask of kept rows and how many hashes had copies whose
+    the rows arrived in. Returns the mask of kept rows and how many ids had copies whose
     payloads differ (conflicting duplicates: not redeliveries but different reports under
     one id).
+
+    Parameters
+    ----------
+    hashes : array_like of uint64, shape (n,)
+        The id hashes: rows of a hash no other row has are kept without more work.
+    columns : iterable of ndarray
+        The payload columns (1-d, or 2-d with one row per report).
+    ids : array_like, shape (n,), optional
+        The full ids (:func:`packed_ids`, or any exactly comparable values). Given, the rows
+        of repeated hashes are grouped by id, so two distinct ids that share a hash are both
+        kept: the result is exact. Without them, rows of one hash count as one id.
     """
     hashes = np.asarray(hashes, dtype=np.uint64)
     columns = [np.asarray(c) for c in columns]
@@ -125,16 +299,23 @@ def first_copies(hashes: npt.ArrayLike, columns: Iterable[np.ndarray] = ()
     repeated = np.unique(ordered[1:][same])
     at = np.minimum(np.searchsorted(repeated, hashes), repeated.size - 1)
     rows = np.flatnonzero(repeated[at] == hashes)  # every row of a repeated hash
+    if ids is None:
+        group = hashes[rows]
+    else:  # the candidates' full ids decide: one group per distinct id
+        ids = np.asarray(ids)
+        if ids.shape[:1] != hashes.shape:
+            raise ValueError(f"ids must have one entry per hash ({n}), got shape {ids.shape}")
+        group = np.unique(ids[rows], return_inverse=True)[1].reshape(-1)
     payload: list[np.ndarray] = []
     for column in columns:
         column = column[rows]
         parts = [column] if column.ndim == 1 else [column[:, j] for j in range(column.shape[1])]
         payload.extend(parts)
-    keys = payload[::-1] + [hashes[rows]]  # lexsort: the last key is the primary one
-    rows = rows[np.lexsort(keys)]
-    group_hash = hashes[rows]
+    keys = payload[::-1] + [group]  # lexsort: the last key is the primary one
+    order = np.lexsort(keys)
+    rows, group = rows[order], group[order]
     first = np.ones(rows.size, dtype=bool)
-    first[1:] = group_hash[1:] != group_hash[:-1]
+    first[1:] = group[1:] != group[:-1]
     keep[rows[~first]] = False
     conflicting = 0
     if payload:
@@ -144,63 +325,92 @@ def first_copies(hashes: npt.ArrayLike, columns: Iterable[np.ndarray] = ()
         for column in columns:
             a, b = column[rows], column[rows[leader]]
             differs |= (a != b) if a.ndim == 1 else (a != b).any(axis=1)
-        conflicting = int(np.unique(group_hash[differs]).size)
+        conflicting = int(np.unique(group[differs]).size)
     return keep, conflicting
 
 
 class SeenIds:
-    """A growing set of 64-bit hashes; :meth:`add_new` says which of a batch are new."""
+    """A growing set of report ids, as 64-bit hashes with (optionally) the full ids;
+    :meth:`add_new` says which of a batch are new.
+
+    Given ids (:func:`packed_ids`) with the hashes, membership is exact: a hash seen
+    before marks a duplicate only when one of the ids seen with it is the same id. A set
+    holds ids for every hash or for none (a set without ids treats one hash as one id).
+    """
 
     __slots__ = ("_runs",)
 
-    def __init__(self, runs: Iterable[np.ndarray] = ()):
-        self._runs: list[np.ndarray] = [np.asarray(r, dtype=np.uint64) for r in runs if len(r)]
+    def __init__(self, runs: Iterable[tuple[np.ndarray, np.ndarray | None] | np.ndarray] = ()):
+        self._runs: list[tuple[np.ndarray, np.ndarray | None]] = []
+        for run in runs:
+            hashes, ids = run if isinstance(run, tuple) else (run, None)
+            if len(hashes):
+                self._runs.append((np.asarray(hashes, dtype=np.uint64), ids))
 
     def __len__(self) -> int:
-        return sum(r.size for r in self._runs)
+        return sum(h.size for h, _ in self._runs)
 
     def __contains__(self, value: int) -> bool:
         return bool(self.contains(np.array([value], dtype=np.uint64))[0])
 
-    def contains(self, hashes: npt.ArrayLike) -> npt.NDArray[np.bool_]:
-        """Which of ``hashes`` are in the set."""
+    def contains(self, hashes: npt.ArrayLike, ids: npt.ArrayLike | None = None
+                 ) -> npt.NDArray[np.bool_]:
+        """Which of ``hashes`` (with their ``ids``: exactly which ids) are in the set."""
         hashes = np.asarray(hashes, dtype=np.uint64)
         found = np.zeros(hashes.size, dtype=bool)
-        for run in self._runs:
-            pos = np.searchsorted(run, hashes)
-            pos[pos == run.size] = 0
-            found |= run[pos] == hashes
+        for run, run_ids in self._runs:
+            low = np.searchsorted(run, hashes, side="left")
+            if ids is None or run_ids is None:
+                at = np.minimum(low, run.size - 1)
+                found |= run[at] == hashes
+                continue
+            # Every stored entry of the hash is compared by id; a loop over the most
+            # entries one hash has (1 but for a collision), not over the reports.
+            count = np.searchsorted(run, hashes, side="right") - low
+            ids = np.asarray(ids)
+            for k in range(int(count.max()) if count.size else 0):
+                hit = np.flatnonzero(count > k)
+                found[hit] |= run_ids[low[hit] + k] == ids[hit]
         return found
 
-    def add_new(self, hashes: npt.ArrayLike) -> npt.NDArray[np.bool_]:
-        """Add ``hashes``; return a mask of those not seen before (first occurrence only)."""
+    def add_new(self, hashes: npt.ArrayLike, ids: npt.ArrayLike | None = None
+                ) -> npt.NDArray[np.bool_]:
+        """Add ``hashes`` (and their ``ids``); return a mask of the ids not seen before
+        (first occurrence only)."""
         hashes = np.asarray(hashes, dtype=np.uint64)
         if hashes.size == 0:
             return np.zeros(0, dtype=bool)
-        _, first = np.unique(hashes, return_index=True)
-        new = np.zeros(hashes.size, dtype=bool)
-        new[first] = True
-        new &= ~self.contains(hashes)
+        if ids is not None:
+            ids = np.asarray(ids)
+        new, _ = first_copies(hashes, (), ids)
+        new &= ~self.contains(hashes, ids)
         if new.any():
-            self._push(np.sort(hashes[new]))
+            picked = hashes[new]
+            order = np.argsort(picked, kind="stable")
+            self._push((picked[order], None if ids is None else ids[new][order]))
         return new
 
-    def _push(self, run: np.ndarray) -> None:
+    def _push(self, run: tuple[np.ndarray, np.ndarray | None]) -> None:
         self._runs.append(run)
         # Merge while the newest run is at least half the size of the one before it.
-        while len(self._runs) > 1 and self._runs[-1].size * 2 >= self._runs[-2].size:
-            b, a = self._runs.pop(), self._runs.pop()
-            # Two sorted, disjoint runs: the stable sort merges them in linear time.
-            self._runs.append(np.sort(np.concatenate([a, b]), kind="stable"))
+        while len(self._runs) > 1 and self._runs[-1][0].size * 2 >= self._runs[-2][0].size:
+            (hb, ib), (ha, ia) = self._runs.pop(), self._runs.pop()
+            joined = np.concatenate([ha, hb])
+            # Two sorted runs: the stable sort merges them in linear time.
+            if ia is None or ib is None:
+                self._runs.append((np.sort(joined, kind="stable"), None))
+            else:
+                order = np.argsort(joined, kind="stable")
+                self._runs.append((joined[order], np.concatenate([ia, ib])[order]))
 
     def union(self, other: SeenIds) -> SeenIds:
-        """Add every hash of ``other`` (mutates and returns ``self``)."""
-        for run in other._runs:
-            self.add_new(run)
+        """Add every id of ``other`` (mutates and returns ``self``)."""
+        for hashes, ids in other._runs:
+            self.add_new(hashes, ids)
         return self
 
-    def __getstate__(self) -> list[np.ndarray]:
+    def __getstate__(self) -> list[tuple[np.ndarray, np.ndarray | None]]:
         return self._runs
 
-    def __setstate__(self, runs: list[np.ndarray]) -> None:
-        self._runs = runs
+    def __setstate__(self, runs: list) -> None:
+        self._runs = [run if isinstance(run, tuple) else (run, None) for run in runs]

@@ -177,6 +177,7 @@ def expected_oracle(opts, prog: str) -> dict:
 def acceptance_policy(opts, prog: str, expect: Mapping[str, Any] | None = None):
     """The :class:`~ldpflow.wire.parse.AcceptancePolicy` of a job's flags (the
     ``--expect_*`` ones unless ``expect`` is given), checked before any pipeline exists."""
+    from ldpflow.core.dedup import new_id_key
     from ldpflow.wire.parse import AcceptancePolicy
 
     if expect is None:
@@ -189,7 +190,8 @@ def acceptance_policy(opts, prog: str, expect: Mapping[str, Any] | None = None):
         raise usage_error(prog, f"--max_epsilon must be > 0, got {opts.max_epsilon}")
     return AcceptancePolicy(expect=dict(expect), max_domain_size=opts.max_domain_size,
                             max_hash_range=opts.max_hash_range, max_epsilon=opts.max_epsilon,
-                            max_keys=opts.max_keys, max_counters=opts.max_counters)
+                            max_keys=opts.max_keys, max_counters=opts.max_counters,
+                            id_key=new_id_key())  # the run's secret id-hash key
 
 
 def check_inputs(pattern: str, fmt: str | None, prog: str) -> int:

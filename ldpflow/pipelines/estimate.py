@@ -70,7 +70,7 @@ def build(pipeline: beam.Pipeline, args, methods: list[str], policy=None, run=No
         policy = acceptance_policy(args, _PROG)
     dedup = args.dedup != "none"
     cap = args.max_reports_per_user
-    keep = tuple(dict.fromkeys((("id_hashes",) if dedup else ())
+    keep = tuple(dict.fromkeys((("id_hashes", "report_ids") if dedup else ())
                                + (CAP_KEEP if cap is not None else ())))
     output = args.output
     repeated = None

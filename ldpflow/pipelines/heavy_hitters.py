@@ -279,8 +279,12 @@ def build(pipeline: beam.Pipeline, opts, protocol: hh.HeavyHitterProtocol,
     Returns the commit step, which moves the staged outputs into ``--output`` once every
     writer is done (it depends on every sink).
     """
-    read = pipeline | "ReadReports" >> ReadReports(opts.input, opts.input_format, expect,
-                                                   keep=("id_hashes",))
+    from ldpflow.core.dedup import new_id_key  # the run's secret id-hash key
+    from ldpflow.wire.parse import AcceptancePolicy
+
+    policy = AcceptancePolicy(expect=dict(expect), id_key=new_id_key())
+    read = pipeline | "ReadReports" >> ReadReports(opts.input, opts.input_format, policy,
+                                                   keep=("id_hashes", "report_ids"))
     # One copy of each report id; the copies dropped are counted in the document.
     unique = read["reports"] | "Deduplicate" >> DeduplicateReports()
     duplicates = (unique

@@ -182,13 +182,15 @@ def check_job_resources(subscription: str, topics: Mapping[str, str | None]) -> 
     from google.api_core import exceptions
     from google.cloud import pubsub_v1
 
+    from ldpflow.testing.pubsub import subscriber_client
+
     host = os.environ.get("PUBSUB_EMULATOR_HOST")
     if host:
         _check_emulator(host)
     else:
         _check_credentials()
     try:
-        with pubsub_v1.SubscriberClient() as client:
+        with subscriber_client() as client:
             try:
                 client.get_subscription(subscription=subscription, timeout=30)
             except exceptions.NotFound:
@@ -552,11 +554,13 @@ def _pull(args: argparse.Namespace, where: str) -> int:
     from google.api_core import exceptions
     from google.cloud import pubsub_v1
 
+    from ldpflow.testing.pubsub import subscriber_client  # takes 10 MB messages
+
     received = 0
     deadline = time.monotonic() + args.timeout
     publisher = pubsub_v1.PublisherClient() if args.wake_topic else None
     next_wake = time.monotonic()
-    with pubsub_v1.SubscriberClient() as client:
+    with subscriber_client() as client:
         try:
             client.get_subscription(subscription=args.subscription, timeout=30)
         except exceptions.NotFound:

@@ -104,9 +104,13 @@ def build(pipeline: beam.Pipeline, opts, methods: list[str], messages=None):
     ``job_options``). ``messages`` replaces the Pub/Sub source."""
     policy = acceptance_policy(opts, _PROG)
     if messages is None:
+        from ldpflow.testing.pubsub import allow_large_pulls
+
+        allow_large_pulls()  # the emulator's pulls take 10 MB messages, as the service's do
+        # The timestamp attribute is read by EstimateStream, not by Beam's reader: a value
+        # that does not parse is then a dead letter, not an error that stalls the read.
         messages = pipeline | "ReadPubSub" >> beam.io.ReadFromPubSub(
-            subscription=opts.subscription, with_attributes=True,
-            timestamp_attribute=opts.timestamp_attribute)
+            subscription=opts.subscription, with_attributes=True)
     out = messages | "EstimateStream" >> EstimateStream(
         methods, _windows(opts), policy, opts.timestamp_attribute, opts.max_reports_per_user)
     estimates, dead = out["estimates"], out["dead_letters"]

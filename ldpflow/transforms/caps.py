@@ -1,12 +1,13 @@
 """Contribution caps as a Beam transform: at most ``cap`` reports per user in a run.
 
 ``CapContributions`` takes ``(key, ReportBatch)`` elements that kept their user-id hashes,
-event times and report-id hashes (``keep=("user_hashes", "event_times", "id_hashes")``),
-cuts every batch into buckets by the top bits of its user hashes (all of a user's reports,
-of every key, land in one bucket), gathers each bucket in one place and keeps each user's
-``cap`` earliest reports (:func:`ldpflow.core.contribution.capped_rows`: the choice does
-not depend on arrival order). The cap is per user across keys, since a user's privacy
-loss adds up over every report it sends.
+event times and report ids (``keep=CAP_KEEP``), cuts every batch into buckets by the top
+bits of its user hashes (all of a user's reports, of every key, land in one bucket),
+gathers each bucket in one place and keeps each user's ``cap`` earliest reports
+(:func:`ldpflow.core.contribution.capped_rows`; ties of event time broken by
+:func:`tie_breaks`, the public hash of the full report id: the choice depends neither on
+arrival order nor on the run's secret id-hash key, so reruns agree). The cap is per user
+across keys, since a user's privacy loss adds up over every report it sends.
 
 Main output: the kept batches and a :class:`~ldpflow.transforms.dedup.Tally` per key
 counting the reports capped (``capped``). Tagged output ``users``: per bucket ``(users,
@@ -22,20 +23,27 @@ import numpy as np
 from apache_beam.metrics import Metrics
 
 from ldpflow.core.contribution import capped_rows, epsilon_per_user
+from ldpflow.core.dedup import string_hashes, unpacked_ids
 from ldpflow.transforms.dedup import Tally, is_tally
 
 __all__ = ["CapContributions", "CapUserReportsFn", "ContributionSummaryFn", "CAP_KEEP",
-           "USERS"]
+           "USERS", "tie_breaks"]
 
 #: The envelope columns the batches must keep for the cap.
-CAP_KEEP = ("user_hashes", "event_times", "id_hashes")
+CAP_KEEP = ("user_hashes", "event_times", "id_hashes", "report_ids")
 USERS = "users"
 _BUCKET_BITS = 4
 
 
+def tie_breaks(report_ids: np.ndarray) -> np.ndarray:
+    """The cap's tie-break of equal event times: the public (unkeyed) hash of each full
+    report id (``report_ids``: ``ldpflow.core.dedup.packed_ids``), the same in every run."""
+    return string_hashes(*unpacked_ids(report_ids))
+
+
 def _user_buckets(element, bits: int):
     key, batch = element
-    if batch.user_hashes is None or batch.event_times is None or batch.id_hashes is None:
+    if batch.user_hashes is None or batch.event_times is None or batch.report_ids is None:
         raise ValueError(f"contribution caps need batches read with keep={CAP_KEEP}")
     bucket = (batch.user_hashes >> np.uint64(64 - bits)).astype(np.uint16)
     present = np.flatnonzero(np.bincount(bucket, minlength=1 << bits))
@@ -63,7 +71,8 @@ class CapUserReportsFn(beam.DoFn):
         batches = [batch for _, batch in pieces]
         users = np.concatenate([b.user_hashes for b in batches])
         keep = capped_rows(users, np.concatenate([b.event_times for b in batches]),
-                           np.concatenate([b.id_hashes for b in batches]), self._cap)
+                           tie_breaks(np.concatenate([b.report_ids for b in batches])),
+                           self._cap)
         epsilons = np.concatenate([np.full(len(b), float(b.protocol.epsilon)) for b in batches])
         count, largest = epsilon_per_user(users[keep], epsilons[keep])
         self._users.inc(count)

@@ -1,11 +1,15 @@
 """Batch deduplication by report id, at scale: hash buckets of numpy arrays, not elements.
 
 ``DeduplicateReports`` takes ``(key, ReportBatch)`` elements that kept their report-id
-hashes (``keep=("id_hashes",)``), cuts every batch into ``buckets`` parts by the top bits
-of the hash (every copy of a report lands in the same bucket), gathers each key's bucket in
-one place and keeps one copy per id (:func:`ldpflow.core.dedup.first_copies`: the choice
-does not depend on arrival order, so reruns give identical estimates). Output: the
-batches of the kept reports, and a :class:`Tally` of the copies dropped per key and bucket.
+hashes and ids (``keep=DEDUP_KEEP``), cuts every batch into ``buckets`` parts by the top
+bits of the hash (every copy of a report lands in the same bucket), gathers each key's
+bucket in one place and keeps one copy per id (:func:`ldpflow.core.dedup.first_copies`:
+the rows of a repeated hash are grouped by their full ids, so a distinct report whose id
+shares a hash is never dropped; the choice does not depend on arrival order, so reruns give
+identical estimates). Output: the batches of the kept reports (without their ids), and a
+:class:`Tally` of the copies dropped per key and bucket. The hashes are keyed with the
+run's secret (``AcceptancePolicy.id_key``), so collisions cannot be planned to make rows
+take the heavy path.
 
 At scale only the hashes go through the shuffle: a first, light read
 (``ReadReports(..., ids_only=True)``) gives ``(key, id hashes)``, :class:`RepeatedIds`
@@ -32,11 +36,20 @@ from ldpflow.core.oracles import Accumulator
 from ldpflow.transforms.combine import FrequencyOracleCombineFn
 from ldpflow.wire.envelope import ReportBatch
 
-__all__ = ["Tally", "TallyCombineFn", "DeduplicateReports", "DropRepeatsFn", "RepeatedIds",
+__all__ = ["DEDUP_KEEP", "Tally", "TallyCombineFn", "DeduplicateReports", "DropRepeatsFn",
+           "RepeatedIds",
            "RepeatedIdsFn", "split_repeated", "DEFAULT_BUCKETS", "is_tally"]
 
 #: Buckets per key: how many workers can share one key's deduplication.
 DEFAULT_BUCKETS = 16
+
+#: What a read keeps of the envelope for deduplication: the keyed id hashes and the ids.
+DEDUP_KEEP = ("id_hashes", "report_ids")
+
+
+def _without_ids(batch: ReportBatch) -> ReportBatch:
+    """The batch without its full ids (needed only until its copies are resolved)."""
+    return batch if batch.report_ids is None else dataclasses.replace(batch, report_ids=None)
 
 
 @dataclasses.dataclass(eq=False)
@@ -110,8 +123,8 @@ def _bucket_parts(hashes: np.ndarray, bits: int):
 
 def _split_buckets(element, bits: int):
     key, batch = element
-    if batch.id_hashes is None:
-        raise ValueError("deduplication needs batches read with keep=('id_hashes',)")
+    if batch.id_hashes is None or batch.report_ids is None:
+        raise ValueError(f"deduplication needs batches read with keep={DEDUP_KEEP!r}")
     text = ProtocolKey.coerce(key).to_json()  # a deterministic shuffle key
     for b, rows in _bucket_parts(batch.id_hashes, bits):
         yield (text, b), batch if rows is None else batch[rows]
@@ -143,9 +156,11 @@ def _union(parts) -> np.ndarray:
 def split_repeated(key, batch: ReportBatch, repeated: dict):
     """``(unique rows, repeated rows)`` of a batch: its rows whose id hash is not (is) in
     ``repeated[key text]`` (a sorted array, as :class:`RepeatedIds` gives); ``None`` for
-    an empty part."""
-    if batch.id_hashes is None:
-        raise ValueError("deduplication needs batches read with keep=('id_hashes',)")
+    an empty part. The repeated rows take their full ids (``report_ids``) to
+    :class:`DeduplicateReports`, which compares them; the unique rows are counted where they
+    were read."""
+    if batch.id_hashes is None or batch.report_ids is None:
+        raise ValueError(f"deduplication needs batches read with keep={DEDUP_KEEP!r}")
     known = repeated.get(ProtocolKey.coerce(key).to_json())
     if known is None:
         return batch, None
@@ -174,11 +189,13 @@ class RepeatedIds(beam.PTransform):
 
 
 class DropRepeatsFn(beam.DoFn):
-    """One key's bucket of batches -> ``(key, ReportBatch)`` holding one copy per report id,
-    and ``(key, Tally)`` counting the copies dropped (when there were any)."""
+    """One key's bucket of batches -> ``(key, ReportBatch)`` holding one copy per report id
+    (rows of one hash are grouped by their full ids: never a distinct report dropped), and
+    ``(key, Tally)`` counting the copies dropped (when there were any)."""
 
-    def __init__(self):
+    def __init__(self, keep_ids: bool = False):
         super().__init__()
+        self._keep_ids = keep_ids
         self._duplicates = Metrics.counter("ldpflow", "duplicates")
         self._conflicting = Metrics.counter("ldpflow", "conflicting_duplicates")
 
@@ -186,7 +203,8 @@ class DropRepeatsFn(beam.DoFn):
         (text, _), batches = element
         batches = list(batches)
         batch = batches[0] if len(batches) == 1 else ReportBatch.concat(batches)
-        keep, conflicting = first_copies(batch.id_hashes, batch.reports.columns.values())
+        keep, conflicting = first_copies(batch.id_hashes, batch.reports.columns.values(),
+                                         batch.report_ids)
         duplicates = int(keep.size - np.count_nonzero(keep))
         key = tuple(batch.key)
         if duplicates:
@@ -195,7 +213,7 @@ class DropRepeatsFn(beam.DoFn):
                 self._conflicting.inc(conflicting)
             yield key, Tally(None, duplicates, conflicting)
             batch = batch[keep]
-        yield key, batch
+        yield key, batch if self._keep_ids else _without_ids(batch)
 
 
 def _bucket_bits(buckets: int) -> int:
@@ -209,17 +227,20 @@ class DeduplicateReports(beam.PTransform):
     """``(key, ReportBatch)`` with id hashes -> ``(key, ReportBatch)`` with one copy per
     report id, and ``(key, Tally)`` elements counting the copies dropped;
     :class:`TallyCombineFn` takes both. Given only the rows of repeated ids (what a read
-    splits off with :class:`RepeatedIds`) it gives the same result for those rows."""
+    splits off with :class:`RepeatedIds`) it gives the same result for those rows.
+    ``keep_ids``: the kept batches keep their full ids (a contribution cap after this step
+    breaks ties by them); else they are dropped here."""
 
-    def __init__(self, buckets: int = DEFAULT_BUCKETS):
+    def __init__(self, buckets: int = DEFAULT_BUCKETS, keep_ids: bool = False):
         super().__init__()
         self._bits = _bucket_bits(buckets)
+        self._keep_ids = keep_ids
 
     def expand(self, reports):
         return (
             reports
             | "Buckets" >> beam.FlatMap(_split_buckets, self._bits)
             | "GatherBuckets" >> beam.GroupByKey()
-            | "DropRepeats" >> beam.ParDo(DropRepeatsFn())
+            | "DropRepeats" >> beam.ParDo(DropRepeatsFn(self._keep_ids))
         )
 

@@ -123,13 +123,14 @@ class EstimateReports(beam.PTransform):
         if self._dedup:
             if "repeats" in inputs:  # the read split off the rows of repeated ids
                 resolved = inputs["repeats"] | "Deduplicate" >> DeduplicateReports(
-                    self._buckets)
+                    self._buckets, keep_ids=self._cap is not None)  # the cap's tie-break
                 if self._cap is None:
                     parts.append(resolved)
                 else:  # the cap must see all of a user's reports at once
                     reports = (reports, resolved) | "Rejoin" >> beam.Flatten()
             else:
-                reports = reports | "Deduplicate" >> DeduplicateReports(self._buckets)
+                reports = reports | "Deduplicate" >> DeduplicateReports(
+                    self._buckets, keep_ids=self._cap is not None)
         if self._cap is not None:  # after deduplication: a copy is not a second report
             capped = reports | "CapContributions" >> CapContributions(self._cap)
             reports, self.contribution = capped["reports"], capped["summary"]

@@ -9,7 +9,9 @@ message holds an Avro container of reports, or JSON) and returns ``{"estimates":
    their own event time, or the message's ``--timestamp_attribute`` sets it);
 3. ``DeduplicateReportsFn`` (stateful, per key and cell) drops reports whose id was seen
    before, so redelivery changes no estimate (copies share their event time, so a cell
-   holds every copy), and counts the rest into an exact integer accumulator;
+   holds every copy), and counts the rest into an exact integer accumulator. The state
+   keeps the keyed id hashes with the full ids, and a hash seen before marks a duplicate
+   only when its id is the one seen: a distinct report is never dropped;
 4. windows (fixed or sliding) with watermark, early and late firings and *accumulating*
    panes; ``CombinePerKey`` of the exact integer accumulators, so every pane is estimated
    from the merged counts of all the window's reports and is consistent on its own;
@@ -18,7 +20,8 @@ message holds an Avro container of reports, or JSON) and returns ``{"estimates":
 With ``max_reports_per_user``, ``CapUsersFn`` (stateful, per user-hash bucket and window)
 keeps each user's first reports in a window up to the cap, between 3 and 4: in arrival
 order across batches (a stream cannot wait for a window's earliest reports), by event time
-then report-id hash within a batch. Sliding windows cap each window on its own.
+then the public hash of the report id within a batch (``caps.tie_breaks``). Sliding windows
+cap each window on its own.
 
 Counters (namespace ``ldpflow``): ``messages``, ``records``, ``reports``, ``dead_letters``,
 ``duplicates``, ``reports_capped``.
@@ -26,6 +29,7 @@ Counters (namespace ``ldpflow``): ``messages``, ``records``, ``reports``, ``dead
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import logging
@@ -42,9 +46,10 @@ from apache_beam.transforms import trigger, window
 from apache_beam.transforms.userstate import CombiningValueStateSpec
 from apache_beam.utils.timestamp import Duration, Timestamp
 
-from ldpflow.core.dedup import SeenIds
+from ldpflow.core.dedup import SeenIds, first_copies
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.postprocess import postprocess
+from ldpflow.transforms.caps import tie_breaks
 from ldpflow.transforms.combine import FrequencyOracleCombineFn
 from ldpflow.transforms.io import as_policy
 from ldpflow.wire import formats
@@ -194,7 +199,7 @@ class DecodeMessagesFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
 
 
-_KEEP = ("id_hashes", "event_times")
+_KEEP = ("id_hashes", "report_ids", "event_times")
 _USER_BUCKET_BITS = 4  # state cells per window for the contribution cap
 
 
@@ -208,13 +213,14 @@ def split_cells(key: str, batch, cell_ms: int):
 
 
 class SeenIdsCombineFn(beam.CombineFn):
-    """The state of :class:`DeduplicateReportsFn`: a :class:`SeenIds` of 64-bit id hashes."""
+    """The state of :class:`DeduplicateReportsFn`: a :class:`SeenIds` of keyed 64-bit id
+    hashes with their full ids; an input is ``(hashes, ids)``."""
 
     def create_accumulator(self):
         return SeenIds()
 
-    def add_input(self, seen, hashes):
-        seen.add_new(hashes)
+    def add_input(self, seen, hashes_and_ids):
+        seen.add_new(*hashes_and_ids)
         return seen
 
     def merge_accumulators(self, accumulators):
@@ -241,17 +247,17 @@ class DeduplicateReportsFn(beam.DoFn):
     def process(self, element, seen=beam.DoFn.StateParam(SEEN)):
         _, batch = element  # keyed by the key's text form: a deterministic state key
         key = tuple(batch.key)
-        hashes = batch.id_hashes
-        _, first = np.unique(hashes, return_index=True)
-        new = np.zeros(hashes.size, dtype=bool)
-        new[first] = True
-        new &= ~seen.read().contains(hashes)
+        hashes, ids = batch.id_hashes, batch.report_ids
+        new, _ = first_copies(hashes, (), ids)  # first occurrences in the batch, by full id
+        new &= ~seen.read().contains(hashes, ids)
         duplicates = int(hashes.size - np.count_nonzero(new))
         if duplicates:
             self._duplicates.inc(duplicates)
         if new.any():
-            seen.add(hashes[new])
+            seen.add((hashes[new], ids[new]))
             fresh = batch if duplicates == 0 else batch[new]
+            if self._count:  # the ids are needed no more (the cap breaks ties by them)
+                fresh = dataclasses.replace(fresh, report_ids=None)
             yield key, (batch.protocol.count_valid(fresh.reports) if self._count else fresh)
 
 
@@ -311,7 +317,7 @@ class CapUsersFn(beam.DoFn):
             at = np.minimum(np.searchsorted(known, distinct), known.size - 1)
             seen = known[at] == distinct
             room[seen] -= known_counts[at[seen]]
-        order = np.lexsort((batch.id_hashes, batch.event_times, inverse))
+        order = np.lexsort((tie_breaks(batch.report_ids), batch.event_times, inverse))
         ranked = inverse[order]
         starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])
         rank = np.arange(ranked.size) - np.repeat(starts, np.diff(np.r_[starts, ranked.size]))
@@ -365,8 +371,10 @@ class EstimateStream(beam.PTransform):
         capping = self._cap is not None
         decode = DecodeMessagesFn(self._windows.cell, self._expect, self._attribute,
                                   ("user_hashes",) if capping else ())
-        decoded = messages | "Decode" >> beam.ParDo(decode).with_outputs(DEAD_LETTERS,
-                                                                           main="reports")
+        # Typed keys (str here, int for the user buckets), so that the stateful DoFns' keys
+        # get deterministic coders.
+        decoded = messages | "Decode" >> beam.ParDo(decode).with_output_types(
+            tuple[str, typing.Any]).with_outputs(DEAD_LETTERS, main="reports")
         windowed = (
             decoded.reports
             | "Cells" >> self._windows.cell_window_into()
@@ -377,7 +385,8 @@ class EstimateStream(beam.PTransform):
         if capping:
             windowed = (
                 windowed
-                | "UserBuckets" >> beam.FlatMap(_user_bucket, _USER_BUCKET_BITS)
+                | "UserBuckets" >> beam.FlatMap(_user_bucket, _USER_BUCKET_BITS
+                                               ).with_output_types(tuple[int, typing.Any])
                 | "CapUsers" >> beam.ParDo(CapUsersFn(self._cap)).with_input_types(
                     tuple[int, typing.Any])
             )

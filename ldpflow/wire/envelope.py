@@ -184,8 +184,11 @@ class ReportBatch:
     user_ids : ndarray of object (str), or None
     event_times : ndarray of int64 (milliseconds since the epoch), or None
     user_hashes : ndarray of uint64, or None
-        64-bit hashes of the user ids (the same hash), kept for contribution caps
+        64-bit hashes of the user ids (the public, unkeyed hash), kept for contribution caps
         (:mod:`ldpflow.core.contribution`).
+    report_ids : ndarray of bytes (``ldpflow.core.dedup.packed_ids``), or None
+        The full report ids, kept for the rows whose id hash is repeated, so that
+        deduplication compares ids, not only hashes.
     """
 
     key: ProtocolKey
@@ -194,8 +197,9 @@ class ReportBatch:
     user_ids: np.ndarray | None = None
     event_times: np.ndarray | None = None
     user_hashes: np.ndarray | None = None
+    report_ids: np.ndarray | None = None
 
-    _ENVELOPE = ("id_hashes", "user_ids", "event_times", "user_hashes")
+    _ENVELOPE = ("id_hashes", "user_ids", "event_times", "user_hashes", "report_ids")
 
     def __len__(self) -> int:
         return len(self.reports)

@@ -59,7 +59,7 @@ __all__ = ["AcceptancePolicy", "Parsed", "KEEP_FIELDS", "parse_table", "records_
            "arrow_schema", "accepts_kind"]
 
 #: What a parse can keep of the envelope besides the payload.
-KEEP_FIELDS = ("id_hashes", "user_ids", "event_times", "user_hashes")
+KEEP_FIELDS = ("id_hashes", "user_ids", "event_times", "user_hashes", "report_ids")
 _INT64_MAX = 2**63 - 1
 
 
@@ -97,6 +97,12 @@ class AcceptancePolicy:
     check_groups : bool
         Refuse a heavy-hitter report whose group is not the one its user id hashes to (a
         client that picked its group could report in several, or skew one stage).
+    id_key : bytes, optional
+        The secret key of the report-id hashes (``ldpflow.core.dedup.new_id_key``, drawn
+        once per run by the job; kept out of the run's metadata), so that nobody can build
+        ids whose hashes collide. Every read of one run must use one key, so that one id has
+        one hash. None: the public hash (deduplication stays exact, as it compares the full
+        ids of colliding rows, but planned collisions make more rows take its heavy path).
     """
 
     expect: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -108,6 +114,7 @@ class AcceptancePolicy:
     max_counters: int = 2**26
     max_dead_records: int = 1000
     check_groups: bool = True
+    id_key: bytes | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def checks_groups(self) -> bool:
@@ -638,11 +645,11 @@ def _column_values(array: pa.Array, column: WireColumn, rows: np.ndarray) -> np.
     return values.astype(column.dtype, copy=False)
 
 
-def _id_hashes(array: pa.Array, rows: np.ndarray) -> np.ndarray:
+def _id_hashes(array: pa.Array, rows: np.ndarray, key: bytes | None = None) -> np.ndarray:
     picked = array if rows.size == len(array) else array.take(pa.array(rows))
     offsets, data_array = offsets_and_data(picked)
     parts = parallel.map_slices(  # large columns: hashed in threads, slice by slice
-        lambda part: dedup.string_hashes(offsets[part.start:part.stop + 1], data_array),
+        lambda part: dedup.string_hashes(offsets[part.start:part.stop + 1], data_array, key),
         len(picked))
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
@@ -825,7 +832,10 @@ def _collect(cols: _Table, values: tuple, paths: list, rows: np.ndarray,
             return
     envelope: dict[str, np.ndarray] = {}
     if "id_hashes" in keep:
-        envelope["id_hashes"] = _id_hashes(cols.get(("report_id",)), kept)
+        envelope["id_hashes"] = _id_hashes(cols.get(("report_id",)), kept, policy.id_key)
+    if "report_ids" in keep:  # the full ids, to confirm the rows of repeated hashes
+        picked = cols.get(("report_id",)).take(pa.array(kept))
+        envelope["report_ids"] = dedup.packed_ids(*offsets_and_data(picked))
     if "user_ids" in keep:
         envelope["user_ids"] = np.asarray(
             cols.get(("user_id",)).take(pa.array(kept)).to_pylist(), dtype=object)

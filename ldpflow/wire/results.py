@@ -54,7 +54,8 @@ def run_metadata(*, inputs: str, files: int | None, runner: str, policy: Any,
     from ldpflow import __version__
 
     if dataclasses.is_dataclass(policy):
-        fields = {f.name: getattr(policy, f.name) for f in dataclasses.fields(policy)}
+        fields = {f.name: getattr(policy, f.name) for f in dataclasses.fields(policy)
+                  if f.repr}  # not the secret id-hash key
     else:
         fields = dict(policy or {})
     fields = {name: dict(value) if isinstance(value, Mapping) else value

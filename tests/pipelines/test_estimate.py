@@ -213,7 +213,7 @@ def test_a_file_read_as_several_ranges_counts_every_record_once(tmp_path):
     whole = estimate_document([f"--input={path}", f"--output={tmp_path}/whole", "--methods=base"])
     want = (30_000, 0, tuple(whole["results"][0]["estimates"]["base"]))
     with TestPipeline(runner="FnApiRunner") as p:
-        read = p | ReadReports(str(path), keep=("id_hashes",), range_bytes=200_000)
+        read = p | ReadReports(str(path), keep=("id_hashes", "report_ids"), range_bytes=200_000)
         got = ({"reports": read["reports"], "dead_letters": read["dead_letters"]}
                | EstimateReports(["base"], dedup=True)
                | beam.Map(lambda r: (r["n"], r["duplicates"], tuple(r["estimates"]["base"]))))

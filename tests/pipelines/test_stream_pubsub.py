@@ -46,6 +46,15 @@ def pull_until(subscription, done, timeout=90.0):
     return received
 
 
+def stream_topics(emulator, reports, estimates):
+    """Create the topics ``reports`` and ``estimates``; returns the job's subscription to
+    the first and a check subscription to the second."""
+    emulator.create_topic(reports)
+    emulator.create_topic(estimates)
+    return (emulator.create_subscription(f"{reports}-stream", reports),
+            emulator.create_subscription(f"{estimates}-check", estimates))
+
+
 def batch_result(input_pattern, output):
     """The one result of ``ldpflow estimate`` on the same reports (its estimates.json)."""
     from ldpflow.pipelines import estimate
@@ -61,10 +70,7 @@ def test_stream_from_the_emulator_equals_a_batch_run(emulator, tmp_path):
 
     from ldpflow.pipelines import stream
 
-    emulator.create_topic("reports")
-    subscription = emulator.create_subscription("reports-stream", "reports")
-    emulator.create_topic("estimates")
-    estimates_sub = emulator.create_subscription("estimates-check", "estimates")
+    subscription, estimates_sub = stream_topics(emulator, "reports", "estimates")
 
     oracle = ldpflow.oracle("olh", epsilon=1.0, domain_size=128)
     rng = np.random.default_rng(42)
@@ -206,3 +212,72 @@ def test_publish_to_a_missing_topic_fails_in_one_line(emulator, tmp_path, capsys
     assert excinfo.value.code == 1
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"ldpflow pubsub publish: error: --topic {missing} does not exist")
+
+
+def test_a_large_message_and_a_bad_timestamp_are_dead_letters_and_windows_fire(emulator):
+    from google.cloud import pubsub_v1
+
+    from ldpflow.pipelines import stream
+
+    subscription, estimates_sub = stream_topics(emulator, "hostile", "hostile-estimates")
+    emulator.create_topic("hostile-dead")
+    dead_sub = emulator.create_subscription("hostile-dead-check", "hostile-dead")
+    oracle = ldpflow.oracle("grr", epsilon=1.0, domain_size=16)
+    rng = np.random.default_rng(7)
+    n = 2000
+    start = (int(time.time() * 1000) // 60_000 - 3) * 60_000
+    reports = oracle.perturb(rng.integers(0, 16, n), rng=rng)
+    records = reports_to_records(oracle, reports, [f"h{i}" for i in range(n)],
+                                 [f"u{i}" for i in range(n)], np.full(n, start + 10))
+    publisher = pubsub_v1.PublisherClient()
+    topic = emulator.topic("hostile")
+    futures = [  # all waiting before the job starts: its first pull has every one
+        publisher.publish(topic, b"\x00" * 9_692_245, ts=str(start)),  # over 4 MiB
+        publisher.publish(topic, formats.encode_message(records[:10]), ts="not-a-time"),
+        publisher.publish(topic, formats.encode_message(records[:1000]), ts=str(start)),
+        publisher.publish(topic, formats.encode_message(records[1000:]), ts=str(start)),
+    ]
+    for future in futures:
+        future.result(timeout=60)
+    result = stream.start([
+        f"--subscription={subscription}", f"--output_topic={emulator.topic('hostile-estimates')}",
+        "--window_size=60", "--allowed_lateness=3600", "--methods=base",
+        "--timestamp_attribute=ts", f"--dead_letter_topic={emulator.topic('hostile-dead')}",
+    ])
+    try:
+        panes = pull_until(estimates_sub, lambda got: any(p["n"] >= n for p in got),
+                           timeout=60)
+        dead = pull_until(dead_sub, lambda got: len(got) >= 2, timeout=30)
+    finally:
+        cancel_streaming(result, emulator.topic("hostile"))
+    assert panes, "the stream stalled: no estimates arrived"
+    final = max(panes, key=lambda p: p["n"])
+    assert final["n"] == n  # exact: neither hostile message counted, nothing lost
+    assert final["window_start"] == start
+    expected = oracle.estimate(oracle.aggregate(reports)).frequencies.tolist()
+    assert final["estimates"]["base"] == expected
+    assert sorted((d["reason"].split(":")[0], d["count"]) for d in dead) == [
+        ("message attribute 'ts' missing or invalid", 10), ("policy", 1)]  # too long a line
+
+
+def test_pull_takes_many_large_messages(emulator, capsys):
+    """``ldpflow pubsub pull`` past 4 MiB in one pull (25 panes of 400 kB) and a 9 MB
+    message: Pub/Sub's own limit is 10 MB."""
+    from google.cloud import pubsub_v1
+
+    from ldpflow.pipelines import pubsub
+
+    topic = emulator.create_topic("big-panes")
+    subscription = emulator.create_subscription("big-panes-pull", "big-panes")
+    publisher = pubsub_v1.PublisherClient()
+    bodies = [json.dumps({"pane": i, "pad": "x" * 400_000}).encode() for i in range(25)]
+    bodies.append(b"\x00" * 9_000_000)
+    for future in [publisher.publish(topic, body) for body in bodies]:
+        future.result(timeout=60)
+    capsys.readouterr()
+    assert pubsub.run(["pull", f"--subscription={subscription}", "--max_messages=26",
+                       "--timeout=30"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 26
+    assert sorted(json.loads(line)["pane"] for line in lines if line.startswith("{")) == \
+        list(range(25))

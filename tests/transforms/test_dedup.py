@@ -13,6 +13,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 import ldpflow
 from ldpflow.transforms.dedup import (
+    DEDUP_KEEP,
     DeduplicateReports,
     RepeatedIds,
     TallyCombineFn,
@@ -84,3 +85,43 @@ def test_shuffling_ids_only_equals_shuffling_every_report(buckets):
                 | beam.Flatten() | beam.GroupByKey()
                 | beam.MapTuple(lambda s, tags: sorted(tags)))
         assert_that(both, equal_to([["light", "whole"], ["light", "whole"]]), label="equal")
+
+
+@pytest.mark.parametrize("key", [None, bytes(range(16))])
+def test_a_report_whose_id_hash_collides_is_kept(key):
+    from ldpflow.core.dedup import report_id_hashes
+    from ldpflow.wire.parse import AcceptancePolicy, parse_table, records_to_table
+    from tests.core.test_dedup import printable_collision
+
+    victim = "victim-report-01"
+    attacker = printable_collision(victim)
+    assert report_id_hashes([attacker])[0] == report_id_hashes([victim])[0]
+    oracle = ldpflow.oracle("grr", epsilon=1.0, domain_size=32)
+    n = 20
+    reports = oracle.perturb(np.arange(n) % 32, rng=np.random.default_rng(3))
+    ids = [victim, attacker] + [f"r{i}" for i in range(n - 2)]
+    records = reports_to_records(oracle, reports, ids, [f"u{i}" for i in range(n)],
+                                 np.zeros(n, dtype=int))
+    table, _ = records_to_table(records + records[1:2], "")  # the attacker's report twice
+    policy = AcceptancePolicy(id_key=key)
+    (batch,) = parse_table(table, policy=policy, keep=DEDUP_KEEP).batches.values()
+    element = (tuple(batch.key), batch)
+    with TestPipeline(runner="FnApiRunner") as p:
+        out = (p | beam.Create([element]) | DeduplicateReports()
+               | beam.CombinePerKey(TallyCombineFn())
+               | beam.MapTuple(lambda k, t: (t.accumulator.n, t.duplicates)))
+        assert_that(out, equal_to([(n, 1)]))  # every distinct report, one copy dropped
+
+
+def test_the_secret_id_key_stays_out_of_the_run_metadata_and_reprs():
+    from ldpflow.core.dedup import new_id_key
+    from ldpflow.wire.parse import AcceptancePolicy
+    from ldpflow.wire.results import run_metadata
+
+    key = new_id_key()
+    assert len(key) == 16 and new_id_key() != key
+    policy = AcceptancePolicy(id_key=key)
+    metadata = run_metadata(inputs="x", files=1, runner="r", policy=policy, methods=[],
+                            started="s")
+    assert "id_key" not in metadata["policy"] and key.hex() not in repr(metadata)
+    assert repr(key) not in repr(policy)

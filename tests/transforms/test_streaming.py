@@ -275,3 +275,43 @@ def test_max_reports_per_user_caps_each_window_on_its_own():
 def test_a_bad_streaming_cap_is_refused():
     with pytest.raises(ValueError, match="max_reports_per_user must be a positive integer"):
         EstimateStream(["base"], WindowSpec(60), max_reports_per_user=0)
+
+
+def test_a_report_whose_id_hash_collides_is_counted_and_copies_are_not():
+    from ldpflow.core.dedup import report_id_hashes
+    from tests.core.test_dedup import printable_collision
+
+    victim = "victim-report-01"
+    attacker = printable_collision(victim)
+    assert report_id_hashes([attacker])[0] == report_id_hashes([victim])[0]
+    reports, records = make_reports("c", [5] * 6, seed=21)
+    records[0] = dict(records[0], report_id=victim)
+    records[1] = dict(records[1], report_id=attacker)
+    stream = (TestStream().advance_watermark_to(0)
+              .add_elements([TimestampedValue(message(records[1:2]), 1)])  # attacker first
+              .add_elements([TimestampedValue(message(records), 2),  # then the victim
+                             TimestampedValue(message(records[:3]), 3)])  # and copies
+              .advance_watermark_to_infinity())
+    expected = ORACLE.estimate(ORACLE.aggregate(reports)).frequencies.tolist()
+
+    def checks(out):
+        assert_that(out["estimates"] | beam.Map(lambda r: (r["n"], r["estimates"]["base"])),
+                    equal_to([(6, expected)]))
+
+    run_stream(stream, WindowSpec(60), checks=checks)
+
+
+def test_an_unparseable_timestamp_attribute_is_a_dead_letter_and_windows_fire():
+    _, records = make_reports("z", [5] * 6, seed=22)
+    stream = (TestStream().advance_watermark_to(0)
+              .add_elements([TimestampedValue(message(records[:2], attributes={"ts": "nope"}), 1),
+                             TimestampedValue(message(records, attributes={"ts": "5000"}), 2)])
+              .advance_watermark_to_infinity())
+
+    def checks(out):
+        assert_that(out["estimates"] | beam.Map(pane_view), equal_to([(0, "ON_TIME", 6)]),
+                    label="estimates")
+        assert_that(out["dead_letters"] | beam.Map(lambda d: (d.reason.split(":")[0], d.count)),
+                    equal_to([("message attribute 'ts' missing or invalid", 2)]), label="dead")
+
+    run_stream(stream, WindowSpec(60), checks=checks, attribute="ts")
