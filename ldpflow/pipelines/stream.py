@@ -27,7 +27,8 @@ On Dataflow::
 The default runner is Beam's BundleBasedDirectRunner (streaming, offline). The job runs
 until cancelled (Ctrl-C cancels it). Before it starts, a malformed subscription or topic name
 is a usage error (exit 2), and so is real Pub/Sub without ``--allow_production`` (a remote
-runner, or a local one without ``PUBSUB_EMULATOR_HOST``: the guard of ``ldpflow pubsub``); on a local
+runner, or a local one without ``PUBSUB_EMULATOR_HOST``: the guard of ``ldpflow pubsub``),
+and an ``--output`` or ``--dead_letter_output`` folder that cannot be written; on a local
 runner, Pub/Sub that cannot be reached (no emulator
 answering at ``PUBSUB_EMULATOR_HOST``, or no credentials without it) and a subscription or
 topic that does not exist are one line and exit status 1, as is a Pub/Sub failure while it
@@ -49,6 +50,7 @@ from apache_beam.transforms import window
 from ldpflow.pipelines import pubsub
 from ldpflow.pipelines.common import (
     acceptance_policy,
+    check_output,
     job_options,
     parse_methods,
     usage_error,
@@ -201,6 +203,9 @@ def start(argv: list[str] | None = None):
     options, opts, methods = _parse(argv)
     runner = options.view_as(StandardOptions).runner
     _check_pubsub(opts, runner)
+    for flag in ("output", "dead_letter_output"):  # written as panes fire: check them now
+        if getattr(opts, flag):
+            check_output(getattr(opts, flag), _PROG, flag=f"--{flag}", dead_letters=False)
     if runner is None:
         from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 
