@@ -10,7 +10,8 @@ import os
 import pytest
 
 from ldpflow.pipelines import cli, estimate, simulate
-from ldpflow.wire import outputs
+
+MANIFEST = ".ldpflow-manifest.json"  # docs/pipeline.md, "Output safety"
 
 pytestmark = pytest.mark.pipeline
 
@@ -51,10 +52,10 @@ def test_a_dead_letters_link_is_refused_and_the_folder_it_points_to_is_untouched
     out.mkdir()
     (out / "dead_letters").symlink_to(outside, target_is_directory=True)
     status, err = run_estimate(capsys, f"{reports}/*.avro", out)
+    assert (outside / "precious.jsonl").read_text() == "keep me\n"  # the file outside survives
     assert status == 2 and len(err) == 1
     assert err[0].startswith(f"ldpflow estimate: error: --output '{out}': dead_letters is a "
                              "symbolic link")
-    assert (outside / "precious.jsonl").read_text() == "keep me\n"
     assert sorted(p.name for p in out.iterdir()) == ["dead_letters"]  # nothing ran
 
 
@@ -91,21 +92,21 @@ def test_input_files_in_the_outputs_dead_letters_are_refused_not_deleted(
     mine = out / "dead_letters" / "reports.avro"
     mine.write_bytes((reports / "reports-00000-of-00001.avro").read_bytes())
     status, err = run_estimate(capsys, f"{out}/dead_letters/*", out)
+    assert mine.exists()
     assert status == 2 and len(err) == 1
     assert "dead_letters/ holds 1 entry ldpflow did not write (reports.avro)" in err[0]
-    assert mine.exists()
 
 
 def test_a_rerun_removes_exactly_the_stale_dead_letters_ldpflow_wrote(tmp_path, reports, capsys):
     mixed = with_dead_letters(tmp_path, reports)
     out = tmp_path / "out"
     assert run_estimate(capsys, f"{mixed}/*", out)[0] == 0
-    manifest = json.loads((out / outputs.MANIFEST).read_text())
+    manifest = json.loads((out / MANIFEST).read_text())
     (letter,) = [f for f in manifest["files"] if f.startswith("dead_letters/")]
     assert (out / letter).exists()
     assert run_estimate(capsys, f"{reports}/*.avro", out)[0] == 0
     assert list((out / "dead_letters").iterdir()) == []  # the stale one went
-    assert json.loads((out / outputs.MANIFEST).read_text())["files"] == [
+    assert json.loads((out / MANIFEST).read_text())["files"] == [
         "estimates.avro", "estimates.json"]
 
 
@@ -116,7 +117,7 @@ def test_an_output_without_a_manifest_keeps_its_own_dead_letters_removable_only(
     mixed = with_dead_letters(tmp_path, reports)
     out = tmp_path / "out"
     assert run_estimate(capsys, f"{mixed}/*", out)[0] == 0
-    (out / outputs.MANIFEST).unlink()
+    (out / MANIFEST).unlink()
     (letter,) = (out / "dead_letters").iterdir()
     impostor = out / "dead_letters" / "other.jsonl-0123456789.jsonl"
     impostor.write_text(letter.read_text())  # its source gives another name
