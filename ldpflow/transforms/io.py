@@ -376,7 +376,9 @@ class _CommitFn(beam.DoFn):
                        if name.startswith(f"{outputs.DEAD_LETTERS}/") and self._removable(name))
         if stale:
             FileSystems.delete([self._path(name) for name in stale])
-        kept = {name for name in owned - set(stale) if _exists(self._path(name))}
+        # Read again: a concurrent run's commit may have listed its own files meanwhile.
+        now = outputs.parse_manifest(_read(self._path(outputs.MANIFEST))) or set()
+        kept = {name for name in (owned | now) - set(stale) if _exists(self._path(name))}
         self._write_manifest(kept | set(relative))
         FileSystems.delete([self._staging])
         yield len(relative)

@@ -1,4 +1,5 @@
-"""Every output is byte-identical across reruns of the same inputs, in fresh processes whose
+"""Every output (simulate, estimate, heavy-hitters, report) is byte-identical across reruns
+of the same inputs, in fresh processes whose
 string hash seeds differ; only the fields that are by design the run's time may differ
 (``docs/pipeline.md``, "Reruns write the same bytes"), and none of them is in an Avro file."""
 
@@ -6,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,7 +20,8 @@ pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 #: The fields that are the run's time (JSON documents only): document -> paths.
 TIMES = {"estimates.json": [("run", "started"), ("run", "finished")],
-         "heavy_hitters.json": [("elapsed_seconds",)]}
+         "heavy_hitters.json": [("elapsed_seconds",)], "report.html": []}
+_ISO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 
 SCRIPT = """
 import sys
@@ -39,6 +42,8 @@ ok("estimate", f"--input={work}/reports/*.*[lo]", "--methods=base,norm-sub",
 ok("estimate", f"--input={work}/more/*.parquet", "--methods=base",
    f"--output={work}/estimates-parquet")
 ok("heavy-hitters", f"--input={work}/pem/*.avro", f"--output={work}/hh")
+ok("report", f"--input={work}/estimates", f"--heavy_hitters={work}/hh",
+   f"--output={work}/report.html")
 """
 
 
@@ -55,7 +60,11 @@ def contents(folder: Path) -> dict[str, bytes]:
             if p.is_file()}
 
 
-def without_times(name: str, data: bytes) -> dict:
+def without_times(name: str, data: bytes):
+    if name == "report.html":  # shows estimates.json's run.started and run.finished
+        text, count = _ISO_TIME.subn("TIME", data.decode("utf-8"))
+        assert count == 2, count
+        return text
     document = json.loads(data)
     for path in TIMES[name]:
         into = document
@@ -75,7 +84,7 @@ def test_reruns_in_fresh_processes_write_identical_bytes(tmp_path):
     second = contents(work)
     assert sorted(first) == sorted(second)
     assert any(name.startswith("estimates/dead_letters/") for name in first)
-    assert any(name.endswith(".avro") for name in first)
+    assert any(name.endswith(".avro") for name in first) and "report.html" in first
     differ = sorted(name for name in first if first[name] != second[name])
     timed = [name for name in differ if Path(name).name in TIMES]
     assert differ == timed, differ  # only the documents that hold the run's time
