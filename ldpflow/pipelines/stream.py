@@ -25,14 +25,13 @@ On Dataflow::
         --temp_location=gs://BUCKET/tmp --setup_file=./setup.py --allow_production
 
 The default runner is Beam's BundleBasedDirectRunner (streaming, offline). The job runs
-until cancelled (Ctrl-C cancels it). Before it starts, a malformed subscription or topic name
-is a usage error (exit 2), and so is real Pub/Sub without ``--allow_production`` (a remote
-runner, or a local one without ``PUBSUB_EMULATOR_HOST``: the guard of ``ldpflow pubsub``),
-and an ``--output`` or ``--dead_letter_output`` folder that cannot be written; on a local
-runner, Pub/Sub that cannot be reached (no emulator
-answering at ``PUBSUB_EMULATOR_HOST``, or no credentials without it) and a subscription or
-topic that does not exist are one line and exit status 1, as is a Pub/Sub failure while it
-runs.
+until cancelled (Ctrl-C cancels it). Before it starts, these are usage errors (one line,
+exit status 2): a malformed subscription or topic name; real Pub/Sub without
+``--allow_production`` (a remote runner, or a local one without ``PUBSUB_EMULATOR_HOST``:
+the guard of ``ldpflow pubsub``); an ``--output`` or ``--dead_letter_output`` folder that
+cannot be written. On a local runner, Pub/Sub that cannot be reached (no emulator answering
+at ``PUBSUB_EMULATOR_HOST``, or no credentials without it) and a subscription or topic that
+does not exist are one line and exit status 1, as is a Pub/Sub failure while it runs.
 """
 
 from __future__ import annotations
