@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import difflib
 import logging
+import re
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -19,7 +21,13 @@ from typing import Any
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from ldpflow.pipelines.options import JOBS, Job
-from ldpflow.pipelines.usage import HelpFormatter, Parser, usage_error
+from ldpflow.pipelines.usage import (
+    HelpFormatter,
+    Parser,
+    check_output,
+    check_output_file,
+    usage_error,
+)
 
 __all__ = [
     "job_options",
@@ -29,6 +37,9 @@ __all__ = [
     "acceptance_policy",
     "expected_oracle",
     "check_inputs",
+    "check_output",
+    "check_output_file",
+    "staging_folders",
     "detached",
     "batch_runner",
     "run_pipeline",
@@ -292,15 +303,80 @@ def distributions(result) -> dict[str, dict[str, float]]:
     return merged
 
 
+def staging_folders(pipeline) -> list[str]:
+    """The staging folders of the pipeline's commit steps
+    (:class:`~ldpflow.transforms.io.CommitOutputs`)."""
+    from apache_beam.pipeline import PipelineVisitor
+
+    from ldpflow.transforms.io import CommitOutputs
+
+    found: list[str] = []
+
+    class _Find(PipelineVisitor):
+        def enter_composite_transform(self, node):
+            if isinstance(node.transform, CommitOutputs):
+                found.append(node.transform.staging)
+
+    pipeline.visit(_Find())
+    return found
+
+
+def _remove_staging(folders: Sequence[str], prog: str) -> None:
+    """After a failed run: remove its staging folders (its partial files), nothing else."""
+    from apache_beam.io.filesystems import FileSystems
+
+    for folder in folders:
+        try:
+            if FileSystems.exists(folder):
+                FileSystems.delete([folder])
+                _LOGGER.info("%s: removed the failed run's staging folder %s", prog, folder)
+        except (OSError, ValueError) as exc:  # BeamIOError is an IOError
+            _LOGGER.warning("%s: could not remove the staging folder %s: %s", prog, folder,
+                            exc)
+
+
+_OS_ERROR = re.compile(r"\b(?:OSError|IOError|[A-Za-z]+Error): (\[Errno \d+\][^\[\n]*)")
+
+
+def _os_failure(exc: BaseException) -> str | None:
+    """The one line of a failure of the file system (a full disk, a folder gone, ...),
+    raised in a worker: runners re-raise it as another exception, its text kept."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno is not None:
+            return f"[Errno {exc.errno}] {exc.strerror}"
+        found = _OS_ERROR.search(str(exc))
+        if found:
+            return found.group(1).strip()
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def run_pipeline(pipeline, options: PipelineOptions, prog: str) -> dict[str, Any]:
     """Run ``pipeline``; returns ``{"state", "seconds", "counters", "distributions"}``, or
-    ``{"submitted": True}`` with ``--no_wait_until_finish`` once submitted."""
+    ``{"submitted": True}`` with ``--no_wait_until_finish`` once submitted.
+
+    When the run fails (a full disk, ...) its staging folders are removed before the error
+    goes on, so the previous output stays as it was and no partial file holds the space; a
+    failure that is an ``OSError`` becomes one line and exit status 1.
+    """
+    staging = staging_folders(pipeline)
     started = time.perf_counter()
-    result = pipeline.run()
-    if detached(options):
-        _LOGGER.info("%s: submitted; not waiting for the job (--no_wait_until_finish): %s",
-                     prog, result)
-        return {"submitted": True}
-    result.wait_until_finish()
+    try:
+        result = pipeline.run()
+        if detached(options):
+            _LOGGER.info("%s: submitted; not waiting for the job (--no_wait_until_finish): %s",
+                         prog, result)
+            return {"submitted": True}
+        result.wait_until_finish()
+    except BaseException as exc:
+        _remove_staging(staging, prog)
+        failure = _os_failure(exc)
+        if failure is None:
+            raise
+        print(f"{prog}: error: the job failed, its output is unchanged: {failure}",
+              file=sys.stderr)
+        raise SystemExit(1) from None
     return {"state": str(result.state), "seconds": round(time.perf_counter() - started, 3),
             "counters": counters(result), "distributions": distributions(result)}

@@ -36,6 +36,7 @@ from ldpflow.pipelines.common import (
     acceptance_policy,
     batch_runner,
     check_inputs,
+    check_output,
     job_options,
     parse_methods,
     run_pipeline,
@@ -145,6 +146,7 @@ def run(argv: list[str] | None = None) -> dict:
     files = check_inputs(args.input, args.input_format, _PROG)
     policy = acceptance_policy(args, _PROG)
     runner = batch_runner(options, _PROG)
+    check_output(output, _PROG)  # the last check (it creates the folder): one line, exit 2
     metadata = run_metadata(inputs=args.input, files=files, policy=policy, methods=methods,
                             runner=runner if isinstance(runner, str) else type(runner).__name__,
                             started=utc_now())

@@ -68,6 +68,7 @@ from ldpflow.core import heavy_hitters as hh
 from ldpflow.pipelines.common import (
     batch_runner,
     check_inputs,
+    check_output,
     job_options,
     run_pipeline,
     usage_error,
@@ -341,8 +342,10 @@ def run(argv: list[str] | None = None) -> dict:
     _LOGGER.info("%s: %s; server options %s (configuration from %s)", _PROG,
                  _describe(protocol, opts), protocol.check_options(options_given) or "none",
                  "the flags" if found is None else "the input")
+    runner = batch_runner(options, _PROG)
+    check_output(opts.output, _PROG)  # the last check (it creates the folder): one line, exit 2
     started = time.time()
-    pipeline = beam.Pipeline(runner=batch_runner(options, _PROG), options=options)
+    pipeline = beam.Pipeline(runner=runner, options=options)
     build(pipeline, opts, protocol, expect, started, rule)
     ran = run_pipeline(pipeline, options, _PROG)
     if ran.get("submitted"):

@@ -159,6 +159,11 @@ class StreamOptions(PipelineOptions):
         parser.add_argument("--timestamp_attribute", default=None,
                             help="Take event time from this message attribute (milliseconds "
                                  "since the epoch or RFC 3339) instead of the reports.")
+        parser.add_argument("--allow_production", nargs="?", const="true", default=None,
+                            choices=("true", "false"),
+                            help="Work on real Pub/Sub: needed on a remote runner (Dataflow) "
+                                 "and, on a local one, without PUBSUB_EMULATOR_HOST; refused "
+                                 "without it (true or no value: allowed).")
 
 
 class HeavyHittersOptions(PipelineOptions):

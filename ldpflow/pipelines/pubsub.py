@@ -32,7 +32,8 @@ Contract: every command works on the emulator of ``--emulator_host`` or
 does not exist, no credentials), after one line on stderr; a usage error (a malformed
 resource name, no emulator named) is a ``SystemExit`` whose code is one line of text (the
 CLI prints it and exits 2). :func:`check_name`, :func:`check_job_resources` and
-:func:`failure_message` give ``ldpflow stream`` the same one-line errors.
+:func:`failure_message` give ``ldpflow stream`` the same one-line errors, and
+:func:`guard_production` the same refusal of real Pub/Sub.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ __all__ = [
     "check_job_resources",
     "failure_message",
     "exit_failure",
+    "guard_production",
     "rewrite_event_times",
     "MAX_MESSAGE_BYTES",
 ]
@@ -332,21 +334,35 @@ def _check_args(args: argparse.Namespace) -> None:
             raise SystemExit(f"{prog}: error: {message}, got {value!r}")
 
 
+def guard_production(prog: str, allow_production: bool, emulator_host: str | None,
+                     how: str, reason: str | None = None) -> None:
+    """The guard of every command that can reach real Pub/Sub: without an emulator (or with
+    ``reason``, why this run works on real Pub/Sub whatever the emulator), refuse unless
+    ``allow_production``. ``how`` tells how to name an emulator.
+
+    Raises
+    ------
+    SystemExit
+        A one-line usage error (status 2).
+    """
+    if allow_production or (emulator_host and reason is None):
+        return
+    why = reason or (f"no Pub/Sub emulator given: {how} (start one: "
+                     f"{_START_EMULATOR.format(host='127.0.0.1:8085')})")
+    raise SystemExit(f"{prog}: error: {why}; real Pub/Sub only with --allow_production")
+
+
 def _connect(args: argparse.Namespace) -> str:
     """Point the clients at the emulator (or real Pub/Sub with ``--allow_production``);
     returns where they point, for messages."""
     host = args.emulator_host or os.environ.get("PUBSUB_EMULATOR_HOST")
+    guard_production(f"{_PROG} {args.command}", args.allow_production, host,
+                     "set PUBSUB_EMULATOR_HOST or pass --emulator_host HOST:PORT")
     if host:
         os.environ["PUBSUB_EMULATOR_HOST"] = host  # the Google clients read it
         _check_emulator(host, "--emulator_host" if args.emulator_host else
                         "PUBSUB_EMULATOR_HOST")
         return f"the Pub/Sub emulator at {host}"
-    if not args.allow_production:
-        raise SystemExit(
-            f"{_PROG} {args.command}: error: no Pub/Sub emulator given: set "
-            f"PUBSUB_EMULATOR_HOST or pass --emulator_host HOST:PORT (start one: "
-            f"{_START_EMULATOR.format(host='127.0.0.1:8085')}); real Pub/Sub only with "
-            f"--allow_production")
     _check_credentials()
     return "Pub/Sub (production)"
 

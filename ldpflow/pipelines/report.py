@@ -22,7 +22,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ldpflow.pipelines.usage import HelpFormatter, usage_error
+from ldpflow.pipelines.usage import HelpFormatter, check_output_file, usage_error
 
 __all__ = ["run", "render"]
 
@@ -268,6 +268,7 @@ def run(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.top < 1:
         raise usage_error(_PROG, f"--top must be a positive integer, got {args.top}")
+    check_output_file(args.output, _PROG)  # before the inputs are read and the page made
     document = _load(args.input, "estimates.json", "--input")
     heavy = (_load(args.heavy_hitters, "heavy_hitters.json", "--heavy_hitters")
              if args.heavy_hitters else None)

@@ -6,8 +6,16 @@
 Writes ``OUTPUT/reports-SSSSS-of-NNNNN.avro`` (or ``.jsonl`` / ``.parquet``) and
 ``OUTPUT/truth.json`` (``{"counts": [...], ...}``: the true number of users per value).
 Values come from a synthetic distribution over the domain (rank r is value r) or from
-``--values_file`` (one integer per line). Simulation is seeded: it is for evaluation, not
-for real clients, whose perturbation draws from the OS CSPRNG.
+``--values_file`` (one integer in [0, domain_size) per line). Simulation is seeded: it is for
+evaluation, not for real clients, whose perturbation draws from the OS CSPRNG. The same flags
+write the same bytes (Avro sync markers come from the seed and the shard).
+
+Every flag is checked before any file is opened: a configuration whose probabilities are
+not finite (an epsilon so large that ``e^epsilon`` overflows, or so small that every value
+is reported alike), a domain over ``--max_domain_size``, a report the wire cannot carry or
+an output folder that cannot be written is one line and exit status 2, with nothing
+written (one report is perturbed and encoded in memory first). A run that fails while
+writing removes the files it wrote.
 
 Heavy hitters (``--oracle pem``, ``spm``, ``mcm``, ``treehist`` or ``sfp``: the protocols of
 :mod:`ldpflow.core.heavy_hitters`)::
@@ -29,8 +37,11 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import hashlib
+import io
 import json
 import logging
+import math
 import multiprocessing
 import os
 import time
@@ -41,7 +52,7 @@ import numpy as np
 from ldpflow.core import codecs, simulation, validation
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.core.oracles import FrequencyOracle, registry
-from ldpflow.pipelines.usage import HelpFormatter
+from ldpflow.pipelines.usage import HelpFormatter, Parser, check_output
 from ldpflow.wire import formats
 
 __all__ = ["run", "build_parser"]
@@ -61,8 +72,10 @@ _INFERRED = _Default("int")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ldpflow simulate", description=_SUMMARY,
-                                     formatter_class=HelpFormatter, allow_abbrev=False)
+    from ldpflow.wire.parse import AcceptancePolicy
+
+    parser = Parser(prog="ldpflow simulate", description=_SUMMARY,
+                    formatter_class=HelpFormatter, allow_abbrev=False)
     parser.add_argument("--oracle", required=True,
                         choices=[*sorted(registry.ORACLES), *sorted(hh.PROTOCOLS)])
     parser.add_argument("--epsilon", type=float, required=True)
@@ -71,6 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "distinct values (not needed with --values_file).")
     parser.add_argument("--hash_range", type=int, default=None,
                         help="olh, pem, treehist: g (a power of two).")
+    parser.add_argument("--max_domain_size", type=int,
+                        default=AcceptancePolicy().max_domain_size,
+                        help="Refuse a larger --domain_size (memory grows with it); the "
+                             "default is ldpflow estimate's --max_domain_size.")
     hh_group = parser.add_argument_group(
         "heavy hitters (pem spm mcm treehist sfp)",
         "pem: without --query_limit, --start_bits, --step_bits, --num_groups and --hash_range "
@@ -103,8 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "one stage may estimate.")
     hh_group.add_argument("--codec", choices=sorted(codecs.CODECS), default=_INFERRED,
                      help="int: values are integers; string: --values_file holds strings "
-                          "(default: string unless every line of --values_file is an "
-                          "integer).")
+                          "(default: int, or with --values_file string unless every line of "
+                          "it is an integer).")
     hh_group.add_argument("--truncate", action="store_true",
                      help="string codec: keep the leading bytes of longer strings (whole "
                           "UTF-8 characters) instead of refusing them (implied when --bits "
@@ -119,7 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--distribution", default="zipf:1.1",
                         help="zipf:S | uniform | geometric:P over the domain (rank r = value r).")
     parser.add_argument("--values_file", default=None,
-                        help="Raw values instead of a distribution: one integer per line.")
+                        help="Raw values instead of a distribution, one per line: integers in "
+                             "[0, --domain_size) for a frequency oracle; for heavy hitters "
+                             "integers, or strings (see --codec).")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", required=True, help="Output directory.")
     parser.add_argument("--shards", type=int, default=4)
@@ -145,7 +164,10 @@ def _check_wire_limits(parser: argparse.ArgumentParser, protocol: Any) -> None:
     server with the default acceptance policy would refuse."""
     from ldpflow.wire.parse import AcceptancePolicy
 
-    hash_range = getattr(protocol, "hash_range", None)
+    try:
+        hash_range = getattr(protocol, "hash_range", None)
+    except (ArithmeticError, ValueError) as exc:  # derived from epsilon
+        _unusable(parser, argparse.Namespace(epsilon=protocol.epsilon), protocol.name, exc)
     if hash_range is not None and hash_range > _WIRE_INT_MAX:
         parser.error(f"epsilon {protocol.epsilon} gives hash_range {hash_range}, more than a "
                      f"report's hash_range field carries ({_WIRE_INT_MAX}); pass a smaller "
@@ -155,6 +177,69 @@ def _check_wire_limits(parser: argparse.ArgumentParser, protocol: Any) -> None:
         _LOGGER.warning("hash_range %d exceeds the default --max_hash_range %d of ldpflow "
                         "estimate: estimate these reports with --max_hash_range %d",
                         hash_range, limit, hash_range)
+
+
+def _check_domain(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The domain (for heavy hitters: the distinct values drawn) within --max_domain_size,
+    before anything of its size is allocated."""
+    if args.max_domain_size < 2:
+        parser.error(f"--max_domain_size must be >= 2, got {args.max_domain_size}")
+    if args.domain_size is not None and args.domain_size > args.max_domain_size:
+        parser.error(f"--domain_size {args.domain_size} is more than --max_domain_size "
+                     f"{args.max_domain_size} (ldpflow estimate refuses such reports unless "
+                     "given a larger --max_domain_size too)")
+
+
+def _sync_marker(args: argparse.Namespace, shard: int) -> bytes:
+    """A shard's Avro sync marker: from the flags that make its content, so a rerun writes
+    the same bytes (a random one would differ per run)."""
+    return hashlib.sha256(f"ldpflow-simulate-{args.seed}-{shard}-{args.shards}".encode()
+                          ).digest()[:16]
+
+
+def _unusable(parser: argparse.ArgumentParser, args: argparse.Namespace, name: str,
+              exc: Exception) -> None:
+    """The usage error of an epsilon whose probabilities overflow or vanish."""
+    parser.error(f"epsilon {args.epsilon} gives no usable {name} report "
+                 f"({type(exc).__name__}: {exc or 'no detail'}); pass a finite epsilon "
+                 "whose e^epsilon neither overflows nor rounds to 1")
+
+
+def _dry_run(parser: argparse.ArgumentParser, args: argparse.Namespace, oracle: Any,
+             codec: str | None = None) -> None:
+    """Perturb one value and encode its report in memory, before any file is opened: an
+    epsilon whose probabilities are not finite, or a report the wire cannot carry, is a
+    usage error here rather than a traceback after the output's first bytes."""
+    rng = np.random.default_rng(0)
+    one = formats.numbered_ids("user-", 0, 1)
+    try:
+        if oracle.name in hh.PROTOCOLS:
+            reports = oracle.perturb(np.zeros(1, dtype=np.uint64), np.array(["user-0"]), rng)
+        else:
+            kwargs = {"columns": np.zeros(1, dtype=np.int64)} if oracle.name == "onebit" \
+                else {}
+            reports = oracle.perturb(np.zeros(1, dtype=np.int64), rng=rng, **kwargs)
+            variance = oracle.variance(1)
+            if not (math.isfinite(variance) and variance > 0):
+                raise ValueError(f"the estimate's variance is {variance}")
+        table = formats.reports_table(oracle, reports, formats.numbered_ids("dry-", 0, 1), one,
+                                      np.zeros(1, dtype=np.int64), codec=codec)
+        formats.write_reports(io.BytesIO(), args.format, table)
+    except (ArithmeticError, ValueError, TypeError) as exc:
+        _unusable(parser, args, oracle.name, exc)
+
+
+def _removing_on_failure(paths: list[str], write) -> Any:
+    """``write()``; when it fails, the files it may have written go (then the error)."""
+    try:
+        return write()
+    except BaseException:
+        for path in paths:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        raise
 
 
 def _file_values(args: argparse.Namespace) -> np.ndarray:
@@ -188,7 +273,8 @@ def _simulate_shard(job: tuple) -> tuple[str, int, np.ndarray]:
     rng = np.random.default_rng([args.seed, shard])
     dist = None if values is not None else simulation.parse_distribution(args.distribution)
     counts = np.zeros(oracle.domain_size, dtype=np.int64)
-    with open(path, "wb") as f, formats.ReportWriter(f, args.format) as writer:
+    with open(path, "wb") as f, formats.ReportWriter(f, args.format,
+                                                     sync=_sync_marker(args, shard)) as writer:
         step = _chunk_users(oracle)
         for start in range(lo, hi, step):
             stop = min(start + step, hi)
@@ -208,13 +294,13 @@ def _simulate_shard(job: tuple) -> tuple[str, int, np.ndarray]:
 
 
 def _write_shard(job: tuple) -> tuple[str, int]:
-    path, fmt, oracle, reports, first, run_id, event_times, codec = job
+    path, fmt, oracle, reports, first, run_id, event_times, codec, sync = job
     count = len(reports)
     table = formats.reports_table(
         oracle, reports, formats.numbered_ids(f"{run_id}-", first, first + count),
         formats.numbered_ids("user-", first, first + count), event_times, codec=codec)
     with open(path, "wb") as f:
-        formats.write_reports(f, fmt, table)
+        formats.write_reports(f, fmt, table, sync=sync)
     return path, count
 
 
@@ -253,11 +339,14 @@ def run(argv: list[str] | None = None) -> dict:
                      f"protocols only ({' '.join(sorted(hh.PROTOCOLS))})")
     if args.domain_size is None:
         parser.error(f"--domain_size is required for --oracle {args.oracle}")
+    _check_domain(parser, args)
     try:
         oracle = _oracle(args)
         validation.check_positive_int(args.shards, name="--shards")
     except (TypeError, ValueError) as exc:
         parser.error(str(exc))
+    except ArithmeticError as exc:
+        _unusable(parser, args, args.oracle, exc)
     _check_wire_limits(parser, oracle)
     started = time.perf_counter()
     values = _file_values(args) if args.values_file else None
@@ -270,21 +359,29 @@ def run(argv: list[str] | None = None) -> dict:
         except (TypeError, ValueError) as exc:
             parser.error(str(exc))
     n = values.size if values is not None else args.users
-    os.makedirs(args.output, exist_ok=True)
+    _dry_run(parser, args, oracle)
+    check_output(args.output, parser.prog, dead_letters=False)  # the last check: it creates it
     bounds = np.linspace(0, n, args.shards + 1).astype(int)
     jobs = [(_shard_path(args, shard), args, oracle, shard, int(bounds[shard]),
              int(bounds[shard + 1]),
              None if values is None else values[bounds[shard]:bounds[shard + 1]])
             for shard in range(args.shards)]
-    counts = np.zeros(oracle.domain_size, dtype=np.int64)
-    for path, written, shard_counts in _in_processes(_simulate_shard, jobs):
-        _LOGGER.info("wrote %s (%d reports)", path, written)
-        counts += shard_counts
-    truth = {"counts": counts.tolist(), "users": int(n), "oracle": oracle.name,
-             "parameters": oracle.parameters,
-             "distribution": None if args.values_file else args.distribution, "seed": args.seed}
-    with open(os.path.join(args.output, "truth.json"), "w", encoding="utf-8") as f:
-        json.dump(truth, f)
+    truth_path = os.path.join(args.output, "truth.json")
+
+    def write() -> dict:
+        counts = np.zeros(oracle.domain_size, dtype=np.int64)
+        for path, written, shard_counts in _in_processes(_simulate_shard, jobs):
+            _LOGGER.info("wrote %s (%d reports)", path, written)
+            counts += shard_counts
+        truth = {"counts": counts.tolist(), "users": int(n), "oracle": oracle.name,
+                 "parameters": oracle.parameters,
+                 "distribution": None if args.values_file else args.distribution,
+                 "seed": args.seed}
+        with open(truth_path, "w", encoding="utf-8") as f:
+            json.dump(truth, f)
+        return truth
+
+    truth = _removing_on_failure([job[0] for job in jobs] + [truth_path], write)
     elapsed = time.perf_counter() - started
     _LOGGER.info("simulated %d %s reports in %.1fs -> %s", n, oracle.name, elapsed, args.output)
     return truth
@@ -298,11 +395,11 @@ def _write_all(args: argparse.Namespace, oracle, reports, event_times: np.ndarra
                codec: str | None) -> None:
     """Shard reports made in this process into ``--shards`` files, encoded on all cores."""
     n = len(reports)
-    os.makedirs(args.output, exist_ok=True)
     bounds = np.linspace(0, n, args.shards + 1).astype(int)
     jobs = [(_shard_path(args, shard), args.format, oracle,
              reports[int(bounds[shard]):int(bounds[shard + 1])], int(bounds[shard]),
-             f"s{args.seed}", event_times[int(bounds[shard]):int(bounds[shard + 1])], codec)
+             f"s{args.seed}", event_times[int(bounds[shard]):int(bounds[shard + 1])], codec,
+             _sync_marker(args, shard))
             for shard in range(args.shards)]
     for path, count in _in_processes(_write_shard, jobs):
         _LOGGER.info("wrote %s (%d reports)", path, count)
@@ -330,6 +427,8 @@ def _heavy_hitter_config(parser: argparse.ArgumentParser, args: argparse.Namespa
         return hh.make(name, top_k=args.k, value_bits=bits, epsilon=args.epsilon, **given)
     except (TypeError, ValueError) as exc:
         parser.error(str(exc))
+    except ArithmeticError as exc:  # the configuration's probabilities overflow or vanish
+        _unusable(parser, args, name, exc)
 
 
 def _heavy_hitter_file_values(parser: argparse.ArgumentParser, args: argparse.Namespace
@@ -381,6 +480,7 @@ def _run_heavy_hitters(parser: argparse.ArgumentParser, args: argparse.Namespace
         if args.users is None or args.domain_size is None:
             parser.error(f"--oracle {args.oracle} needs --users and --domain_size (the number "
                          "of distinct values) unless --values_file is given")
+        _check_domain(parser, args)
         try:
             users = validation.check_positive_int(args.users, name="--users")
             dist = simulation.parse_distribution(args.distribution)
@@ -397,6 +497,8 @@ def _run_heavy_hitters(parser: argparse.ArgumentParser, args: argparse.Namespace
         except (TypeError, ValueError) as exc:
             parser.error(str(exc))
     _check_wire_limits(parser, protocol)
+    _dry_run(parser, args, protocol, codec.name)
+    check_output(args.output, parser.prog, dead_letters=False)  # the last check: it creates it
     if truncated:
         _LOGGER.warning("%d of %d values hold more than %d UTF-8 bytes: truncated to their "
                         "leading whole characters (--bits %d)", truncated, values.size,
@@ -405,7 +507,10 @@ def _run_heavy_hitters(parser: argparse.ArgumentParser, args: argparse.Namespace
     users = np.array(_user_ids(0, n))
     reports = protocol.perturb(values, users, rng)  # seeded: a simulation
     event_times = _event_times(args, rng, n)
-    _write_all(args, protocol, reports, event_times, codec.name)
+    truth_path = os.path.join(args.output, "truth.json")
+    written = [_shard_path(args, shard) for shard in range(args.shards)] + [truth_path]
+    _removing_on_failure(written, lambda: _write_all(args, protocol, reports, event_times,
+                                                     codec.name))
     top = hh.true_top(values, args.truth_top)
     decoded = codec.decode(np.array([t["value"] for t in top], dtype=np.uint64))
     truth = {
@@ -431,8 +536,12 @@ def _run_heavy_hitters(parser: argparse.ArgumentParser, args: argparse.Namespace
     _LOGGER.info("heavy-hitters flags of this configuration: --protocol %s --k %d --bits %d %s "
                  "(or none: read from the reports)", protocol.name, protocol.top_k,
                  protocol.value_bits, flags)
-    with open(os.path.join(args.output, "truth.json"), "w", encoding="utf-8") as f:
-        json.dump(truth, f)
+
+    def write_truth() -> None:
+        with open(truth_path, "w", encoding="utf-8") as f:
+            json.dump(truth, f)
+
+    _removing_on_failure(written, write_truth)
     _LOGGER.info("simulated %d %s reports (%d groups) in %.1fs -> %s", n, protocol.name,
                  protocol.num_groups,
                  time.perf_counter() - started, args.output)

@@ -22,14 +22,16 @@ On Dataflow::
         --output_topic projects/PROJECT/topics/estimates \\
         --dead_letter_topic projects/PROJECT/topics/report-dead-letters \\
         --runner=DataflowRunner --project=PROJECT --region=REGION \\
-        --temp_location=gs://BUCKET/tmp --setup_file=./setup.py
+        --temp_location=gs://BUCKET/tmp --setup_file=./setup.py --allow_production
 
 The default runner is Beam's BundleBasedDirectRunner (streaming, offline). The job runs
-until cancelled (Ctrl-C cancels it). Before it starts, a malformed subscription or topic name
-is a usage error (exit 2); on a local runner, Pub/Sub that cannot be reached (no emulator
-answering at ``PUBSUB_EMULATOR_HOST``, or no credentials without it) and a subscription or
-topic that does not exist are one line and exit status 1, as is a Pub/Sub failure while it
-runs.
+until cancelled (Ctrl-C cancels it). Before it starts, these are usage errors (one line,
+exit status 2): a malformed subscription or topic name; real Pub/Sub without
+``--allow_production`` (a remote runner, or a local one without ``PUBSUB_EMULATOR_HOST``:
+the guard of ``ldpflow pubsub``); an ``--output`` or ``--dead_letter_output`` folder that
+cannot be written. On a local runner, Pub/Sub that cannot be reached (no emulator answering
+at ``PUBSUB_EMULATOR_HOST``, or no credentials without it) and a subscription or topic that
+does not exist are one line and exit status 1, as is a Pub/Sub failure while it runs.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -44,7 +47,13 @@ from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.transforms import window
 
 from ldpflow.pipelines import pubsub
-from ldpflow.pipelines.common import acceptance_policy, job_options, parse_methods, usage_error
+from ldpflow.pipelines.common import (
+    acceptance_policy,
+    check_output,
+    job_options,
+    parse_methods,
+    usage_error,
+)
 from ldpflow.transforms.streaming import EstimateStream, WindowSpec, result_to_message
 from ldpflow.wire import formats
 from ldpflow.wire.envelope import DeadLetter
@@ -158,7 +167,9 @@ def _local(runner) -> bool:
 
 
 def _check_pubsub(opts, runner) -> None:
-    """Resource names, then (on a local runner) that they exist: before any pipeline."""
+    """Resource names; real Pub/Sub only with ``--allow_production`` (a remote runner, or
+    a local one without ``PUBSUB_EMULATOR_HOST``); then (on a local runner) that they
+    exist: before any pipeline."""
     names = {"subscription": ("subscriptions", opts.subscription),
              "output_topic": ("topics", opts.output_topic),
              "dead_letter_topic": ("topics", opts.dead_letter_topic)}
@@ -168,7 +179,13 @@ def _check_pubsub(opts, runner) -> None:
                 pubsub.check_name(path, kind, f"--{flag}")
             except ValueError as exc:
                 raise usage_error(_PROG, str(exc)) from None
-    if _local(runner):
+    local = _local(runner)
+    name = runner if isinstance(runner, str) else type(runner).__name__
+    pubsub.guard_production(_PROG, opts.allow_production not in (None, "false"),
+                            os.environ.get("PUBSUB_EMULATOR_HOST"),
+                            "set PUBSUB_EMULATOR_HOST=HOST:PORT",
+                            None if local else f"--runner={name} works on real Pub/Sub")
+    if local:
         try:
             pubsub.check_job_resources(opts.subscription, {
                 "output_topic": opts.output_topic, "dead_letter_topic": opts.dead_letter_topic})
@@ -189,6 +206,9 @@ def start(argv: list[str] | None = None):
     options, opts, methods = _parse(argv)
     runner = options.view_as(StandardOptions).runner
     _check_pubsub(opts, runner)
+    for flag in ("output", "dead_letter_output"):  # written as panes fire: check them now
+        if getattr(opts, flag):
+            check_output(getattr(opts, flag), _PROG, flag=f"--{flag}", dead_letters=False)
     if runner is None:
         from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 

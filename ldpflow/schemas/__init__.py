@@ -25,8 +25,21 @@ def schema_json(name: str) -> dict:
     return json.loads(text)
 
 
+def _sorted_keys(value):
+    if isinstance(value, dict):
+        return {key: _sorted_keys(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted_keys(item) for item in value]
+    return value
+
+
 def load_schema(name: str) -> dict:
-    """The parsed schema ``name`` (``fastavro.parse_schema``), the form Beam's Avro IO wants."""
+    """The parsed schema ``name`` (``fastavro.parse_schema``), the form Beam's Avro IO wants.
+
+    Every mapping of it has its keys sorted: a writer embeds this form in a container's
+    header, and fastavro orders a field's properties by iterating a set (so by the process's
+    string hash seed), which would make the same records give other bytes in another process.
+    """
     import fastavro
 
-    return fastavro.parse_schema(schema_json(name))
+    return fastavro.parse_schema(_sorted_keys(fastavro.parse_schema(schema_json(name))))

@@ -12,7 +12,6 @@ each one column by column through the wire layer's one parse path
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -23,11 +22,12 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam.io import fileio
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from ldpflow.transforms.dedup import split_repeated
-from ldpflow.wire import formats
+from ldpflow.wire import formats, outputs
 from ldpflow.wire.parse import AcceptancePolicy
 from ldpflow.wire.results import estimate_records, estimates_document, utc_now
 
@@ -263,9 +263,7 @@ class _WriteDeadLetterFileFn(beam.DoFn):
 
     def process(self, element):
         source, lines = element
-        digest = hashlib.sha1(source.encode("utf-8")).hexdigest()[:10]
-        base = os.path.basename(source.rstrip("/")) or "records"
-        path = f"{self._folder}/{base}-{digest}.jsonl"
+        path = f"{self._folder}/{outputs.dead_letter_file_name(source)}"
         lines = sorted(lines)
         with FileSystems.create(path) as f:
             f.write(("\n".join(lines) + "\n").encode("utf-8"))
@@ -296,33 +294,94 @@ def staging_folder(output: str) -> str:
     return f"{output.rstrip('/')}/.staging-{uuid.uuid4().hex}"
 
 
+def _read(path: str, limit: int | None = None) -> bytes | None:
+    try:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            return f.read() if limit is None else f.readline(limit)
+    except (OSError, ValueError):  # BeamIOError is an IOError
+        return None
+
+
+def _exists(path: str) -> bool:
+    try:
+        return FileSystems.exists(path)
+    except (OSError, ValueError):
+        return False
+
+
 class _CommitFn(beam.DoFn):
     def __init__(self, output: str, staging: str):
         super().__init__()
         self._output, self._staging = output.rstrip("/"), staging.rstrip("/")
 
+    def _path(self, relative: str) -> str:
+        return f"{self._output}/{relative}"
+
+    def _refuse_links(self) -> None:
+        """A local dead-letter folder that is a link (or no folder) would take the renames
+        and removals elsewhere: refuse it (the job checked it before it started)."""
+        if not outputs.is_local(self._output):
+            return
+        letters = outputs.local_path(self._path(outputs.DEAD_LETTERS))
+        if os.path.islink(letters) or (os.path.lexists(letters) and not os.path.isdir(letters)):
+            raise outputs.OutputError(
+                f"{self._path(outputs.DEAD_LETTERS)} is a symbolic link or not a folder: "
+                "nothing was committed (the staged files are removed)")
+
+    def _removable(self, relative: str) -> bool:
+        """Only a regular file, never a link or a folder (local), may be removed."""
+        if not outputs.is_local(self._output):
+            return True
+        path = outputs.local_path(self._path(relative))
+        return os.path.isfile(path) and not os.path.islink(path)
+
+    def _owned(self, manifest: set[str] | None) -> set[str]:
+        """What ldpflow wrote in the output: the manifest's files, or (an output written
+        before manifests) the dead-letter files that their content names."""
+        if manifest is not None:
+            return set(manifest)
+        listed = FileSystems.match([self._path(f"{outputs.DEAD_LETTERS}/*")])[0].metadata_list
+        relative = [m.path[len(self._output) + 1:] for m in listed]
+        return {name for name in relative if self._removable(name) and
+                outputs.written_by_ldpflow(name, None,
+                                           lambda n=name: _read(self._path(n), 1 << 20))}
+
+    def _write_manifest(self, files: set[str]) -> None:
+        """Replace the manifest in one rename (a killed commit leaves the old or the new)."""
+        temporary = f"{self._staging}/manifest.partial"
+        with FileSystems.create(temporary) as f:
+            f.write(outputs.manifest_bytes(files))
+        FileSystems.rename([temporary], [self._path(outputs.MANIFEST)])
+
     def process(self, _, *written):
         patterns = [f"{self._staging}/*.json", f"{self._staging}/*.avro",
-                    f"{self._staging}/dead_letters/*.jsonl"]
+                    f"{self._staging}/{outputs.DEAD_LETTERS}/*.jsonl"]
         staged = sorted(m.path for result in FileSystems.match(patterns)
                         for m in result.metadata_list)
-        targets = [self._output + path[len(self._staging):] for path in staged]
-        folders = sorted({target.rsplit("/", 1)[0] for target in targets})
-        for folder in folders:
+        relative = [path[len(self._staging) + 1:] for path in staged]
+        self._refuse_links()
+        owned = self._owned(outputs.parse_manifest(_read(self._path(outputs.MANIFEST))))
+        for folder in sorted({self._path(name).rsplit("/", 1)[0] for name in relative}):
             try:
                 FileSystems.mkdirs(folder)
             except OSError:  # it exists
                 pass
+        # The manifest lists both runs' files first, so a commit killed from here on leaves
+        # every file ldpflow wrote listed (and so removable by the next run, and only those).
+        self._write_manifest(owned | set(relative))
         # Each file replaces its predecessor in one rename; then the previous run's dead
         # letters that this run did not write go, so no stale file sits beside new results.
-        FileSystems.rename(staged, targets)
-        kept = set(targets)
-        old = [m.path for m in FileSystems.match([f"{self._output}/dead_letters/*"])[0]
-               .metadata_list if m.path not in kept]
-        if old:
-            FileSystems.delete(old)
+        FileSystems.rename(staged, [self._path(name) for name in relative])
+        stale = sorted(name for name in owned - set(relative)
+                       if name.startswith(f"{outputs.DEAD_LETTERS}/") and self._removable(name))
+        if stale:
+            FileSystems.delete([self._path(name) for name in stale])
+        # Read again: a concurrent run's commit may have listed its own files meanwhile.
+        now = outputs.parse_manifest(_read(self._path(outputs.MANIFEST))) or set()
+        kept = {name for name in (owned | now) - set(stale) if _exists(self._path(name))}
+        self._write_manifest(kept | set(relative))
         FileSystems.delete([self._staging])
-        yield len(targets)
+        yield len(relative)
 
 
 class CommitOutputs(beam.PTransform):
@@ -331,11 +390,15 @@ class CommitOutputs(beam.PTransform):
     The writers write under ``staging`` (:func:`staging_folder`); applied to the tuple of
     their output PCollections, this step waits for all of them (side inputs), then renames
     each staged file over its final name and deletes the previous run's dead-letter files
-    that this run did not write. A failed run leaves the previous output as it was.
+    that this run did not write: only files ldpflow wrote (those the output's manifest lists,
+    :mod:`ldpflow.wire.outputs`), never through a symbolic link. A failed run leaves the
+    previous output as it was; :func:`ldpflow.pipelines.common.run_pipeline` then removes
+    the ``staging`` folder.
     """
 
     def __init__(self, output: str, staging: str):
         super().__init__()
+        self.output, self.staging = output, staging
         self._fn = _CommitFn(output, staging)
 
     def expand(self, written):

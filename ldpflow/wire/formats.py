@@ -877,14 +877,16 @@ def numbered_ids(prefix: str, start: int, stop: int) -> pa.Array:
 
 class ReportWriter:
     """Writes one report file of ``fmt`` a table at a time (bounded memory for any size):
-    Avro blocks (``codec`` null or deflate), JSON lines, Parquet row groups."""
+    Avro blocks (``codec`` null or deflate; ``sync``: the container's sync marker, random
+    unless given), JSON lines, Parquet row groups."""
 
-    def __init__(self, stream: IO[bytes], fmt: str, *, codec: str = "snappy", level: int = 6):
+    def __init__(self, stream: IO[bytes], fmt: str, *, codec: str = "snappy", level: int = 6,
+                 sync: bytes | None = None):
         if fmt not in FORMATS:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
         self._stream, self._format = stream, fmt
         self._avro = avro.ContainerWriter(stream, schema_json("report"), codec=codec,
-                                          level=level) if fmt == "avro" else None
+                                          level=level, sync=sync) if fmt == "avro" else None
         self._parquet = None
 
     def write(self, table: pa.Table) -> None:
@@ -921,9 +923,9 @@ class ReportWriter:
 
 
 def write_reports(stream: IO[bytes], fmt: str, table: pa.Table, *, codec: str = "snappy",
-                  level: int = 6) -> None:
+                  level: int = 6, sync: bytes | None = None) -> None:
     """Write an envelope table as one file of ``fmt`` (:class:`ReportWriter`)."""
-    with ReportWriter(stream, fmt, codec=codec, level=level) as writer:
+    with ReportWriter(stream, fmt, codec=codec, level=level, sync=sync) as writer:
         writer.write(table)
 
 

@@ -125,10 +125,10 @@ def test_bad_methods_fail_before_the_pipeline(tmp_path):
 
 
 def test_simulate_rejects_bad_flags(tmp_path, capsys):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as excinfo:
         simulate.run(["--oracle", "grr", "--epsilon", "-1", "--domain_size", "8", "--users", "5",
                       "--output", str(tmp_path)])
-    assert "epsilon must be in (0, inf)" in capsys.readouterr().err
+    assert "epsilon must be in (0, inf)" in excinfo.value.code
 
 
 def test_inputs_are_checked_before_the_pipeline(tmp_path):

@@ -216,12 +216,50 @@ def test_stream_readme_placeholder_names_fail_with_one_line_status_2(tmp_path):
     assert line.startswith("ldpflow stream: error: --subscription: the project of")
 
 
+def test_stream_refuses_real_pubsub_without_allow_production(no_pubsub):
+    from ldpflow.pipelines import stream
+
+    with pytest.raises(SystemExit) as excinfo:
+        stream.start([f"--subscription={SUBSCRIPTION}", f"--output_topic={TOPIC}"])
+    line = usage_line(excinfo)
+    assert line.startswith("ldpflow stream: error: no Pub/Sub emulator given: set "
+                           "PUBSUB_EMULATOR_HOST")
+    assert line.endswith("real Pub/Sub only with --allow_production")
+
+
+@pytest.mark.parametrize("emulator", [None, "127.0.0.1:1"])
+def test_stream_on_a_remote_runner_needs_allow_production(monkeypatch, emulator):
+    """Dataflow reads real Pub/Sub whatever PUBSUB_EMULATOR_HOST says: refused, in one
+    line, before anything is submitted (the same guard as ldpflow pubsub)."""
+    from ldpflow.pipelines import stream
+
+    if emulator is None:
+        monkeypatch.delenv("PUBSUB_EMULATOR_HOST", raising=False)
+    else:
+        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", emulator)
+    with pytest.raises(SystemExit) as excinfo:
+        stream.start([f"--subscription={SUBSCRIPTION}", f"--output_topic={TOPIC}",
+                      "--runner=DataflowRunner", "--project=ldpflow-dev"])
+    assert usage_line(excinfo) == ("ldpflow stream: error: --runner=DataflowRunner works on "
+                                   "real Pub/Sub; real Pub/Sub only with --allow_production")
+
+
+def test_stream_and_pubsub_share_one_production_guard():
+    import inspect
+
+    from ldpflow.pipelines import stream
+
+    assert "guard_production(" in inspect.getsource(stream._check_pubsub)
+    assert "guard_production(" in inspect.getsource(pubsub._connect)
+
+
 def test_stream_without_emulator_or_credentials_fails_in_one_line(no_pubsub, capsys):
     pytest.importorskip("google.cloud.pubsub_v1")
     from ldpflow.pipelines import stream
 
     with pytest.raises(SystemExit) as excinfo:
-        stream.start([f"--subscription={SUBSCRIPTION}", f"--output_topic={TOPIC}"])
+        stream.start([f"--subscription={SUBSCRIPTION}", f"--output_topic={TOPIC}",
+                      "--allow_production"])
     assert excinfo.value.code == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0
