@@ -95,25 +95,24 @@ def _intervals(result: Mapping[str, Any], method: str
 
 
 def _nice_ticks(low: float, high: float, count: int = 6) -> list[float]:
-    """Round tick values (1, 2 or 5 times a power of ten) covering ``[low, high]``."""
+    """Round tick values (1, 2, 2.5 or 5 times a power of ten) from at or below ``low`` to
+    at or above ``high``: the axis runs from the first to the last."""
     span = high - low
     if not span > 0 or not math.isfinite(span):
-        return [low]
+        return [low, low + 1.0]
     raw = span / max(count - 1, 1)
     power = 10.0 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
-    first = math.floor(low / step + 1e-9) * step
-    ticks = []
-    k = 0
-    while first + k * step <= high + step * 1e-9:
-        ticks.append(round(first + k * step, 12))
-        k += 1
-    return [t for t in ticks if t >= low - step * 1e-9]
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw * (1 - 1e-9))
+    first = math.floor(low / step + 1e-9)
+    last = math.ceil(high / step - 1e-9)
+    return [round(k * step, 12) for k in range(first, last + 1)]
 
 
 def _tick_label(value: float, step: float) -> str:
-    digits = max(0, -math.floor(math.log10(step)) + (0 if step / 10 ** math.floor(
-        math.log10(step)) in (1, 2, 5) else 1)) if step > 0 else 3
+    """``value`` with as many decimals as the step needs (0.05 -> 2, 0.025 -> 3)."""
+    digits = 0
+    while digits < 12 and abs(round(step, digits) - step) > step * 1e-6:
+        digits += 1
     text = f"{value:.{digits}f}"
     return "0" if float(text) == 0 else text
 
@@ -135,9 +134,9 @@ def _bars(rows: list[tuple], interval_of: str = "") -> str:
     width = label + plot + 24
     values = [v for row in rows for v in row[1:5] if v is not None and math.isfinite(v)]
     ticks = _nice_ticks(min([0.0, *values]), max([0.0, *values]) or 1.0)
-    top, bottom = max(ticks[-1], max([0.0, *values])), min(ticks[0], min([0.0, *values]))
-    span = top - bottom or 1.0
-    step = ticks[1] - ticks[0] if len(ticks) > 1 else span
+    bottom, top = ticks[0], ticks[-1]
+    span = top - bottom
+    step = ticks[1] - ticks[0]
 
     def x(v: float) -> float:
         return label + plot * (v - bottom) / span
@@ -155,7 +154,7 @@ def _bars(rows: list[tuple], interval_of: str = "") -> str:
     for i, ((_, est, low, high, truth), name) in enumerate(zip(rows, names, strict=True)):
         y = i * height
         left, right = sorted((x(0), x(est)))
-        full = str(rows[i][0])
+        full = _visible(str(rows[i][0]))
         parts.append(f'<text x="{label - 6}" y="{y + 15}" text-anchor="end">{_e(name)}'
                      f'<title>{_e(full)}</title></text>')
         parts.append(f'<g class="bar"><rect x="{left:.1f}" y="{y + 4}" '
@@ -404,11 +403,14 @@ def _heavy_truth(truth: Mapping[str, Any] | None) -> dict[Any, float] | None:
 
 def render(document: Mapping[str, Any] | None, heavy_hitters: Mapping[str, Any] | None = None,
            truth: Mapping[str, Any] | None = None, top: int = 20,
-           title: str = "ldpflow estimates") -> str:
+           title: str | None = None) -> str:
     """The HTML page of an ``estimates.json`` document and/or a ``heavy_hitters.json``
     document (``document`` None: a heavy-hitter page alone), with optionally a
     ``truth.json`` of ``ldpflow simulate`` (true counts, or for heavy hitters the true top
-    values)."""
+    values). ``title`` defaults to "ldpflow estimates" ("ldpflow heavy hitters" for a
+    heavy-hitter page alone)."""
+    if title is None:
+        title = "ldpflow estimates" if document is not None else "ldpflow heavy hitters"
     parts = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
              f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
              f"<h1>{_e(title)}</h1>"]
@@ -513,10 +515,8 @@ def run(argv: list[str] | None = None) -> int:
     elif "results" not in document:
         raise usage_error(_PROG, f"--input {args.input!r} is neither an estimates.json nor a "
                                  "heavy_hitters.json (it has no results, nor top_k and stages)")
-    title = args.title or ("ldpflow estimates" if document is not None
-                           else "ldpflow heavy hitters")
     truth = _load(args.truth, ("truth.json",), "--truth") if args.truth else None
-    page = render(document, heavy, truth, args.top, title)
+    page = render(document, heavy, truth, args.top, args.title)
     folder = os.path.dirname(os.path.abspath(args.output))
     os.makedirs(folder, exist_ok=True)
     temporary = args.output + ".partial"
