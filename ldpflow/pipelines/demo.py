@@ -48,10 +48,22 @@ def _plot(path: str, truth: np.ndarray, result: dict, methods: tuple[str, ...],
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from matplotlib.ticker import FixedLocator, FuncFormatter
     except ImportError:
         _LOGGER.warning("matplotlib is not installed (pip install ldpflow[plot]): no plot")
         return False
+    fig = _figure(truth, result, methods, top, title)
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    return True
+
+
+def _figure(truth: np.ndarray, result: dict, methods: tuple[str, ...], top: np.ndarray,
+            title: str):
+    """The plot of the top values: true frequencies, each method's estimates and its 95%
+    interval as a band, on a y axis with labelled ticks wherever the data reach."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, FuncFormatter
+
     fig, ax = plt.subplots(figsize=(9, 4.8))
     x = np.arange(top.size)
     linthresh = 1e-3
@@ -84,9 +96,7 @@ def _plot(path: str, truth: np.ndarray, result: dict, methods: tuple[str, ...],
     ax.set_title(title)
     ax.legend(ncol=5, fontsize=8, loc="upper right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110, metadata={"Software": None})
-    plt.close(fig)
-    return True
+    return fig
 
 
 def _interval_cell(bounds: tuple[np.ndarray, np.ndarray] | None, v: int) -> str:
