@@ -183,8 +183,12 @@ def _add_method_intervals(result: dict[str, Any], estimate: Estimate,
                 if method not in intervals.BOOTSTRAP_METHODS else
                 f"the domain is too large for the bootstrap ({d} values)")
             continue
-        out = intervals.bootstrap_intervals(estimate, method, confidence,
-                                            replicates=replicates)
+        try:
+            out = intervals.bootstrap_intervals(estimate, method, confidence,
+                                                replicates=replicates)
+        except ValueError as exc:  # a replicate the method refuses: say so, keep the rest
+            missing[method] = str(exc)
+            continue
         found[method] = {"confidence": out.confidence, "method": BOOTSTRAP_METHOD,
                          "replicates": out.replicates, "seed": out.seed,
                          "standard_errors": out.standard_errors.tolist(),
