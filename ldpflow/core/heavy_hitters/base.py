@@ -371,7 +371,8 @@ def heavy_hitter_standard_errors(frequencies: npt.ArrayLike, n: int, population:
     f = np.clip(np.asarray(frequencies, dtype=np.float64), 0.0, 1.0)
     if n <= 0:
         return np.full(f.shape, np.nan)
-    noise = (olh_variance(n, epsilon, hash_range, f) if epsilon is not None
+    noise = (olh_variance(n, epsilon, hash_range, f)
+             if epsilon is not None and hash_range is not None
              else np.full(f.shape, float(sigma) ** 2))
     sampling = f * (1.0 - f) * max(1.0 / n - 1.0 / max(population, n), 0.0)
     return np.sqrt(noise + sampling)
