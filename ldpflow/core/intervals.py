@@ -10,8 +10,9 @@ own variance model evaluated at the clipped estimate (the *plug-in* estimate)::
 and the two-sided interval at confidence ``1 - a`` is the normal approximation
 ``f~_v -/+ z se_v`` with ``z = Phi^-1(1 - a/2)`` (1.96 at 95%). The intervals are those of
 the **raw unbiased estimate** (method ``base``); a post-processed vector (Norm-Sub, ...) is
-biased and its error is not this one. Everything is vectorised over the domain; nothing here
-depends on Beam.
+biased and its error is not this one: :func:`bootstrap_intervals` gives each method's own
+intervals, by a seeded parametric bootstrap through the method (bias-corrected percentile).
+Everything is vectorised over the domain; nothing here depends on Beam.
 
 Why these choices:
 
