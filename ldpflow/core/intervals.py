@@ -285,8 +285,9 @@ DEFAULT_REPLICATES = 1000
 #: not undo (0.77 and 0.90 measured at d = 32), all at a nominal 0.95.
 BOOTSTRAP_METHODS = ("base-pos", "base-cut", "norm", "norm-sub", "norm-cut", "cls", "mle-apx",
                      "ibu")
-#: The most replicate values (``B * d``) one bootstrap holds: 2^24 float64, 128 MiB.
-MAX_BOOTSTRAP_VALUES = 1 << 24
+#: The most replicate values (``B * d``) one bootstrap holds: 2^22 float64, 32 MiB (and a
+#: second copy, sorted per value): 1000 replicates up to d = 4096, fewer above.
+MAX_BOOTSTRAP_VALUES = 1 << 22
 #: The fewest replicates :func:`bootstrap_intervals` accepts.
 MIN_REPLICATES = 100
 
@@ -296,7 +297,7 @@ def default_replicates(method: str, domain_size: int) -> int:
 
     :data:`DEFAULT_REPLICATES`, fewer if needed to hold ``B * d`` within
     :data:`MAX_BOOTSTRAP_VALUES`; 0 (no bootstrap) when that leaves fewer than
-    :data:`MIN_REPLICATES` (above 167,772 values), or for a method not in
+    :data:`MIN_REPLICATES` (above 41,943 values), or for a method not in
     :data:`BOOTSTRAP_METHODS`.
     """
     if method not in BOOTSTRAP_METHODS:
@@ -412,43 +413,48 @@ def bootstrap_intervals(
         draw = estimate.frequencies + se * rng.standard_normal(se.size)
         out[b] = _postprocess.postprocess(draw, method, **stats, **params)
     z = normal_quantile(confidence)
-    low, high = _bias_corrected_percentiles(out, centre, z)
+    per_value = np.ascontiguousarray(out.T)  # (d, B): each value's replicates contiguous
+    del out
+    spread = per_value.std(axis=1, ddof=1)
+    low, high = _bias_corrected_percentiles(per_value, centre, z)
     low, high = np.minimum(low, centre), np.maximum(high, centre)
     # A value the method set to 0 keeps the raw interval's upper end: the 0 says only that
     # the raw estimate fell below a cut, and the bootstrap of a hard cut is inconsistent
     # there (most replicates are cut too, and it would claim [0, 0] for a small f > 0).
     zero = centre == 0.0
     high = np.where(zero, np.maximum(high, estimate.frequencies + z * se), high)
-    return Intervals(centre, out.std(axis=0, ddof=1), low, high, confidence,
+    return Intervals(centre, spread, low, high, confidence,
                      normal_quantile(confidence), method, int(replicates), seed)
 
 
 def _bias_corrected_percentiles(replicates: FloatArray, centre: FloatArray, z: float
                                 ) -> tuple[FloatArray, FloatArray]:
-    """Efron's bias-corrected percentile bounds of each column of ``replicates`` (B, d).
+    """Efron's bias-corrected percentile bounds of each row of ``replicates`` (d, B),
+    which this sorts in place.
 
     ``z0_v = Phi^-1((#{g*_bv < g_v} + #{g*_bv == g_v} / 2) / B)`` (ties at a cut count
-    half; clipped to ``[1/(2B), 1 - 1/(2B)]``) measures
-    how far the replicates' median lies from the estimate; the bounds are the replicates'
-    quantiles at ``Phi(2 z0 -/+ z)`` (linear interpolation between order statistics).
+    half; clipped to ``[1/(2B), 1 - 1/(2B)]``) measures how far the replicates' median lies
+    from the estimate; the bounds are the replicates' quantiles at ``Phi(2 z0 -/+ z)``
+    (linear interpolation between order statistics).
     """
-    b = replicates.shape[0]
-    share = (np.count_nonzero(replicates < centre, axis=0)
-             + 0.5 * np.count_nonzero(replicates == centre, axis=0)) / b
+    b = replicates.shape[1]
+    share = (np.count_nonzero(replicates < centre[:, None], axis=1)
+             + 0.5 * np.count_nonzero(replicates == centre[:, None], axis=1)) / b
     share = np.clip(share, 0.5 / b, 1.0 - 0.5 / b)
     normal = statistics.NormalDist()
-    z0 = np.array([normal.inv_cdf(float(s)) for s in np.unique(share)])
-    z0 = z0[np.searchsorted(np.unique(share), share)]
-    ordered = np.sort(replicates, axis=0)
-    columns = np.arange(replicates.shape[1])
+    # At most 2B + 1 distinct shares: the normal functions run once per distinct value.
+    distinct, where = np.unique(share, return_inverse=True)
+    z0 = np.array([normal.inv_cdf(float(s)) for s in distinct])
+    replicates.sort(axis=1)  # rows are contiguous: a fast sort per value
+    rows = np.arange(replicates.shape[0])
 
-    def at(levels: FloatArray) -> FloatArray:
+    def at(sign: float) -> FloatArray:
+        levels = np.array([normal.cdf(float(2.0 * x + sign * z)) for x in z0])[where]
         position = levels * (b - 1)
         below = np.floor(position).astype(np.int64)
         above = np.minimum(below + 1, b - 1)
         weight = position - below
-        return (ordered[below, columns] * (1.0 - weight)
-                + ordered[above, columns] * weight)
+        return (replicates[rows, below] * (1.0 - weight)
+                + replicates[rows, above] * weight)
 
-    cdf = np.vectorize(normal.cdf, otypes=[np.float64])
-    return at(cdf(2.0 * z0 - z)), at(cdf(2.0 * z0 + z))
+    return at(-1.0), at(1.0)

@@ -122,7 +122,7 @@ def estimate_result(
     * ``"method_intervals"``: ``{method: {"confidence", "method", "replicates", "seed",
       "standard_errors", "low", "high"}}``, the intervals of each post-processed estimate
       (a seeded parametric bootstrap); ``"method_intervals_missing"``: ``{method: reason}``
-      for those without (Power, PowerNS; a domain above 167,772 values).
+      for those without (Power, PowerNS; a domain above 41,943 values).
 
     A method that cannot apply to the key's estimate (``ibu`` for the one-bit scheme) is left
     out of ``"estimates"`` and its reason given under ``"method_errors"``.

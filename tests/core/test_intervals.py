@@ -245,8 +245,8 @@ def test_default_replicates_keep_the_bootstrap_within_its_memory():
     assert iv.default_replicates("norm-sub", 1024) == iv.DEFAULT_REPLICATES
     assert iv.default_replicates("power-ns", 1024) == 0  # not offered
     assert iv.default_replicates("base", 1024) == 0
-    assert iv.default_replicates("norm-sub", 65_536) == iv.MAX_BOOTSTRAP_VALUES // 65_536
-    assert iv.default_replicates("norm-sub", 1 << 20) == 0  # 16 replicates: none
+    assert iv.default_replicates("norm-sub", 16_384) == iv.MAX_BOOTSTRAP_VALUES // 16_384
+    assert iv.default_replicates("norm-sub", 1 << 16) == 0  # 64 replicates: none
 
 
 @functools.cache
