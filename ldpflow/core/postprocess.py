@@ -84,6 +84,7 @@ from ldpflow.core.validation import check_positive_int
 __all__ = [
     "METHODS",
     "postprocess",
+    "statistics_of",
     "base",
     "base_pos",
     "post_pos",
@@ -915,6 +916,14 @@ _DISPATCH: dict[str, tuple[Callable[..., FloatArray], tuple[str, ...], tuple[str
     "power-ns": (power_ns, ("n", "sigma"), ("window", "cells_per_sigma")),
     "ibu": (ibu, ("p", "q"), ()),
 }
+
+
+def statistics_of(method: str) -> tuple[str, ...]:
+    """The statistics of an Estimate that ``method`` reads (``("sigma",)`` for base-cut):
+    the keywords a plain vector needs in :func:`postprocess`."""
+    if method not in _DISPATCH:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    return _DISPATCH[method][1]
 
 
 def postprocess(estimate: Estimate | npt.ArrayLike, method: str, **params: Any) -> FloatArray:

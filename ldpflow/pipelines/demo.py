@@ -2,8 +2,9 @@
 
 Simulates users on a Zipf(1.1) population, writes their perturbed reports as Avro files
 (``ldpflow simulate``), estimates on Beam (``ldpflow estimate``), prints the top values'
-true and estimated frequencies per post-processing method, plots them and writes
-``OUTPUT/report.html`` (``ldpflow report``)::
+true and estimated frequencies per post-processing method and each method's 95% interval
+(``docs/uncertainty.md``), plots them with the intervals as bands
+(``OUTPUT/top_values.png``) and writes ``OUTPUT/report.html`` (``ldpflow report``)::
 
     ldpflow demo [--oracle olh] [--users 1000000] [--epsilon 1.0] [--output demo-output]
 """
@@ -29,8 +30,19 @@ _SUMMARY = ("The main job on built-in data: simulate users, estimate their frequ
 TABLE_METHODS = ("base", "base-cut", "norm-sub", "power-ns")
 
 
-def _plot(path: str, truth: np.ndarray, estimates: dict[str, list], top: np.ndarray,
-          title: str) -> bool:
+def _bounds(result: dict, method: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """The 95% interval of ``method``'s estimate per value: its own (``method_intervals``),
+    the raw one for ``base``; None for a method without (``method_intervals_missing``)."""
+    own = (result.get("method_intervals") or {}).get(method)
+    if own is None and method in ("base", "post-pos"):
+        own = result.get("intervals")
+    if not own:
+        return None
+    return np.asarray(own["low"], dtype=float), np.asarray(own["high"], dtype=float)
+
+
+def _plot(path: str, truth: np.ndarray, result: dict, methods: tuple[str, ...],
+          top: np.ndarray, title: str) -> bool:
     try:
         import matplotlib
 
@@ -39,20 +51,57 @@ def _plot(path: str, truth: np.ndarray, estimates: dict[str, list], top: np.ndar
     except ImportError:
         _LOGGER.warning("matplotlib is not installed (pip install ldpflow[plot]): no plot")
         return False
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    x = np.arange(top.size)
-    ax.plot(x, truth[top], "k-", lw=2.5, label="true")
-    for method, freqs in estimates.items():
-        ax.plot(x, np.asarray(freqs)[top], ".-", lw=1, ms=4, label=method)
-    ax.set_xlabel("value, by true rank")
-    ax.set_ylabel("frequency")
-    ax.set_yscale("symlog", linthresh=1e-3)
-    ax.set_title(title)
-    ax.legend(ncol=4, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig = _figure(truth, result, methods, top, title)
+    fig.savefig(path, dpi=110, metadata={"Software": None})
     plt.close(fig)
     return True
+
+
+def _figure(truth: np.ndarray, result: dict, methods: tuple[str, ...], top: np.ndarray,
+            title: str):
+    """The plot of the top values: true frequencies, each method's estimates and its 95%
+    interval as a band, on a y axis with labelled ticks wherever the data reach."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, FuncFormatter
+
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    x = np.arange(top.size)
+    linthresh = 1e-3
+    ax.plot(x, truth[top], "k-", lw=2.5, label="true", zorder=5)
+    lowest = 0.0
+    for method in methods:
+        freqs = np.asarray(result["estimates"][method], dtype=float)[top]
+        (line,) = ax.plot(x, freqs, ".-", lw=1, ms=4, label=method, zorder=4)
+        bounds = _bounds(result, method)
+        if bounds is not None:  # the method's own 95% interval as a band
+            ax.fill_between(x, bounds[0][top], bounds[1][top], color=line.get_color(),
+                            alpha=0.15, lw=0, zorder=2)
+            lowest = min(lowest, float(bounds[0][top].min()))
+        lowest = min(lowest, float(freqs.min()))
+    ax.set_xlabel("value, by true rank (bands: each method's 95% interval)")
+    ax.set_ylabel("frequency")
+    # Logarithmic above 1e-3, linear through 0 and below: every region the estimates or
+    # their intervals reach has labelled ticks, negative values included.
+    ax.set_yscale("symlog", linthresh=linthresh)
+    top_value = float(max(truth[top].max(), *(np.max(np.asarray(result["estimates"][m])[top])
+                                              for m in methods)))
+    bottom = -linthresh if lowest >= -linthresh else -10 ** np.ceil(np.log10(-lowest))
+    ax.set_ylim(bottom, top_value * 1.6)
+    ticks = [t for t in (-1e-1, -1e-2, -1e-3, 0.0, 1e-3, 1e-2, 1e-1, 1.0)
+             if bottom <= t <= top_value * 1.6]
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: "0" if v == 0 else f"{v:g}"))
+    ax.axhline(0.0, color="0.5", lw=0.8, zorder=1)
+    ax.grid(True, axis="y", color="0.92", zorder=0)
+    ax.set_title(title)
+    ax.legend(ncol=5, fontsize=8, loc="upper right")
+    fig.tight_layout()
+    return fig
+
+
+def _interval_cell(bounds: tuple[np.ndarray, np.ndarray] | None, v: int) -> str:
+    return (f"[{bounds[0][v]:8.5f}, {bounds[1][v]:7.5f}]" if bounds is not None
+            else f"{'(none)':^20}")
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -98,13 +147,26 @@ def run(argv: list[str] | None = None) -> int:
     for v in top:
         cells = "  ".join(f"{result['estimates'][m][v]:9.5f}" for m in TABLE_METHODS)
         print(f"{v:5d}  {truth[v]:7.5f}  {cells}")
+    bounds = {m: _bounds(result, m) for m in TABLE_METHODS}
+    print("\n95% intervals of each method's estimate (base: normal; the others: bootstrap)")
+    print("value     true  " + "  ".join(f"{m:^20}" for m in TABLE_METHODS))
+    for v in top:
+        cells = "  ".join(_interval_cell(bounds[m], v) for m in TABLE_METHODS)
+        print(f"{v:5d}  {truth[v]:7.5f}  {cells}")
+    for method, reason in (result.get("method_intervals_missing") or {}).items():
+        if method in TABLE_METHODS:
+            print(f"  {method}: no intervals ({reason})")
+    covered = {m: float(np.mean((b[0] <= truth) & (truth <= b[1])))
+               for m, b in bounds.items() if b is not None}
+    print("share of the true frequencies inside the intervals, whole domain: " + ", ".join(
+        f"{m} {c:.3f}" for m, c in covered.items()))
     print("\nfull-domain MSE per method:")
     for method, freqs in result["estimates"].items():
         mse = float(np.mean((np.asarray(freqs) - truth) ** 2))
         print(f"  {method:9s} {mse:.3e}")
     plot = os.path.join(args.output, "top_values.png")
     shown = np.argsort(-truth, kind="stable")[:50]
-    if _plot(plot, truth, {m: result["estimates"][m] for m in TABLE_METHODS}, shown,
+    if _plot(plot, truth, result, TABLE_METHODS, shown,
              f"{args.oracle}, epsilon={args.epsilon}, n={args.users}: top 50 values"):
         print(f"\nplot: {plot}")
     page = os.path.join(args.output, "report.html")

@@ -120,6 +120,11 @@ def estimate_result(
       all and ``"significant_by_chance"`` is ``d (1 - confidence) / 2``, how many noise
       alone would make significant if every frequency were 0.
 
+    * ``"method_intervals"``: ``{method: {"confidence", "method", "replicates", "seed",
+      "standard_errors", "low", "high"}}``, the intervals of each post-processed estimate
+      (a seeded parametric bootstrap); ``"method_intervals_missing"``: ``{method: reason}``
+      for those without (Power, PowerNS; a domain above 41,943 values).
+
     A method that cannot apply to the key's estimate (``ibu`` for the one-bit scheme) is left
     out of ``"estimates"`` and its reason given under ``"method_errors"``.
     """
@@ -151,7 +156,47 @@ def estimate_result(
     if errors:
         result["method_errors"] = errors
     _add_uncertainty(result, estimate, confidence, top_k, max_significant)
+    _add_method_intervals(result, estimate, confidence)
     return result
+
+
+#: What the methods' own intervals are.
+BOOTSTRAP_METHOD = ("parametric bootstrap: bias-corrected percentile interval of the method "
+                    "applied to f~ + se Z; docs/uncertainty.md")
+
+
+def _add_method_intervals(result: dict[str, Any], estimate: Estimate,
+                          confidence: float) -> None:
+    """``"method_intervals"``: each post-processed estimate's own intervals (the bootstrap of
+    :func:`ldpflow.core.intervals.bootstrap_intervals`, seeded from the estimate, so reruns
+    write the same numbers); the raw methods (``base``, ``post-pos``) have ``"intervals"``,
+    and a method without them is named under ``"method_intervals_missing"`` with why."""
+    found: dict[str, Any] = {}
+    missing: dict[str, str] = {}
+    d = int(estimate.frequencies.size)
+    for method in result["estimates"]:
+        if method in ("base", "post-pos"):
+            continue
+        replicates = intervals.default_replicates(method, d)
+        if not replicates:
+            missing[method] = (
+                "no bootstrap for this method (its measured coverage is below nominal)"
+                if method not in intervals.BOOTSTRAP_METHODS else
+                f"the domain is too large for the bootstrap ({d} values)")
+            continue
+        try:
+            out = intervals.bootstrap_intervals(estimate, method, confidence,
+                                                replicates=replicates)
+        except ValueError as exc:  # a replicate the method refuses: say so, keep the rest
+            missing[method] = str(exc)
+            continue
+        found[method] = {"confidence": out.confidence, "method": BOOTSTRAP_METHOD,
+                         "replicates": out.replicates, "seed": out.seed,
+                         "standard_errors": out.standard_errors.tolist(),
+                         "low": out.low.tolist(), "high": out.high.tolist()}
+    result["method_intervals"] = found
+    if missing:
+        result["method_intervals_missing"] = missing
 
 
 def estimate_records(result: Mapping[str, Any], window: tuple[int, int] | None = None,

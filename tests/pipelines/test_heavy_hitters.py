@@ -81,7 +81,8 @@ def test_document_shape(tmp_path):
                         "records", "reports", "dead_letters", "elapsed_seconds"}
     assert doc["error"] is None and len(doc["results"]) == 1
     assert len(doc["top_k"]) == 8
-    assert all(set(t) == {"value", "frequency", "count"} and type(t["value"]) is int
+    assert all(set(t) == {"value", "frequency", "count", "se", "low", "high"}
+               and type(t["value"]) is int and t["low"] < t["frequency"] < t["high"]
                for t in doc["top_k"])
     freqs = [t["frequency"] for t in doc["top_k"]]
     assert freqs == sorted(freqs, reverse=True)

@@ -72,6 +72,7 @@ __all__ = [
     "default_survivors",
     "olh_frequencies",
     "olh_variance",
+    "heavy_hitter_standard_errors",
     "check_top_k",
     "shortfall",
     "DEFAULT_SIGNIFICANCE",
@@ -357,6 +358,9 @@ class HeavyHitters:
     group_sizes: tuple[int, ...]
     stage_candidates: tuple[int, ...]
     stage_survivors: tuple[int, ...]
+    #: Per value, the standard error of its frequency as a share of the population
+    #: (:func:`heavy_hitter_standard_errors`); None when unknown.
+    standard_errors: np.ndarray | None = None
 
     def to_records(
         self, codec: codecs.IntegerCodec | codecs.StringCodec | None = None
@@ -370,10 +374,43 @@ class HeavyHitters:
         )
         if codec is not None and isinstance(codec, codecs.IntegerCodec):
             values = [int(v) for v in values]
-        return [
+        out = [
             {"value": v, "frequency": float(f), "count": float(c)}
             for v, f, c in zip(values, self.frequencies, self.counts, strict=True)
         ]
+        if self.standard_errors is not None:  # 95% normal intervals, like the raw estimates'
+            for record, se in zip(out, self.standard_errors.tolist(), strict=True):
+                record.update(se=se, low=record["frequency"] - _Z95 * se,
+                              high=record["frequency"] + _Z95 * se)
+        return out
+
+
+_Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
+
+
+def heavy_hitter_standard_errors(frequencies: npt.ArrayLike, n: int, population: int,
+                                 epsilon: float | None, hash_range: int | None,
+                                 sigma: float) -> np.ndarray:
+    """Standard errors of final frequencies estimated from ``n`` OLH reports of one group,
+    as shares of a population of ``population`` reports.
+
+    ``sqrt(olh_variance(n, epsilon, g, f+) + f+ (1 - f+) (1/n - 1/population))`` with
+    ``f+ = clip(f, 0, 1)`` (the plug-in of ``docs/uncertainty.md``): the OLH noise at the
+    value's frequency, plus the sampling of the group from the population (users are
+    assigned to groups by a hash of their id, a random partition; 0 when the group is the
+    whole population). Without the OLH parameters (``epsilon`` None) the noise term is
+    ``sigma**2``, the final pass's variance at frequency 0. The intervals are marginal and
+    conditional on the value having been found: the selection of the largest candidates
+    biases the smallest found upwards (the winner's curse).
+    """
+    f = np.clip(np.asarray(frequencies, dtype=np.float64), 0.0, 1.0)
+    if n <= 0:
+        return np.full(f.shape, np.nan)
+    noise = (olh_variance(n, epsilon, hash_range, f)
+             if epsilon is not None and hash_range is not None
+             else np.full(f.shape, float(sigma) ** 2))
+    sampling = f * (1.0 - f) * max(1.0 / n - 1.0 / max(population, n), 0.0)
+    return np.sqrt(noise + sampling)
 
 
 def shortfall(found: int, top_k: int, figures: Sequence[PassFigures]) -> str | None:
@@ -813,11 +850,17 @@ class HeavyHitterProtocol(Keyed, CheckedReports):
         k = check_top_k(top_k, self.top_k)
         values, freqs = self._result(state, k)
         population = state.population
+        last = state.figures[-1] if state.figures else None
+        # A final test leaves its OLH parameters; otherwise (PEM's last stage) the pass's
+        # sigma at frequency 0 stands for the noise.
+        olh = state.data.get("final_olh") or (None, None)
+        se = (heavy_hitter_standard_errors(freqs, last.reports, population, olh[0], olh[1],
+                                           last.sigma) if last is not None else None)
         return HeavyHitters(
             values=values, frequencies=freqs, counts=freqs * population,
             population=population, group_sizes=tuple(state.group_sizes),
             stage_candidates=tuple(f.candidates for f in state.figures),
-            stage_survivors=tuple(f.survivors for f in state.figures))
+            stage_survivors=tuple(f.survivors for f in state.figures), standard_errors=se)
 
     def identify(self, reports: Reports | Mapping[str, npt.ArrayLike], *,
                  top_k: int | None = None,
@@ -899,7 +942,8 @@ class HeavyHitterProtocol(Keyed, CheckedReports):
                  else np.zeros(0, dtype=np.int64))
         figures = PassFigures(step, self.pass_label(step), n, int(values.size),
                               int(order.size), math.sqrt(olh_variance(n, epsilon, g)))
-        return {"values": values[order], "frequencies": freqs[order]}, figures
+        return {"values": values[order], "frequencies": freqs[order],
+                "final_olh": (float(epsilon), int(g))}, figures
 
     @property
     @abc.abstractmethod
