@@ -48,7 +48,10 @@ Writes ``OUTPUT/heavy_hitters.json``::
      "results": [...one per configuration...], "records": R, "reports": N,
      "dead_letters": {"total", "by_reason"}, "elapsed_seconds": S}
 
-and the refused records with their reasons under ``OUTPUT/dead_letters/``. Timings are
+(with ``--poisoning detect``, each result also holds a ``poisoning`` section: PEM's
+dispersion test per stage from the pass counts, ``docs/poisoning.md``; the other protocols'
+says they have no defence) and the refused records with their reasons under
+``OUTPUT/dead_letters/``. Timings are
 Beam metrics, not document fields; :func:`run` returns the run's counts from Beam's
 counters (it does not read its output back) and logs each pass once.
 """

@@ -84,8 +84,10 @@ class EstimateOptions(PipelineOptions):
 
 
 class PoisoningOptions(PipelineOptions):
-    """The data-poisoning defence (one flag for the jobs that have it: Beam gathers every
-    option group into one parser)."""
+    """The data-poisoning defence."""
+
+    # One group for the jobs that have the flag: Beam gathers every option group into one
+    # parser, so the flag can be defined once only.
 
     @classmethod
     def _add_argparse_args(cls, parser):
