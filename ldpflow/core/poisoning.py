@@ -92,6 +92,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ldpflow.core import bitvectors, hashing, validation
+from ldpflow.core.heavy_hitters.pem import PrefixExtendingMethod
 from ldpflow.core.oracles.base import Accumulator, FrequencyOracle, Reports
 from ldpflow.core.oracles.grr import DirectEncoding
 from ldpflow.core.oracles.local_hashing import LocalHashing
@@ -126,6 +127,11 @@ __all__ = [
     "finish",
     "flag_reports",
     "defend",
+    "HEAVY_HITTER_SUPPORTED",
+    "prefix_stage_level",
+    "prefix_stage_test",
+    "prefix_section",
+    "defend_prefixes",
 ]
 
 #: Per-report level by oracle family: the largest share of genuine reports a per-report
@@ -515,7 +521,9 @@ def dispersion_test(oracle: FrequencyOracle, support: npt.ArrayLike, n: int,
                     level: float) -> dict[str, Any]:
     """The population test of *many values with excess*, at family-wise ``level``.
 
-    Statistic: ``T = sum_v z_v^2`` over the domain (:func:`dispersion_moments`), which grows
+    Statistic: ``T = sum_v z_v^2`` over the domain, or over the values ``support`` counts
+    when it counts fewer (the first ones or any chosen without these reports, such as
+    PEM's candidates; :func:`dispersion_moments` bounds their genuine mass by 1), which grows
     with the square of every value's excess over the law of a value nobody holds. An honest
     population has ``sum f = 1``, which caps the excess it can spread; fakes do not. Null:
     the least favourable honest population whose largest frequency is at most ``U``
@@ -527,12 +535,14 @@ def dispersion_test(oracle: FrequencyOracle, support: npt.ArrayLike, n: int,
     tail of the null at ``T``), ``level`` (what ``p_value`` is compared with: ``level / 2``),
     ``alarm``, ``mass_bound`` (``U``) and ``mass_bound_level``, ``null_mean``, ``null_sd``.
     """
-    counts = np.asarray(support, dtype=np.float64)
+    counts = np.asarray(support, dtype=np.float64).reshape(-1)
     d = oracle.domain_size
+    if not 0 < counts.size <= d:
+        raise ValueError(f"support must count 1 .. domain_size={d} values, got {counts.size}")
     q = _pq(oracle)[1]
     bound = _mass_bound(oracle, counts, n, level / 2)
-    g, h, threshold, mean, variance = _null_threshold(oracle, n, d, bound, level / 2)
-    value = float(_dispersion_value(q, n, np.sum(counts**2), counts.sum(), d))
+    g, h, threshold, mean, variance = _null_threshold(oracle, n, counts.size, bound, level / 2)
+    value = float(_dispersion_value(q, n, np.sum(counts**2), counts.sum(), counts.size))
     return {"name": "dispersion", "value": value, "threshold": float(threshold),
             "p_value": float(_stats().chi2.sf(value / g, h)), "level": level / 2,
             "alarm": bool(value > threshold), "mass_bound": bound,
@@ -1093,3 +1103,91 @@ def defend(oracle: FrequencyOracle, reports: Reports, *, level: float | None = N
         if stage < NUM_PASSES - 1:
             plan = advance(plan, result)
     return finish(plan, result)
+
+
+# -- heavy hitters: PEM's stages, from the counts of its passes ------------------------------
+#: Heavy-hitter protocols the defence handles (``ldpflow heavy-hitters --poisoning detect``).
+HEAVY_HITTER_SUPPORTED = ("pem",)
+
+
+def _check_prefix_protocol(protocol: Any) -> PrefixExtendingMethod:
+    if not isinstance(protocol, PrefixExtendingMethod):
+        raise ValueError(f"protocol must be one of {' '.join(HEAVY_HITTER_SUPPORTED)}, got "
+                         f"{getattr(protocol, 'name', type(protocol).__name__)!r}")
+    return protocol
+
+
+def prefix_stage_level(protocol: PrefixExtendingMethod, population_level: float) -> float:
+    """The level of each stage's test: ``population_level / g`` (Bonferroni over the ``g``
+    stages, so a configuration's tests together stay at ``population_level``)."""
+    protocol = _check_prefix_protocol(protocol)
+    population_level = validation.check_probability(population_level, name="population_level",
+                                                    open_interval=True)
+    return population_level / protocol.num_groups
+
+
+def prefix_stage_test(protocol: PrefixExtendingMethod, counts: Any,
+                      population_level: float = DEFAULT_POPULATION_LEVEL) -> dict[str, Any]:
+    """The dispersion test of one PEM stage from the counts of its pass (``PassCounts``).
+
+    A stage's group counts the support of its candidates (the extensions of what the
+    earlier stages kept, chosen from *other* groups' reports), exactly as its OLH oracle
+    (``protocol.oracle(stage)``) would; so :func:`dispersion_test` over those candidates,
+    at :func:`prefix_stage_level`, is the test of many values with excess on an honest
+    group's reports, whatever the candidates are. Fakes promoting several targets (the
+    MGA: each fake supports all the targets it can) raise it; no report is flagged (that
+    needs the reports again, docs/poisoning.md).
+
+    Returns ``{"stage", "label", "n", "candidates", "dispersion"}`` (``dispersion`` None
+    for a stage without reports or candidates).
+    """
+    protocol = _check_prefix_protocol(protocol)
+    level = prefix_stage_level(protocol, population_level)
+    stage = counts.step
+    n = int(counts.group_counts[stage])
+    out: dict[str, Any] = {"stage": stage, "label": protocol.pass_label(stage), "n": n,
+                           "candidates": 0, "dispersion": None}
+    if n:  # (without reports a stage has no estimates to test)
+        estimate = protocol.estimate(counts)
+        out["candidates"] = int(estimate.candidates.size)
+        if estimate.candidates.size:
+            out["dispersion"] = dispersion_test(protocol.oracle(stage),
+                                                estimate.support_counts, n, level)
+    return out
+
+
+def prefix_section(protocol: PrefixExtendingMethod, stages: Sequence[dict[str, Any]],
+                   population_level: float = DEFAULT_POPULATION_LEVEL) -> dict[str, Any]:
+    """The ``poisoning`` section of a PEM configuration from its stages' tests
+    (:func:`prefix_stage_test`, in stage order): the layout of
+    :meth:`PoisoningReport.to_dict`, with ``test`` ``"dispersion"``, nothing flagged,
+    suspected or recovered (``level`` and ``recovered_estimates`` None: there is no
+    per-report test), ``alarm`` (any stage's) and per stage in ``details.stages``."""
+    level = prefix_stage_level(protocol, population_level)
+    n = sum(int(s["n"]) for s in stages)
+    alarms = [int(s["stage"]) for s in stages if s["dispersion"] and s["dispersion"]["alarm"]]
+    return {
+        "test": "dispersion", "level": None, "population_level": population_level, "n": n,
+        "flagged": 0, "flagged_fraction": 0.0, "suspected": [], "identifiable": True,
+        "recovered_estimates": None, "alarm": bool(alarms),
+        "details": {"stage_level": level, "alarm_stages": alarms, "stages": list(stages)},
+    }
+
+
+def defend_prefixes(protocol: PrefixExtendingMethod, reports: Reports, *,
+                    population_level: float = DEFAULT_POPULATION_LEVEL,
+                    valid: Any = None, **options: Any) -> dict[str, Any]:
+    """:func:`prefix_section` of PEM's passes over ``reports`` in memory (as
+    ``protocol.identify(reports, valid=valid, **options)`` runs them)."""
+    protocol = _check_prefix_protocol(protocol)
+    reports = protocol.validate_some(reports)
+    protocol.check_options(options)
+    group = reports.columns["group"]
+    state = protocol.initial_state()
+    stages = []
+    for step in range(protocol.num_passes):
+        part = reports[np.flatnonzero(group == protocol.pass_groups(step)[0])]
+        counts = protocol.accumulate(step, part, state)
+        stages.append(prefix_stage_test(protocol, counts, population_level))
+        state = protocol.advance(step, counts, state, valid=valid, **options)
+    return prefix_section(protocol, stages, population_level)

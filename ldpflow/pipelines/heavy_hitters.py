@@ -48,7 +48,10 @@ Writes ``OUTPUT/heavy_hitters.json``::
      "results": [...one per configuration...], "records": R, "reports": N,
      "dead_letters": {"total", "by_reason"}, "elapsed_seconds": S}
 
-and the refused records with their reasons under ``OUTPUT/dead_letters/``. Timings are
+(with ``--poisoning detect``, each result also holds a ``poisoning`` section: PEM's
+dispersion test per stage from the pass counts, ``docs/poisoning.md``; the other protocols'
+says they have no defence) and the refused records with their reasons under
+``OUTPUT/dead_letters/``. Timings are
 Beam metrics, not document fields; :func:`run` returns the run's counts from Beam's
 counters (it does not read its output back) and logs each pass once.
 """
@@ -63,7 +66,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from ldpflow.core import codecs
+from ldpflow.core import codecs, poisoning
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.pipelines.common import (
     batch_runner,
@@ -280,6 +283,11 @@ def build(pipeline: beam.Pipeline, opts, protocol: hh.HeavyHitterProtocol,
     Returns the commit step, which moves the staged outputs into ``--output`` once every
     writer is done (it depends on every sink).
     """
+    if rule is not None and rule.poisoning == "detect" and (
+            protocol.name not in poisoning.HEAVY_HITTER_SUPPORTED):
+        _LOGGER.warning("%s: --poisoning detect: no poisoning defence for %s (it covers %s); "
+                        "each result says so", _PROG, protocol.name,
+                        " ".join(poisoning.HEAVY_HITTER_SUPPORTED))
     from ldpflow.core.dedup import new_id_key  # the run's secret id-hash key
     from ldpflow.wire.parse import AcceptancePolicy
 
@@ -338,7 +346,7 @@ def run(argv: list[str] | None = None) -> dict:
     protocol, expect = configure(opts, found)
     truth = read_truth(opts.truth) if opts.truth else None
     options_given = server_options(opts)
-    rule = ServerRule(options=options_given, truth=truth)
+    rule = ServerRule(options=options_given, truth=truth, poisoning=opts.poisoning)
     _LOGGER.info("%s: %s; server options %s (configuration from %s)", _PROG,
                  _describe(protocol, opts), protocol.check_options(options_given) or "none",
                  "the flags" if found is None else "the input")
@@ -373,6 +381,10 @@ def run(argv: list[str] | None = None) -> dict:
                      summary["records"], summary["reports"], summary["duplicates"],
                      summary["dead_letters"], summary["candidates"], ran["seconds"],
                      opts.output.rstrip("/"))
+        if opts.poisoning == "detect":
+            summary["poisoning_alarms"] = counts.get("poisoning_alarms", 0)
+            _LOGGER.info("%s: poisoning: %d of %d passes tested raised the alarm", _PROG,
+                         summary["poisoning_alarms"], counts.get("poisoning_stages_tested", 0))
     else:
         _LOGGER.info("%s: done in %.1fs -> %s (the runner reported no counters)", _PROG,
                      ran["seconds"], opts.output)

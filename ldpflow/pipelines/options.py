@@ -22,6 +22,7 @@ __all__ = [
     "OutputOptions",
     "MethodsOptions",
     "EstimateOptions",
+    "PoisoningOptions",
     "ContributionOptions",
     "AcceptanceOptions",
     "StreamOptions",
@@ -76,15 +77,28 @@ class EstimateOptions(PipelineOptions):
         parser.add_argument("--dedup", choices=("report_id", "none"), default="report_id",
                             help="report_id: count each report id once, the other copies as "
                                  "duplicates; none: count every copy.")
-        parser.add_argument("--poisoning", choices=("none", "detect"), default="none",
-                            help="detect: test each parameter set's reports for data "
-                                 "poisoning (fake users' crafted reports) and add a poisoning "
-                                 "section, with recovered estimates, to its result "
-                                 "(docs/poisoning.md).")
         parser.add_argument("--max_dead_letter_fraction", type=float, default=0.1,
                             help="Exit with status 1 when more than this fraction of the "
                                  "records were refused, or when no report was estimated "
                                  "(the outputs are written either way).")
+
+
+class PoisoningOptions(PipelineOptions):
+    """The data-poisoning defence."""
+
+    # One group for the jobs that have the flag: Beam gathers every option group into one
+    # parser, so the flag can be defined once only.
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument("--poisoning", choices=("none", "detect"), default="none",
+                            help="detect: test for data poisoning (fake users' crafted "
+                                 "reports) and add a poisoning section to each result. "
+                                 "estimate: each parameter set's reports, with recovered "
+                                 "estimates; heavy-hitters: each configuration's pass counts "
+                                 "(pem: a dispersion test per stage; the other protocols "
+                                 "have no defence, which their results say). "
+                                 "docs/poisoning.md.")
 
 
 class ContributionOptions(PipelineOptions):
@@ -254,7 +268,8 @@ class Job:
 JOBS = {
     "estimate": Job("estimate", "Report files -> consistent frequency estimates.",
                     (InputOptions, OutputOptions, MethodsOptions, EstimateOptions,
-                     ContributionOptions, AcceptanceOptions), ("input", "output")),
+                     PoisoningOptions, ContributionOptions, AcceptanceOptions),
+                    ("input", "output")),
     "stream": Job("stream", "Reports from Pub/Sub -> windowed consistent estimates.",
                   (StreamOptions, OutputOptions, MethodsOptions, ContributionOptions,
                    AcceptanceOptions),
@@ -262,6 +277,6 @@ JOBS = {
     "heavy-hitters": Job("heavy-hitters",
                          "Heavy-hitter reports (pem, spm, mcm, treehist, sfp) -> the most "
                          "frequent values of a huge domain.",
-                         (InputOptions, OutputOptions, HeavyHittersOptions),
+                         (InputOptions, OutputOptions, HeavyHittersOptions, PoisoningOptions),
                          ("input", "output")),
 }

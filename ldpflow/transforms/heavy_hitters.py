@@ -25,7 +25,9 @@ Counts and timings are Beam metrics (namespace ``ldpflow``): counters
 ``heavy_hitter_reports``, ``heavy_hitter_candidates`` and ``heavy_hitter_survivors`` (summed
 over passes and keys), the same per pass (``stageS_reports``, ``stageS_candidates``,
 ``stageS_survivors``, with ``stageS_aggregate_ms`` and ``stageS_estimate_ms``; summed over
-keys) and distributions ``stage_aggregate_ms`` and ``stage_estimate_ms``.
+keys) and distributions ``stage_aggregate_ms`` and ``stage_estimate_ms``; with
+``ServerRule(poisoning="detect")``, ``poisoning_stages_tested`` and ``poisoning_alarms``
+(passes tested and passes whose test raised its alarm, over keys).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from ldpflow.core import codecs, queries
+from ldpflow.core import codecs, poisoning, queries
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.oracles import Reports
@@ -58,6 +60,8 @@ __all__ = [
     "MergePassCountsCombineFn",
     "advance_pass",
     "DEFAULT_SHARDS",
+    "POISONING_CHOICES",
+    "poisoning_section",
     "assemble_result",
     "IdentifyHeavyHitters",
     "WriteHeavyHitters",
@@ -67,6 +71,8 @@ __all__ = [
 _LOGGER = logging.getLogger(__name__)
 #: Counting tasks per key and pass.
 DEFAULT_SHARDS = 4
+#: The values of ``--poisoning`` (those of ``ldpflow estimate``).
+POISONING_CHOICES = ("none", "detect")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -84,11 +90,21 @@ class ServerRule:
         Prune candidates that cannot be (prefixes of) values of the key's codec.
     truth : tuple, optional
         The true top values (decoded, in rank order) to score the results against.
+    poisoning : {"none", "detect"}, default "none"
+        ``detect``: test each pass's counts for data poisoning (PEM: the dispersion test of
+        each stage, :func:`~ldpflow.core.poisoning.prefix_stage_test`) and add a
+        ``poisoning`` section to each result (:func:`poisoning_section`).
     """
 
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     prune: bool = True
     truth: tuple | None = None
+    poisoning: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.poisoning not in POISONING_CHOICES:
+            raise ValueError(f"poisoning must be one of {' '.join(POISONING_CHOICES)}, got "
+                             f"{self.poisoning!r}")
 
     def advance(self, protocol: hh.HeavyHitterProtocol, codec: str, step: int,
                 counts: hh.PassCounts, state: hh.PassState) -> hh.PassState:
@@ -156,6 +172,9 @@ class PassOutcome:
         What the server knows after the pass (None when it failed).
     error : str or None
         Why the pass has no state (a failed or empty earlier pass, an empty group).
+    poisoning : dict or None
+        The pass's poisoning test (:func:`~ldpflow.core.poisoning.prefix_stage_test`), when
+        the rule asks for one and the protocol has one.
 
     Timings are not carried here: they are Beam metrics (see the module docstring).
     """
@@ -165,6 +184,7 @@ class PassOutcome:
     batches: int
     state: hh.PassState | None
     error: str | None = None
+    poisoning: dict | None = None
 
     @property
     def n(self) -> int:
@@ -315,7 +335,7 @@ def advance_pass(
     key, partial = element
     rule = rule or ServerRule()
     protocol, codec = _configuration(key)
-    state, error = None, None
+    state, error, test = None, None, None
     if partial.counts is None:
         before = (previous or {}).get(key)
         error = (f"pass {step - 1} ({protocol.pass_label(step - 1)}) had no reports"
@@ -329,7 +349,22 @@ def advance_pass(
             state = rule.advance(protocol, codec, step, partial.counts, before_state)
         except ValueError as exc:
             error = str(exc)
-    return key, PassOutcome(step, partial.group_counts, partial.batches, state, error)
+        if rule.poisoning == "detect" and protocol.name in poisoning.HEAVY_HITTER_SUPPORTED:
+            # From the counts the pass already holds: the reports are not read again.
+            test = poisoning.prefix_stage_test(protocol, partial.counts)
+    return key, PassOutcome(step, partial.group_counts, partial.batches, state, error, test)
+
+
+def poisoning_section(protocol: hh.HeavyHitterProtocol,
+                      outcomes: Iterable[PassOutcome | None]) -> dict[str, Any]:
+    """A configuration's ``poisoning`` section from its passes' tests
+    (:func:`~ldpflow.core.poisoning.prefix_section`: the layout of ``ldpflow estimate``'s
+    section); ``{"error": ...}`` for a protocol the defence does not cover."""
+    if protocol.name not in poisoning.HEAVY_HITTER_SUPPORTED:
+        return {"error": f"no poisoning defence for heavy-hitter protocol {protocol.name!r}; "
+                         f"it covers {' '.join(poisoning.HEAVY_HITTER_SUPPORTED)}"}
+    return poisoning.prefix_section(protocol, [o.poisoning for o in outcomes
+                                               if o is not None and o.poisoning is not None])
 
 
 def assemble_result(
@@ -373,6 +408,8 @@ def assemble_result(
         "stages": [o.figures(protocol) for o in outcomes if o is not None],
         "error": None,
     }
+    if rule.poisoning == "detect":
+        result["poisoning"] = poisoning_section(protocol, outcomes)
     if population == 0:
         result["error"] = "no valid reports"
         return result
@@ -410,6 +447,8 @@ class _AdvancePassFn(beam.DoFn):
         self._stage_survivors = Metrics.counter("ldpflow", f"stage{step}_survivors")
         self._stage_ms = Metrics.counter("ldpflow", f"stage{step}_estimate_ms")
         self._estimate_ms = Metrics.distribution("ldpflow", "stage_estimate_ms")
+        self._tested = Metrics.counter("ldpflow", "poisoning_stages_tested")
+        self._alarms = Metrics.counter("ldpflow", "poisoning_alarms")
 
     def process(self, element, previous=None):
         clock = time.perf_counter()
@@ -424,6 +463,10 @@ class _AdvancePassFn(beam.DoFn):
                 per_stage.inc(value)
         self._stage_ms.inc(milliseconds)
         self._estimate_ms.update(milliseconds)
+        test = outcome.poisoning
+        if test is not None and test["dispersion"] is not None:
+            self._tested.inc()
+            self._alarms.inc(int(test["dispersion"]["alarm"]))
         yield key, outcome
 
 
