@@ -219,7 +219,8 @@ def _dry_run(parser: argparse.ArgumentParser, args: argparse.Namespace, oracle: 
             kwargs = {"columns": np.zeros(1, dtype=np.int64)} if oracle.name == "onebit" \
                 else {}
             reports = oracle.perturb(np.zeros(1, dtype=np.int64), rng=rng, **kwargs)
-            variance = oracle.variance(1)
+            # the fewest reports it estimates from (one-bit: one per column)
+            variance = oracle.variance(getattr(oracle, "users_needed", 1))
             if not (math.isfinite(variance) and variance > 0):
                 raise ValueError(f"the estimate's variance is {variance}")
         table = formats.reports_table(oracle, reports, formats.numbered_ids("dry-", 0, 1), one,
