@@ -57,6 +57,7 @@ class DaskBackend(Backend):
         elif scheduler:
             self.client = Client(scheduler)
         else:
+            logging.getLogger("distributed").setLevel(logging.WARNING)
             self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1,
                                          processes=True, dashboard_address=None)
             self.client = Client(self._cluster)

@@ -3,13 +3,18 @@
 ``SparkBackend(master)`` gets (or creates) the ``SparkContext`` of ``--spark_master``
 (``local[N]``, ``local-cluster[N,CORES,MB]``, ``spark://HOST:7077``, ``yarn``, ...) and
 sends the ldpflow package to the executors as a zip (``SparkContext.addPyFile``), so they
-need only its dependencies (numpy, scipy, pyarrow, fastavro, polars: ``ldpflow[spark]``);
+need only its dependencies (numpy, scipy, pyarrow, fastavro, polars: ``ldpflow[spark]``;
+on a local master the executors run the driver's interpreter unless ``PYSPARK_PYTHON``
+says otherwise);
 with ldpflow installed there, pass ``ship_package=False``. Maps are ``flatMap`` over one
 partition a range, shuffles ``groupByKey``, merges ``reduceByKey`` (combined map-side).
 """
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
 from typing import Any
 
 from ldpflow.plan.backend import Backend
@@ -36,6 +41,13 @@ class SparkBackend(Backend):
         self._own = context is None
         if context is None:
             settings = SparkConf().setMaster(master).setAppName("ldpflow")
+            if master.startswith("local"):
+                # Executors on this machine run this interpreter (its packages), not the
+                # first python3 on the PATH, and local-cluster workers keep their files in
+                # a temporary folder, not under SPARK_HOME.
+                os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+                os.environ.setdefault("SPARK_WORKER_DIR",
+                                      tempfile.mkdtemp(prefix="ldpflow-spark-"))
             for name, value in (conf or {}).items():
                 settings = settings.set(name, value)
             context = SparkContext.getOrCreate(settings)

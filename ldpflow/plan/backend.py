@@ -68,13 +68,15 @@ class Backend(abc.ABC):
         return collection
 
     def release(self, collection: Any) -> None:
-        """Forget a persisted collection."""
+        """Forget a persisted collection (default: nothing to forget)."""
+        return None
 
     def map(self, collection: Any, fn: Callable[[Any], Any]) -> Any:
         return self.flat_map(collection, functools.partial(_one, fn))
 
     def close(self) -> None:
-        """Stop what the backend started (clusters, contexts)."""
+        """Stop what the backend started (clusters, contexts; default: nothing)."""
+        return None
 
     def __enter__(self) -> Backend:
         return self

@@ -32,7 +32,6 @@ import functools
 import hashlib
 import logging
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -42,7 +41,7 @@ from ldpflow.plan.backend import Backend
 from ldpflow.plan.files import match, open_file
 from ldpflow.plan.steps import RangeRead, RangeTask, Tally
 
-__all__ = ["EstimateJob", "plan_ranges", "run_estimate"]
+__all__ = ["EstimateJob", "Counted", "plan_ranges", "count_reports", "run_estimate"]
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -171,13 +170,22 @@ def _merged(pairs) -> dict[tuple, Tally]:
     return out
 
 
-def run_estimate(backend: Backend, job: EstimateJob) -> dict[str, Any]:
-    """Run the plan on ``backend``; returns the run's counts, as the Beam job's ``run``:
-    ``{"output", "state", "seconds", "timings_ms", "records", "reports_estimated",
-    "duplicates", "capped", "dead_letters", "engine"}``."""
-    from ldpflow.wire.results import estimates_document, utc_now
+@dataclasses.dataclass(eq=False)
+class Counted:
+    """What the distributed part of the plan gives the driver: per key the exact
+    :class:`Tally`, the records, dead letters by reason, the dead-letter files written
+    (staged), each range's read time, and the contribution summary (with a cap)."""
 
-    started = time.perf_counter()
+    tallies: dict[tuple, Tally]
+    records: int
+    reasons: dict[str, int]
+    letter_files: list[tuple[str, int]]
+    read_ms: list[int]
+    contribution: dict | None = None
+
+
+def count_reports(backend: Backend, job: EstimateJob, staging: str) -> Counted:
+    """Steps 1 to 4 of the plan on ``backend`` (dead-letter files staged in ``staging``)."""
     tasks = plan_ranges(job.input, job.fmt, job.range_bytes)
     cap = job.max_reports_per_user
     keep = tuple(dict.fromkeys((("id_hashes",) if job.dedup else ())
@@ -185,7 +193,6 @@ def run_estimate(backend: Backend, job: EstimateJob) -> dict[str, Any]:
     read = functools.partial(steps.read_range, policy=job.policy, keep=keep)
     ids_only = functools.partial(steps.read_range, policy=job.policy, keep=("id_hashes",),
                                  account=False, count=False)
-    staging = outputs.staging_folder(job.output)
     contribution = None
     if cap is None:
         reads = backend.persist(backend.map(backend.parallelize(tasks),
@@ -210,12 +217,14 @@ def run_estimate(backend: Backend, job: EstimateJob) -> dict[str, Any]:
         reads = backend.persist(backend.map(backend.parallelize(tasks), functools.partial(
             read, count=False, users=True, repeated=repeated or None)))
         users = backend.flat_map(reads, _user_pieces)
-        tallies = {}
+        tallies = _merged(backend.collect(backend.flat_map(reads, _tallies)))  # dead letters
         if repeated:
             resolved = backend.persist(backend.flat_map(
                 backend.group_by_key(backend.flat_map(reads, _repeat_pieces)),
                 functools.partial(_dropped, keep_rows=True)))
-            tallies = _merged(backend.collect(backend.flat_map(resolved, _only_tallies)))
+            for key, tally in _merged(backend.collect(
+                    backend.flat_map(resolved, _only_tallies))).items():
+                tallies[key] = tallies[key] + tally if key in tallies else tally
             users = backend.union(users, backend.flat_map(resolved, _kept_user_pieces))
         capped = backend.collect(backend.flat_map(backend.group_by_key(users),
                                                   functools.partial(_capped, cap=cap)))
@@ -228,21 +237,34 @@ def run_estimate(backend: Backend, job: EstimateJob) -> dict[str, Any]:
     written = backend.collect(backend.flat_map(
         backend.group_by_key(backend.flat_map(reads, _letter_pieces)),
         functools.partial(_write_letters, staging=staging)))
-    records = sum(s[0] for s in stats)
+    backend.release(reads)
     reasons: dict[str, int] = {}
     for _, by_reason, _ in stats:
         reasons = steps.add_counts(reasons, by_reason)
+    return Counted(tallies, sum(s[0] for s in stats), reasons, sorted(written),
+                   [s[2] for s in stats], contribution)
+
+
+def run_estimate(backend: Backend, job: EstimateJob) -> dict[str, Any]:
+    """Run the plan on ``backend``; returns the run's counts, as the Beam job's ``run``:
+    ``{"output", "state", "seconds", "timings_ms", "records", "reports_estimated",
+    "duplicates", "capped", "dead_letters", "engine"}``."""
+    from ldpflow.wire.results import estimates_document, utc_now
+
+    started = time.perf_counter()
+    staging = outputs.staging_folder(job.output)
+    counted = count_reports(backend, job, staging)
+    tallies = counted.tallies
     results = backend.collect(backend.map(
         backend.parallelize(sorted(tallies.items(), key=lambda kv: steps._key_text(kv[0]))),
         functools.partial(steps.estimate_key, methods=job.methods)))
-    backend.release(reads)
     run = {**job.run, "finished": utc_now()} if job.run is not None else None
-    document = estimates_document(results, steps.dead_letter_summary(reasons), job.dedup,
-                                  contribution, run)
+    document = estimates_document(results, steps.dead_letter_summary(counted.reasons),
+                                  job.dedup, counted.contribution, run)
     for name, data in outputs.estimates_files(document, job.run).items():
         outputs.write_staged(staging, name, data)
     outputs.commit_outputs(job.output, staging)
-    read_ms = [s[2] for s in stats]
+    read_ms = counted.read_ms
     summary = {
         "output": job.output, "state": "DONE", "engine": backend.description,
         "seconds": round(time.perf_counter() - started, 3),
@@ -250,14 +272,13 @@ def run_estimate(backend: Backend, job: EstimateJob) -> dict[str, Any]:
                                          "min": min(read_ms, default=0),
                                          "max": max(read_ms, default=0),
                                          "mean": sum(read_ms) / max(len(read_ms), 1)}},
-        "records": records, "reports_estimated": document["reports_estimated"],
+        "records": counted.records, "reports_estimated": document["reports_estimated"],
         "duplicates": document["duplicates"],
         "capped": sum(t.capped for t in tallies.values()),
-        "dead_letters": sum(reasons.values()),
-        "dead_letter_files": len(written),
+        "dead_letters": sum(counted.reasons.values()),
     }
     _LOGGER.info("ldpflow estimate (%s): %d records: %d estimated, %d duplicates, %d dead "
-                 "letters in %.1fs -> %s", backend.description, records,
+                 "letters in %.1fs -> %s", backend.description, counted.records,
                  summary["reports_estimated"], summary["duplicates"], summary["dead_letters"],
                  summary["seconds"], job.output)
     return summary

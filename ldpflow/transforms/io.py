@@ -12,10 +12,7 @@ each one column by column through the wire layer's one parse path
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import os
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -26,10 +23,11 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
+from ldpflow.plan.outputs import dead_letter_file, estimates_files
 from ldpflow.transforms.dedup import split_repeated
 from ldpflow.wire import formats
 from ldpflow.wire.parse import AcceptancePolicy
-from ldpflow.wire.results import estimate_records, estimates_document, utc_now
+from ldpflow.wire.results import estimates_document, utc_now
 
 __all__ = [
     "CommitOutputs",
@@ -213,13 +211,10 @@ class _WriteEstimateFilesFn(beam.DoFn):
         # "finished": when the estimates were written (the last step before the commit).
         run = {**self._run, "finished": utc_now()} if self._run is not None else None
         document = estimates_document(results, dead_letters, self._dedup, contribution, run)
-        with FileSystems.create(f"{self._output}/estimates.json") as f:
-            f.write(json.dumps(document, indent=1).encode("utf-8"))
         # The Avro records take the run's deterministic metadata only (no times).
-        records = [rec for result in document["results"]
-                   for rec in estimate_records(result, run=self._run)]
-        with FileSystems.create(f"{self._output}/estimates.avro") as f:
-            formats.write_records(f, "avro", records, schema="estimate")
+        for name, data in estimates_files(document, self._run).items():
+            with FileSystems.create(f"{self._output}/{name}") as f:
+                f.write(data)
         yield document
 
 
@@ -263,13 +258,11 @@ class _WriteDeadLetterFileFn(beam.DoFn):
 
     def process(self, element):
         source, lines = element
-        digest = hashlib.sha1(source.encode("utf-8")).hexdigest()[:10]
-        base = os.path.basename(source.rstrip("/")) or "records"
-        path = f"{self._folder}/{base}-{digest}.jsonl"
-        lines = sorted(lines)
+        name, data, count = dead_letter_file(source, lines)
+        path = f"{self._folder}/{name.split('/', 1)[1]}"
         with FileSystems.create(path) as f:
-            f.write(("\n".join(lines) + "\n").encode("utf-8"))
-        yield path, len(lines)
+            f.write(data)
+        yield path, count
 
 
 class WriteDeadLetters(beam.PTransform):
