@@ -22,5 +22,5 @@ def make_backend(engine: str, *, dask_scheduler: str | None = None, workers: int
     if engine == "spark":
         from ldpflow.engines.spark_backend import SparkBackend
 
-        return SparkBackend(master=spark_master or "local[*]")
+        return SparkBackend(master=spark_master)
     raise ValueError(f"engine must be local, dask or spark, got {engine!r}")

@@ -1,7 +1,8 @@
 """The job plan on Spark: collections are PySpark RDDs.
 
 ``SparkBackend(master)`` gets (or creates) the ``SparkContext`` of ``--spark_master``
-(``local[N]``, ``local-cluster[N,CORES,MB]``, ``spark://HOST:7077``, ``yarn``, ...) and
+(``local[N]``, ``local-cluster[N,CORES,MB]``, ``spark://HOST:7077``, ``yarn``, ...;
+default: the master ``spark-submit`` was given, else ``local[*]``) and
 sends the ldpflow package to the executors as a zip (``SparkContext.addPyFile``), so they
 need only its dependencies (numpy, scipy, pyarrow, fastavro, polars: ``ldpflow[spark]``;
 on a local master the executors run the driver's interpreter unless ``PYSPARK_PYTHON``
@@ -34,13 +35,16 @@ class SparkBackend(Backend):
 
     name = "spark"
 
-    def __init__(self, master: str = "local[*]", ship_package: bool = True, context=None,
+    def __init__(self, master: str | None = None, ship_package: bool = True, context=None,
                  conf: dict[str, str] | None = None):
         from pyspark import SparkConf, SparkContext
 
         self._own = context is None
         if context is None:
-            settings = SparkConf().setMaster(master).setAppName("ldpflow")
+            settings = SparkConf().setAppName("ldpflow")  # with spark-submit's settings
+            if master is not None or not settings.contains("spark.master"):
+                settings = settings.setMaster(master or "local[*]")
+            master = settings.get("spark.master")
             if master.startswith("local"):
                 # Executors on this machine run this interpreter (its packages), not the
                 # first python3 on the PATH, and local-cluster workers keep their files in

@@ -152,9 +152,10 @@ class EngineOptions(PipelineOptions):
         parser.add_argument("--workers", type=int, default=None,
                             help="dask without --dask_scheduler: worker processes of the "
                                  "LocalCluster (default: one per core).")
-        parser.add_argument("--spark_master", default="local[*]",
+        parser.add_argument("--spark_master", default=None,
                             help="spark: the master URL (local[N], local-cluster[N,C,MB], "
-                                 "spark://HOST:7077, yarn, ...).")
+                                 "spark://HOST:7077, yarn, ...; default: spark-submit's "
+                                 "--master, else local[*]).")
 
 
 class StreamOptions(PipelineOptions):

@@ -145,3 +145,12 @@ def test_dead_letter_summary_orders_ties_by_reason():
     summary = steps.dead_letter_summary({"b": 1, "a": 1, "c": 5})
     assert summary == {"total": 7, "by_reason": {"c": 5, "a": 1, "b": 1}}
     assert list(summary["by_reason"]) == ["c", "a", "b"]
+
+
+def test_poisoning_detection_off_beam_is_a_usage_error(tmp_path):
+    from ldpflow.pipelines import cli
+
+    (tmp_path / "a.jsonl").write_text("")
+    status = cli.main(["estimate", f"--input={tmp_path}/a.jsonl", f"--output={tmp_path}/o",
+                       "--engine=local", "--poisoning=detect"])
+    assert status == 2 and not (tmp_path / "o").exists()
