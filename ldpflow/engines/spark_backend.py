@@ -42,6 +42,7 @@ class SparkBackend(Backend):
         self._own = context is None
         if context is None:
             settings = SparkConf().setAppName("ldpflow")  # with spark-submit's settings
+            settings = settings.setIfMissing("spark.ui.showConsoleProgress", "false")
             if master is not None or not settings.contains("spark.master"):
                 settings = settings.setMaster(master or "local[*]")
             master = settings.get("spark.master")
