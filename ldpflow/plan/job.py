@@ -182,11 +182,21 @@ class Counted:
     letter_files: list[tuple[str, int]]
     read_ms: list[int]
     contribution: dict | None = None
+    #: Seconds from the start to the end of each step, in order (the engine runs a step
+    #: when its result is collected: reads overlap with what is collected first).
+    step_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 def count_reports(backend: Backend, job: EstimateJob, staging: str) -> Counted:
     """Steps 1 to 4 of the plan on ``backend`` (dead-letter files staged in ``staging``)."""
+    started = time.perf_counter()
+    marks: dict[str, float] = {}
+
+    def mark(name: str) -> None:
+        marks[name] = round(time.perf_counter() - started, 3)
+
     tasks = plan_ranges(job.input, job.fmt, job.range_bytes)
+    mark("plan_ranges")
     cap = job.max_reports_per_user
     keep = tuple(dict.fromkeys((("id_hashes",) if job.dedup else ())
                                + (steps.CAP_KEEP if cap is not None else ())))
@@ -199,8 +209,10 @@ def count_reports(backend: Backend, job: EstimateJob, staging: str) -> Counted:
                                             functools.partial(read, ids=job.dedup)))
         tallies = _merged(backend.collect(backend.combine_per_key(
             backend.flat_map(reads, _tallies), _add)))
+        mark("read_and_count")
         if job.dedup:
             repeated, ranges = _repeated_set(backend, backend.flat_map(reads, _id_pieces))
+            mark("repeated_ids")
             if repeated:  # read again, for the rows of repeated ids alone
                 again = backend.map(backend.parallelize([tasks[i] for i in ranges]),
                                     functools.partial(ids_only, ids=False, repeated=repeated,
@@ -209,11 +221,13 @@ def count_reports(backend: Backend, job: EstimateJob, staging: str) -> Counted:
                     backend.group_by_key(backend.flat_map(again, _repeat_pieces)), _dropped)))
                 for key, dropped in drops.items():
                     tallies[key] = tallies[key].without(dropped)
+                mark("drop_copies")
     else:
         repeated = None
         if job.dedup:  # the cap must see the deduplicated reports: find the ids first
             ids = backend.map(backend.parallelize(tasks), functools.partial(ids_only, ids=True))
             repeated, _ = _repeated_set(backend, backend.flat_map(ids, _id_pieces))
+            mark("repeated_ids")
         reads = backend.persist(backend.map(backend.parallelize(tasks), functools.partial(
             read, count=False, users=True, repeated=repeated or None)))
         users = backend.flat_map(reads, _user_pieces)
@@ -230,6 +244,7 @@ def count_reports(backend: Backend, job: EstimateJob, staging: str) -> Counted:
                                                   functools.partial(_capped, cap=cap)))
         for key, tally in _merged(item for kind, item in capped if kind == "tally").items():
             tallies[key] = tallies[key] + tally if key in tallies else tally
+        mark("cap_users")
         counts = [item for kind, item in capped if kind == "users"]
         contribution = {"max_reports_per_user": cap, "users": sum(c for c, _ in counts),
                         "max_epsilon_per_user": max((e for _, e in counts), default=0.0)}
@@ -238,11 +253,12 @@ def count_reports(backend: Backend, job: EstimateJob, staging: str) -> Counted:
         backend.group_by_key(backend.flat_map(reads, _letter_pieces)),
         functools.partial(_write_letters, staging=staging)))
     backend.release(reads)
+    mark("dead_letters")
     reasons: dict[str, int] = {}
     for _, by_reason, _ in stats:
         reasons = steps.add_counts(reasons, by_reason)
     return Counted(tallies, sum(s[0] for s in stats), reasons, sorted(written),
-                   [s[2] for s in stats], contribution)
+                   [s[2] for s in stats], contribution, marks)
 
 
 def run_estimate(backend: Backend, job: EstimateJob) -> dict[str, Any]:
@@ -271,7 +287,8 @@ def run_estimate(backend: Backend, job: EstimateJob) -> dict[str, Any]:
         "timings_ms": {"range_read_ms": {"count": len(read_ms), "sum": sum(read_ms),
                                          "min": min(read_ms, default=0),
                                          "max": max(read_ms, default=0),
-                                         "mean": sum(read_ms) / max(len(read_ms), 1)}},
+                                         "mean": sum(read_ms) / max(len(read_ms), 1)},
+                       "steps_s": counted.step_seconds},
         "records": counted.records, "reports_estimated": document["reports_estimated"],
         "duplicates": document["duplicates"],
         "capped": sum(t.capped for t in tallies.values()),
