@@ -24,5 +24,11 @@ def package_zip(folder: str | None = None) -> str:
             for name in sorted(names):
                 if name.endswith((".py", ".avsc", ".typed", ".json")):
                     full = os.path.join(here, name)
-                    archive.write(full, os.path.relpath(full, os.path.dirname(root)))
+                    # a fixed time: the same package gives the same bytes (Spark refuses a
+                    # second file of one name with other contents)
+                    info = zipfile.ZipInfo(os.path.relpath(full, os.path.dirname(root)),
+                                           date_time=(1980, 1, 1, 0, 0, 0))
+                    info.compress_type = zipfile.ZIP_DEFLATED
+                    with open(full, "rb") as f:
+                        archive.writestr(info, f.read())
     return path

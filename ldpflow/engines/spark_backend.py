@@ -41,7 +41,8 @@ class SparkBackend(Backend):
 
         self._own = context is None
         if context is None:
-            settings = SparkConf().setAppName("ldpflow")  # with spark-submit's settings
+            SparkContext._ensure_initialized()  # the JVM first: its settings (spark-submit's)
+            settings = SparkConf().setAppName("ldpflow")  # load with them
             settings = settings.setIfMissing("spark.ui.showConsoleProgress", "false")
             if master is not None or not settings.contains("spark.master"):
                 settings = settings.setMaster(master or "local[*]")
@@ -58,7 +59,8 @@ class SparkBackend(Backend):
             context = SparkContext.getOrCreate(settings)
             context.setLogLevel("WARN")
         self.sc = context
-        if ship_package:
+        submitted = self.sc.getConf().get("spark.submit.pyFiles") or ""
+        if ship_package and "ldpflow" not in submitted:  # spark-submit --py-files sent it
             from ldpflow.engines.package import package_zip
 
             self.sc.addPyFile(package_zip())
