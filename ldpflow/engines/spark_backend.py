@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from typing import Any
 
 from ldpflow.plan.backend import Backend
@@ -43,17 +42,14 @@ class SparkBackend(Backend):
         if context is None:
             SparkContext._ensure_initialized()  # the JVM first: its settings (spark-submit's)
             settings = SparkConf().setAppName("ldpflow")  # load with them
-            settings = settings.setIfMissing("spark.ui.showConsoleProgress", "false")
+            settings = settings.set("spark.ui.showConsoleProgress", "false")
             if master is not None or not settings.contains("spark.master"):
                 settings = settings.setMaster(master or "local[*]")
             master = settings.get("spark.master")
             if master.startswith("local"):
                 # Executors on this machine run this interpreter (its packages), not the
-                # first python3 on the PATH, and local-cluster workers keep their files in
-                # a temporary folder, not under SPARK_HOME.
+                # first python3 on the PATH.
                 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-                os.environ.setdefault("SPARK_WORKER_DIR",
-                                      tempfile.mkdtemp(prefix="ldpflow-spark-"))
             for name, value in (conf or {}).items():
                 settings = settings.set(name, value)
             context = SparkContext.getOrCreate(settings)
