@@ -55,7 +55,7 @@ def test_demo_installs_only_what_it_needs_and_test_adds_the_rest(tmp_path):
     assert _dev(folder, "demo").returncode == 0
     assert _installs(log) == []  # installed from these sources already
     assert _dev(folder, "test", "-q").returncode == 0
-    assert _installs(log) == [".[beam,gcp,plot,test]"]
+    assert _installs(log) == [".[beam,dask,gcp,plot,spark,test]"]
     assert _dev(folder, "demo").returncode == 0
     assert _installs(log) == []  # a superset is installed
     (folder / "setup.py").write_text((folder / "setup.py").read_text() + "\n# changed\n")

@@ -37,6 +37,18 @@ def test_wire_layer_does_not_import_beam():
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
 
 
+def test_job_plan_and_its_engines_do_not_import_beam():
+    """ldpflow.plan (the steps, the backend, the job) and ldpflow.engines (its Dask and
+    Spark adapters) run where Apache Beam is not installed."""
+    names = [m for m in all_modules() if m.startswith(("ldpflow.plan", "ldpflow.engines"))]
+    assert {"ldpflow.plan.steps", "ldpflow.plan.job", "ldpflow.engines.dask_backend",
+            "ldpflow.engines.spark_backend"} <= set(names)
+    code = ("import sys; " + "".join(f"import {m}; " for m in names)
+            + "from ldpflow.plan.backend import LocalBackend; "
+            + "sys.exit('apache_beam' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
 def test_core_imports_only_numpy_scipy_and_itself():
     allowed = {"numpy", "scipy", "ldpflow", "__future__"}
     stdlib = set(sys.stdlib_module_names)

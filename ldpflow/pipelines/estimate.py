@@ -16,6 +16,12 @@ Production (any Beam runner; see ``deploy/README.md``)::
         --runner=DataflowRunner --project=PROJECT --region=REGION \\
         --temp_location=gs://BUCKET/tmp --setup_file=./setup.py
 
+Other engines (``--engine dask|spark|local``; ``docs/engines.md``) run the same job as a
+Beam-free plan (``ldpflow.plan``), with the same counts, dead letters and outputs::
+
+    ldpflow estimate --input ... --output ... --engine dask --workers 2
+    ldpflow estimate --input ... --output ... --engine spark --spark_master 'local[2]'
+
 Reports of different oracles or parameter sets are estimated separately; each report id is
 counted once (``--dedup none`` counts every copy). :func:`run` returns the run's counts
 (from Beam's counters), which :func:`verdict` judges. Writes ``OUTPUT/estimates.json``
@@ -120,11 +126,55 @@ def verdict(summary: dict, max_dead_letter_fraction: float) -> str | None:
     return None
 
 
-def run(argv: list[str] | None = None) -> dict:
+def _run_plan(args, methods: list[str], backend=None) -> dict:
+    """The job plan (``ldpflow.plan``) on ``--engine`` dask, spark or local (or on
+    ``backend``, an engine already running)."""
+    from ldpflow.engines import make_backend
+    from ldpflow.plan.job import plan_ranges, run_estimate
+
+    if args.poisoning != "none":
+        raise usage_error(_PROG, f"--poisoning {args.poisoning} runs on --engine beam only "
+                                 f"(not yet on {args.engine})")
+    if args.workers is not None and args.workers < 1:
+        raise usage_error(_PROG, f"--workers must be a positive integer, got {args.workers}")
+    try:
+        tasks = plan_ranges(args.input, args.input_format)
+    except (OSError, ValueError) as exc:
+        raise usage_error(_PROG, f"cannot plan --input {args.input!r}: {exc}") from None
+    if not tasks:
+        raise usage_error(_PROG, f"--input {args.input!r} matched no files")
+    policy = acceptance_policy(args, _PROG)
+    if backend is not None:
+        return run_estimate(backend, _plan_job(args, methods, policy, tasks, backend))
+    try:
+        backend = make_backend(args.engine, dask_scheduler=args.dask_scheduler,
+                               workers=args.workers, spark_master=args.spark_master)
+    except ModuleNotFoundError as exc:
+        raise usage_error(_PROG, f"--engine {args.engine} needs {exc.name}: pip install "
+                                 f"'ldpflow[{args.engine}]'") from None
+    with backend:
+        return run_estimate(backend, _plan_job(args, methods, policy, tasks, backend))
+
+
+def _plan_job(args, methods, policy, tasks, backend):
+    from ldpflow.plan.job import EstimateJob
+
+    metadata = run_metadata(inputs=args.input, files=len({task.path for task in tasks}),
+                            policy=policy, methods=methods, runner=backend.description,
+                            started=utc_now())
+    return EstimateJob(input=args.input, output=args.output, methods=tuple(methods),
+                       policy=policy, fmt=args.input_format, dedup=args.dedup != "none",
+                       max_reports_per_user=args.max_reports_per_user, run=metadata)
+
+
+def run(argv: list[str] | None = None, backend=None) -> dict:
     """Run the job; returns its counts ``{"records", "reports_estimated", "duplicates",
     "capped", "dead_letters", "output", "seconds", "state", "timings_ms"}`` (from the run's Beam
-    metrics; without the counts when the runner reports none), or with
+    metrics, or the plan's; without the counts when the runner reports none), or with
     ``--no_wait_until_finish`` ``{"submitted": True, "output": ...}`` once submitted.
+
+    ``backend``: a job-plan engine already running (``ldpflow.plan.backend.Backend``), for
+    ``--engine`` other than beam; default: the one the flags name, started and stopped here.
 
     Raises
     ------
@@ -143,6 +193,8 @@ def run(argv: list[str] | None = None) -> dict:
     fraction = args.max_dead_letter_fraction
     if not 0 <= fraction <= 1:
         raise usage_error(_PROG, f"--max_dead_letter_fraction must be in [0, 1], got {fraction}")
+    if args.engine != "beam":
+        return _run_plan(args, methods, backend)
     files = check_inputs(args.input, args.input_format, _PROG)
     policy = acceptance_policy(args, _PROG)
     runner = batch_runner(options, _PROG)

@@ -25,6 +25,8 @@ __all__ = [
     "PoisoningOptions",
     "ContributionOptions",
     "AcceptanceOptions",
+    "EngineOptions",
+    "ENGINES",
     "StreamOptions",
     "HeavyHittersOptions",
     "Job",
@@ -142,6 +144,32 @@ class AcceptanceOptions(PipelineOptions):
         parser.add_argument("--max_counters", type=int, default=defaults.max_counters,
                             help="The most counters (8 bytes each) the parameter sets of one "
                                  "chunk may need together (the largest sets first).")
+
+
+#: The engines of ``--engine``: beam (the Beam job, any Beam runner) and the job plan's
+#: (``ldpflow.plan``; ``docs/engines.md``).
+ENGINES = ("beam", "dask", "spark", "local")
+
+
+class EngineOptions(PipelineOptions):
+    """The engine that runs the job (``docs/engines.md``)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument("--engine", choices=ENGINES, default="beam",
+                            help="beam: Apache Beam (--runner and the Beam flags); dask: Dask "
+                                 "distributed; spark: PySpark; local: the job plan in this "
+                                 "process.")
+        parser.add_argument("--dask_scheduler", default=None,
+                            help="dask: the scheduler's address (tcp://HOST:8786); default: "
+                                 "a LocalCluster of --workers worker processes.")
+        parser.add_argument("--workers", type=int, default=None,
+                            help="dask without --dask_scheduler: worker processes of the "
+                                 "LocalCluster (default: one per core).")
+        parser.add_argument("--spark_master", default=None,
+                            help="spark: the master URL (local[N], local-cluster[N,C,MB], "
+                                 "spark://HOST:7077, yarn, ...; default: spark-submit's "
+                                 "--master, else local[*]).")
 
 
 class StreamOptions(PipelineOptions):
@@ -268,7 +296,7 @@ class Job:
 JOBS = {
     "estimate": Job("estimate", "Report files -> consistent frequency estimates.",
                     (InputOptions, OutputOptions, MethodsOptions, EstimateOptions,
-                     PoisoningOptions, ContributionOptions, AcceptanceOptions),
+                     PoisoningOptions, ContributionOptions, AcceptanceOptions, EngineOptions),
                     ("input", "output")),
     "stream": Job("stream", "Reports from Pub/Sub -> windowed consistent estimates.",
                   (StreamOptions, OutputOptions, MethodsOptions, ContributionOptions,

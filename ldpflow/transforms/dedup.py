@@ -32,7 +32,7 @@ from apache_beam.metrics import Metrics
 
 from ldpflow.core.dedup import first_copies
 from ldpflow.core.keys import ProtocolKey
-from ldpflow.core.oracles import Accumulator
+from ldpflow.plan.steps import Tally, bucket_parts, split_repeated
 from ldpflow.transforms.combine import FrequencyOracleCombineFn
 from ldpflow.wire.envelope import ReportBatch
 
@@ -50,28 +50,6 @@ DEDUP_KEEP = ("id_hashes", "report_ids")
 def _without_ids(batch: ReportBatch) -> ReportBatch:
     """The batch without its full ids (needed only until its copies are resolved)."""
     return batch if batch.report_ids is None else dataclasses.replace(batch, report_ids=None)
-
-
-@dataclasses.dataclass(eq=False)
-class Tally:
-    """One key's exact counts, with the copies not counted, the reports over a user's cap
-    and the records refused."""
-
-    accumulator: Accumulator | None
-    duplicates: int = 0
-    conflicting: int = 0
-    dead_letters: int = 0
-    capped: int = 0
-
-    def merge(self, other: Tally) -> Tally:
-        if other.accumulator is not None:
-            self.accumulator = (other.accumulator.copy() if self.accumulator is None
-                                else self.accumulator.merge(other.accumulator))
-        self.duplicates += other.duplicates
-        self.conflicting += other.conflicting
-        self.dead_letters += other.dead_letters
-        self.capped += other.capped
-        return self
 
 
 class TallyCombineFn(beam.CombineFn):
@@ -106,34 +84,19 @@ def is_tally(element) -> bool:
     return isinstance(element[1], Tally)
 
 
-def _bucket_parts(hashes: np.ndarray, bits: int):
-    """``(bucket, rows)`` of the hashes by their top ``bits`` bits (rows None: all)."""
-    # uint16 buckets: numpy's stable argsort of 16-bit keys is a radix sort, O(n).
-    bucket = (hashes >> np.uint64(64 - bits)).astype(np.uint16) if bits else \
-        np.zeros(hashes.size, dtype=np.uint16)
-    present = np.flatnonzero(np.bincount(bucket, minlength=1 << bits))
-    if present.size == 1:
-        yield int(present[0]), None
-        return
-    order = np.argsort(bucket, kind="stable")
-    bounds = np.searchsorted(bucket[order], np.append(present, present[-1] + 1))
-    for i, b in enumerate(present.tolist()):
-        yield b, order[bounds[i]:bounds[i + 1]]
-
-
 def _split_buckets(element, bits: int):
     key, batch = element
     if batch.id_hashes is None or batch.report_ids is None:
         raise ValueError(f"deduplication needs batches read with keep={DEDUP_KEEP!r}")
     text = ProtocolKey.coerce(key).to_json()  # a deterministic shuffle key
-    for b, rows in _bucket_parts(batch.id_hashes, bits):
+    for b, rows in bucket_parts(batch.id_hashes, bits):
         yield (text, b), batch if rows is None else batch[rows]
 
 
 def _split_id_buckets(element, bits: int):
     key, hashes = element
     text = ProtocolKey.coerce(key).to_json()
-    for b, rows in _bucket_parts(hashes, bits):
+    for b, rows in bucket_parts(hashes, bits):
         yield (text, b), hashes if rows is None else hashes[rows]
 
 
@@ -151,22 +114,6 @@ class RepeatedIdsFn(beam.DoFn):
 def _union(parts) -> np.ndarray:
     parts = list(parts)
     return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64)
-
-
-def split_repeated(key, batch: ReportBatch, repeated: dict):
-    """``(unique rows, repeated rows)`` of a batch: its rows whose id hash is not (is) in
-    ``repeated[key text]`` (a sorted array, as :class:`RepeatedIds` gives); ``None`` for
-    an empty part. The repeated rows take their full ids (``report_ids``) to
-    :class:`DeduplicateReports`, which compares them; the unique rows are counted where they
-    were read."""
-    if batch.id_hashes is None or batch.report_ids is None:
-        raise ValueError(f"deduplication needs batches read with keep={DEDUP_KEEP!r}")
-    known = repeated.get(ProtocolKey.coerce(key).to_json())
-    if known is None:
-        return batch, None
-    at = np.minimum(np.searchsorted(known, batch.id_hashes), known.size - 1)
-    mask = known[at] == batch.id_hashes
-    return (None if mask.all() else batch[~mask]), (batch[mask] if mask.any() else None)
 
 
 class RepeatedIds(beam.PTransform):

@@ -14,6 +14,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from ldpflow.core.postprocess import postprocess
+from ldpflow.plan.steps import dead_letter_summary
 from ldpflow.transforms.caps import CapContributions
 from ldpflow.transforms.combine import FrequencyOracleCombineFn
 from ldpflow.transforms.dedup import DEFAULT_BUCKETS, DeduplicateReports, Tally, TallyCombineFn
@@ -48,8 +49,7 @@ class DeadLetterSummaryFn(beam.CombineFn):
         return merged
 
     def extract_output(self, counts):
-        return {"total": sum(counts.values()),
-                "by_reason": dict(sorted(counts.items(), key=lambda kv: -kv[1]))}
+        return dead_letter_summary(counts)
 
 
 class EstimateFn(beam.DoFn):

@@ -12,9 +12,7 @@ each one column by column through the wire layer's one parse path
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -26,10 +24,11 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
+from ldpflow.plan.outputs import dead_letter_file, estimates_files
 from ldpflow.transforms.dedup import split_repeated
 from ldpflow.wire import formats, outputs
 from ldpflow.wire.parse import AcceptancePolicy
-from ldpflow.wire.results import estimate_records, estimates_document, utc_now
+from ldpflow.wire.results import estimates_document, utc_now
 
 __all__ = [
     "CommitOutputs",
@@ -213,13 +212,10 @@ class _WriteEstimateFilesFn(beam.DoFn):
         # "finished": when the estimates were written (the last step before the commit).
         run = {**self._run, "finished": utc_now()} if self._run is not None else None
         document = estimates_document(results, dead_letters, self._dedup, contribution, run)
-        with FileSystems.create(f"{self._output}/estimates.json") as f:
-            f.write(json.dumps(document, indent=1).encode("utf-8"))
         # The Avro records take the run's deterministic metadata only (no times).
-        records = [rec for result in document["results"]
-                   for rec in estimate_records(result, run=self._run)]
-        with FileSystems.create(f"{self._output}/estimates.avro") as f:
-            formats.write_records(f, "avro", records, schema="estimate")
+        for name, data in estimates_files(document, self._run).items():
+            with FileSystems.create(f"{self._output}/{name}") as f:
+                f.write(data)
         yield document
 
 
@@ -263,11 +259,11 @@ class _WriteDeadLetterFileFn(beam.DoFn):
 
     def process(self, element):
         source, lines = element
-        path = f"{self._folder}/{outputs.dead_letter_file_name(source)}"
-        lines = sorted(lines)
+        name, data, count = dead_letter_file(source, lines)
+        path = f"{self._folder}/{name.split('/', 1)[1]}"
         with FileSystems.create(path) as f:
-            f.write(("\n".join(lines) + "\n").encode("utf-8"))
-        yield path, len(lines)
+            f.write(data)
+        yield path, count
 
 
 class WriteDeadLetters(beam.PTransform):
@@ -309,79 +305,32 @@ def _exists(path: str) -> bool:
         return False
 
 
+class _BeamFiles:
+    """:class:`ldpflow.wire.outputs.Files` on Beam's ``FileSystems`` (any file system)."""
+
+    match = staticmethod(lambda pattern: [m.path for m in
+                                          FileSystems.match([pattern])[0].metadata_list])
+    create = staticmethod(FileSystems.create)
+    rename = staticmethod(FileSystems.rename)
+    delete = staticmethod(FileSystems.delete)
+    read = staticmethod(_read)
+    exists = staticmethod(_exists)
+
+    @staticmethod
+    def mkdirs(path: str) -> None:
+        try:
+            FileSystems.mkdirs(path)
+        except OSError:  # it exists
+            pass
+
+
 class _CommitFn(beam.DoFn):
     def __init__(self, output: str, staging: str):
         super().__init__()
         self._output, self._staging = output.rstrip("/"), staging.rstrip("/")
 
-    def _path(self, relative: str) -> str:
-        return f"{self._output}/{relative}"
-
-    def _refuse_links(self) -> None:
-        """A local dead-letter folder that is a link (or no folder) would take the renames
-        and removals elsewhere: refuse it (the job checked it before it started)."""
-        if not outputs.is_local(self._output):
-            return
-        letters = outputs.local_path(self._path(outputs.DEAD_LETTERS))
-        if os.path.islink(letters) or (os.path.lexists(letters) and not os.path.isdir(letters)):
-            raise outputs.OutputError(
-                f"{self._path(outputs.DEAD_LETTERS)} is a symbolic link or not a folder: "
-                "nothing was committed (the staged files are removed)")
-
-    def _removable(self, relative: str) -> bool:
-        """Only a regular file, never a link or a folder (local), may be removed."""
-        if not outputs.is_local(self._output):
-            return True
-        path = outputs.local_path(self._path(relative))
-        return os.path.isfile(path) and not os.path.islink(path)
-
-    def _owned(self, manifest: set[str] | None) -> set[str]:
-        """What ldpflow wrote in the output: the manifest's files, or (an output written
-        before manifests) the dead-letter files that their content names."""
-        if manifest is not None:
-            return set(manifest)
-        listed = FileSystems.match([self._path(f"{outputs.DEAD_LETTERS}/*")])[0].metadata_list
-        relative = [m.path[len(self._output) + 1:] for m in listed]
-        return {name for name in relative if self._removable(name) and
-                outputs.written_by_ldpflow(name, None,
-                                           lambda n=name: _read(self._path(n), 1 << 20))}
-
-    def _write_manifest(self, files: set[str]) -> None:
-        """Replace the manifest in one rename (a killed commit leaves the old or the new)."""
-        temporary = f"{self._staging}/manifest.partial"
-        with FileSystems.create(temporary) as f:
-            f.write(outputs.manifest_bytes(files))
-        FileSystems.rename([temporary], [self._path(outputs.MANIFEST)])
-
     def process(self, _, *written):
-        patterns = [f"{self._staging}/*.json", f"{self._staging}/*.avro",
-                    f"{self._staging}/{outputs.DEAD_LETTERS}/*.jsonl"]
-        staged = sorted(m.path for result in FileSystems.match(patterns)
-                        for m in result.metadata_list)
-        relative = [path[len(self._staging) + 1:] for path in staged]
-        self._refuse_links()
-        owned = self._owned(outputs.parse_manifest(_read(self._path(outputs.MANIFEST))))
-        for folder in sorted({self._path(name).rsplit("/", 1)[0] for name in relative}):
-            try:
-                FileSystems.mkdirs(folder)
-            except OSError:  # it exists
-                pass
-        # The manifest lists both runs' files first, so a commit killed from here on leaves
-        # every file ldpflow wrote listed (and so removable by the next run, and only those).
-        self._write_manifest(owned | set(relative))
-        # Each file replaces its predecessor in one rename; then the previous run's dead
-        # letters that this run did not write go, so no stale file sits beside new results.
-        FileSystems.rename(staged, [self._path(name) for name in relative])
-        stale = sorted(name for name in owned - set(relative)
-                       if name.startswith(f"{outputs.DEAD_LETTERS}/") and self._removable(name))
-        if stale:
-            FileSystems.delete([self._path(name) for name in stale])
-        # Read again: a concurrent run's commit may have listed its own files meanwhile.
-        now = outputs.parse_manifest(_read(self._path(outputs.MANIFEST))) or set()
-        kept = {name for name in (owned | now) - set(stale) if _exists(self._path(name))}
-        self._write_manifest(kept | set(relative))
-        FileSystems.delete([self._staging])
-        yield len(relative)
+        yield outputs.commit(self._output, self._staging, _BeamFiles())
 
 
 class CommitOutputs(beam.PTransform):

@@ -25,6 +25,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Iterable
+from typing import IO, Protocol
 
 __all__ = [
     "MANIFEST",
@@ -38,6 +39,9 @@ __all__ = [
     "local_path",
     "check_output",
     "check_output_file",
+    "Files",
+    "LocalFiles",
+    "commit",
 ]
 
 #: The manifest of the files ldpflow put in an output folder (relative paths).
@@ -209,3 +213,116 @@ def check_output_file(path: str, *, flag: str = "--output") -> None:
             else exc.strerror or str(exc)
         raise OutputError(f"cannot create the folder of {flag} {shown}: {reason}") from None
     _probe(folder, flag, f"{shown} (its folder)")
+
+
+# -- the commit ---------------------------------------------------------------------------------
+class Files(Protocol):
+    """The file operations :func:`commit` needs: Beam's ``FileSystems`` in the Beam jobs
+    (any file system), :class:`LocalFiles` on the job plan's engines."""
+
+    def match(self, pattern: str) -> list[str]: ...
+    def create(self, path: str) -> IO[bytes]: ...
+    def rename(self, sources: list[str], targets: list[str]) -> None: ...
+    def delete(self, paths: list[str]) -> None: ...
+    def mkdirs(self, path: str) -> None: ...
+    def read(self, path: str, limit: int | None = None) -> bytes | None: ...
+    def exists(self, path: str) -> bool: ...
+
+
+class LocalFiles:
+    """:class:`Files` of local (or mounted) paths."""
+
+    def match(self, pattern: str) -> list[str]:
+        import glob
+
+        return sorted(glob.glob(pattern))
+
+    def create(self, path: str) -> IO[bytes]:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        return open(path, "wb")
+
+    def rename(self, sources: list[str], targets: list[str]) -> None:
+        for source, target in zip(sources, targets, strict=True):
+            os.replace(source, target)
+
+    def delete(self, paths: list[str]) -> None:
+        import shutil
+
+        for path in paths:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+
+    def mkdirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def read(self, path: str, limit: int | None = None) -> bytes | None:
+        return _read_local(path, limit)
+
+    def exists(self, path: str) -> bool:
+        return os.path.lexists(path)
+
+
+def commit(output: str, staging: str, files: Files) -> int:
+    """Move a run's staged files (``staging/*.json``, ``*.avro``, ``dead_letters/*.jsonl``)
+    into ``output``, each by one rename over its predecessor, keeping the manifest; then
+    remove the previous run's dead-letter files that this run did not write, which the
+    manifest lists (or, in an output written before manifests, whose content names them),
+    never through a link; then the staging folder. Returns how many files were committed.
+
+    Raises
+    ------
+    OutputError
+        If the output's ``dead_letters`` is a symbolic link or not a folder (nothing is
+        committed; the staged files stay for the caller to remove).
+    """
+    output, staging = output.rstrip("/"), staging.rstrip("/")
+
+    def path(relative: str) -> str:
+        return f"{output}/{relative}"
+
+    def removable(relative: str) -> bool:  # only a regular file, never a link (local)
+        if not is_local(output):
+            return True
+        local = local_path(path(relative))
+        return os.path.isfile(local) and not os.path.islink(local)
+
+    def write_manifest(listed: set[str]) -> None:  # in one rename: the old or the new
+        temporary = f"{staging}/manifest.partial"
+        with files.create(temporary) as f:
+            f.write(manifest_bytes(listed))
+        files.rename([temporary], [path(MANIFEST)])
+
+    if is_local(output):
+        letters = local_path(path(DEAD_LETTERS))
+        if os.path.islink(letters) or (os.path.lexists(letters) and not os.path.isdir(letters)):
+            raise OutputError(f"{path(DEAD_LETTERS)} is a symbolic link or not a folder: "
+                              "nothing was committed")
+    staged = sorted(p for pattern in (f"{staging}/*.json", f"{staging}/*.avro",
+                                      f"{staging}/{DEAD_LETTERS}/*.jsonl")
+                    for p in files.match(pattern))
+    relative = [p[len(staging) + 1:] for p in staged]
+    manifest = parse_manifest(files.read(path(MANIFEST)))
+    if manifest is not None:
+        owned = set(manifest)
+    else:  # an output of before manifests: the dead-letter files their content names
+        names = [p[len(output) + 1:] for p in files.match(path(f"{DEAD_LETTERS}/*"))]
+        owned = {name for name in names if removable(name) and written_by_ldpflow(
+            name, None, lambda n=name: files.read(path(n), 1 << 20))}
+    for folder in sorted({path(name).rsplit("/", 1)[0] for name in relative}):
+        files.mkdirs(folder)
+    # The manifest lists both runs' files first, so a commit killed from here on leaves
+    # every file ldpflow wrote listed (and so removable by the next run, and only those).
+    write_manifest(owned | set(relative))
+    files.rename(staged, [path(name) for name in relative])
+    stale = sorted(name for name in owned - set(relative)
+                   if name.startswith(f"{DEAD_LETTERS}/") and removable(name))
+    if stale:
+        files.delete([path(name) for name in stale])
+    # Read again: a concurrent run's commit may have listed its own files meanwhile.
+    now = parse_manifest(files.read(path(MANIFEST))) or set()
+    kept = {name for name in (owned | now) - set(stale) if files.exists(path(name))}
+    write_manifest(kept | set(relative))
+    files.delete([staging])
+    return len(relative)

@@ -5,7 +5,8 @@ properties. It is batch first:
 
 * ``perturb(values, rng=None) -> Reports``: one report per value (client side);
 * ``aggregate(reports) -> Accumulator``: integer sufficient statistics of a batch;
-* ``Accumulator.merge(other)``: exact, order-free combination;
+* ``Accumulator.merge(other)`` (in place) and ``a + b`` (pure): exact, order-free
+  combination;
 * ``estimate(accumulator) -> Estimate``: raw unbiased frequencies with ``n``, ``p*``, ``q*``
   and ``sigma`` for post-processing;
 * ``variance(n, frequency=0.0)``: the analytic variance of one estimated frequency.
@@ -158,17 +159,38 @@ class Accumulator:
     counts: np.ndarray
     n: int = 0
 
-    def merge(self, other: Accumulator) -> Accumulator:
-        """Add ``other`` into this accumulator (mutating only ``self``) and return ``self``."""
+    def _check_same(self, other: object) -> Accumulator:
         if not isinstance(other, Accumulator):
             raise TypeError(f"can only merge an Accumulator, got {type(other).__name__}")
         if other.key != self.key or other.counts.shape != self.counts.shape:
             raise ValueError(
                 f"cannot merge an accumulator of {other.key} into one of {self.key}"
             )
+        return other
+
+    def merge(self, other: Accumulator) -> Accumulator:
+        """Add ``other`` into this accumulator (mutating only ``self``) and return ``self``.
+
+        Where one result may reach several consumers (a distributed engine's reduce), use
+        the pure ``self + other`` instead."""
+        self._check_same(other)
         self.counts += other.counts
         self.n += other.n
         return self
+
+    def __add__(self, other: Accumulator) -> Accumulator:
+        """A new accumulator of both operands' reports; neither operand changes."""
+        self._check_same(other)
+        return Accumulator(self.key, self.counts + other.counts, self.n + other.n)
+
+    def __sub__(self, other: Accumulator) -> Accumulator:
+        """A new accumulator without the reports of ``other``, which must be counted in
+        ``self`` (counts are sums over reports, so ``(a + b) - b == a`` exactly)."""
+        self._check_same(other)
+        counts, n = self.counts - other.counts, self.n - other.n
+        if n < 0:
+            raise ValueError(f"cannot take {other.n} reports out of an accumulator of {self.n}")
+        return Accumulator(self.key, counts, n)
 
     def copy(self) -> Accumulator:
         return Accumulator(self.key, self.counts.copy(), self.n)

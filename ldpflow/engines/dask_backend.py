@@ -1,0 +1,115 @@
+"""The job plan on Dask distributed: collections are ``dask.bag`` bags.
+
+``DaskBackend(scheduler=ADDRESS)`` connects to a running scheduler (``--dask_scheduler``;
+its workers must have ldpflow installed, or it is sent to them as a zip with
+``Client.upload_file``: ``deploy/dask``); without one it starts a ``LocalCluster`` of
+``workers`` worker processes, one thread each (the counting is numpy: processes, not
+threads, use the cores). The shuffles are Dask's task-based shuffle.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ldpflow.plan.backend import Backend
+
+__all__ = ["DaskBackend"]
+
+_LOGGER = logging.getLogger(__name__)
+
+
+def _fold(acc, item, add):
+    return item[1] if acc is None else add(acc, item[1])
+
+
+def _fold_combine(a, b, add):
+    return b if a is None else a if b is None else add(a, b)
+
+
+def _first(pair):
+    return pair[0]
+
+
+def _values(group):
+    return group[0], [value for _, value in group[1]]
+
+
+def _peak_rss() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class DaskBackend(Backend):
+    """The plan's operations as ``dask.bag`` operations on a distributed ``Client``."""
+
+    name = "dask"
+
+    def __init__(self, scheduler: str | None = None, workers: int | None = None,
+                 ship_package: bool | None = None, client=None):
+        from distributed import Client, LocalCluster
+
+        self._cluster = None
+        self._own_client = client is None
+        if client is not None:
+            self.client = client
+        elif scheduler:
+            self.client = Client(scheduler)
+        else:
+            logging.getLogger("distributed").setLevel(logging.WARNING)
+            self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1,
+                                         processes=True, dashboard_address=None)
+            self.client = Client(self._cluster)
+        if ship_package if ship_package is not None else bool(scheduler):
+            from ldpflow.engines.package import package_zip
+
+            self.client.upload_file(package_zip())
+        self._workers = len(self.client.scheduler_info()["workers"])
+        _LOGGER.info("dask: %d workers at %s", self._workers, self.client.scheduler.address)
+
+    @property
+    def description(self) -> str:
+        return f"dask ({self._workers} workers)"
+
+    def parallelize(self, items: list):
+        import dask.bag as db
+
+        return db.from_sequence(list(items), npartitions=max(len(items), 1))
+
+    def flat_map(self, collection, fn):
+        return collection.map(fn).flatten()
+
+    def map(self, collection, fn):
+        return collection.map(fn)
+
+    def group_by_key(self, collection):
+        return collection.groupby(_first, shuffle="tasks",
+                                  npartitions=max(self._workers * 2, 1)).map(_values)
+
+    def combine_per_key(self, collection, add):
+        import functools
+
+        return collection.foldby(_first, functools.partial(_fold, add=add), None,
+                                 functools.partial(_fold_combine, add=add), None)
+
+    def union(self, first, second):
+        import dask.bag as db
+
+        return db.concat([first, second])
+
+    def collect(self, collection) -> list:
+        return list(collection.compute())
+
+    def persist(self, collection):
+        return collection.persist()
+
+    def peak_memory(self) -> dict[str, Any]:
+        """Each worker process's peak resident memory, in bytes."""
+        return self.client.run(_peak_rss)
+
+    def close(self) -> None:
+        if self._own_client:
+            self.client.close()
+        if self._cluster is not None:
+            self._cluster.close()

@@ -1,0 +1,305 @@
+"""``ldpflow estimate`` as a job plan over a :class:`~ldpflow.plan.backend.Backend`.
+
+The plan (each step a pure function of :mod:`ldpflow.plan.steps`):
+
+1. plan ranges (driver): the matched files cut into byte ranges
+   (:func:`ldpflow.wire.formats.plan_ranges`, Parquet at row groups);
+2. read and validate every range (a map over the ranges), counting its valid reports per
+   key where they are read; with dedup, the reports' 8-byte id hashes go to a shuffle by
+   (key, id-hash bucket), which finds the ids seen more than once and the ranges that
+   hold them;
+3. only if there are any: those ranges are read again for the rows of repeated ids alone,
+   which a second shuffle by id-hash bucket resolves (one copy of each id is kept,
+   whatever the arrival order); the copies dropped are taken out of the counts exactly
+   (integer counts: ``(a + b) - b == a``). Without repeated ids (the common case), dedup
+   costs one shuffle of 8 bytes a report and no second read;
+4. with a contribution cap, the (deduplicated) reports go to a shuffle by user-hash
+   bucket instead of being counted where they are read; there each user's earliest
+   ``cap`` reports are counted (the ids are then found by a light first read, as the
+   cap must see the deduplicated reports);
+5. merge per key (pure ``+``), estimate every key, and finish on the driver: the
+   estimates document, the dead-letter files (written by the workers, one per source),
+   and the commit of the staged outputs into ``--output``.
+
+The counts, dead letters by reason, duplicates and capped reports equal the Beam job's
+(``tests/plan``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from ldpflow.plan import outputs, steps
+from ldpflow.plan.backend import Backend
+from ldpflow.plan.files import match, open_file
+from ldpflow.plan.steps import RangeRead, RangeTask, Tally
+
+__all__ = ["EstimateJob", "Counted", "plan_ranges", "count_reports", "run_estimate"]
+
+_LOGGER = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class EstimateJob:
+    """What one ``ldpflow estimate`` run does (its flags, checked)."""
+
+    input: str
+    output: str
+    methods: tuple[str, ...]
+    policy: Any
+    fmt: str | None = None
+    dedup: bool = True
+    max_reports_per_user: int | None = None
+    run: dict | None = None
+    range_bytes: int | None = None
+
+
+def plan_ranges(pattern: str, fmt: str | None = None, range_bytes: int | None = None
+                ) -> list[RangeTask]:
+    """The byte ranges of every file matching ``pattern``, numbered in path order."""
+    from ldpflow.wire import formats
+
+    range_bytes = range_bytes or formats.RANGE_BYTES
+    tasks = []
+    for path, size in match(pattern):
+        kind = fmt or formats.detect_format(path)
+        if formats.is_compressed(path) or size <= range_bytes:
+            ranges = [(0, None)]
+        else:
+            with open_file(path) as stream:
+                ranges = formats.plan_ranges(stream, kind, size, True, range_bytes)
+        for start, end in ranges:
+            tasks.append(RangeTask(len(tasks), path, kind, start, end))
+    return tasks
+
+
+# -- what the engines run (module-level, so that they pickle) ----------------------------------
+def _tallies(read: RangeRead):
+    return list(read.tallies.items())
+
+
+def _add(a, b):
+    return a + b
+
+
+def _stats(read: RangeRead):
+    return [(read.records, read.reasons, read.read_ms)]
+
+
+def _id_pieces(read: RangeRead):
+    return [(steps.shuffle_key(key, bucket), (key, bucket, read.index, hashes))
+            for key, bucket, hashes in read.ids]
+
+
+def _repeated(group):
+    return steps.repeated_ids(group[1])
+
+
+def _repeat_pieces(read: RangeRead):
+    return [(steps.shuffle_key(key, bucket), (key, bucket, batch))
+            for key, bucket, batch in read.repeats]
+
+
+def _dropped(group, keep_rows: bool = False):
+    return steps.drop_copies(group[1], keep_rows)
+
+
+def _text_key(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=7).digest(),
+                          "little")
+
+
+def _letter_pieces(read: RangeRead):
+    return [(_text_key(source), (source, lines)) for source, lines in read.letters.items()]
+
+
+def _write_letters(group, staging: str):
+    by_source: dict[str, list[str]] = {}
+    for source, lines in group[1]:
+        by_source.setdefault(source, []).extend(lines)
+    out = []
+    for source, lines in sorted(by_source.items()):
+        name, data, count = outputs.dead_letter_file(source, lines)
+        out.append((outputs.write_staged(staging, name, data), count))
+    return out
+
+
+def _user_pieces(read: RangeRead):
+    return [(bucket, (key, batch)) for bucket, key, batch in read.users]
+
+
+def _kept_user_pieces(item):
+    key, value = item
+    if isinstance(value, Tally):
+        return []
+    return [(bucket, (key, value if rows is None else value[rows]))
+            for bucket, rows in steps.bucket_parts(value.user_hashes, steps.USER_BUCKET_BITS)]
+
+
+def _only_tallies(item):
+    return [item] if isinstance(item[1], Tally) else []
+
+
+def _capped(group, cap: int):
+    tallies, users = steps.cap_users(group[1], cap)
+    return [("tally", item) for item in tallies] + [("users", users)]
+
+
+def _repeated_set(backend: Backend, id_pieces) -> tuple[dict[str, np.ndarray], list[int]]:
+    """The id-hash shuffle: key text -> sorted repeated hashes, and the ranges holding them."""
+    found = backend.collect(backend.flat_map(backend.group_by_key(id_pieces), _repeated))
+    parts: dict[str, list[np.ndarray]] = {}
+    ranges: set[int] = set()
+    for text, hashes, where in found:
+        parts.setdefault(text, []).append(hashes)
+        ranges.update(where)
+    return {text: np.unique(np.concatenate(p)) for text, p in parts.items()}, sorted(ranges)
+
+
+def _merged(pairs) -> dict[tuple, Tally]:
+    out: dict[tuple, Tally] = {}
+    for key, tally in pairs:
+        out[key] = out[key] + tally if key in out else tally
+    return out
+
+
+@dataclasses.dataclass(eq=False)
+class Counted:
+    """What the distributed part of the plan gives the driver: per key the exact
+    :class:`Tally`, the records, dead letters by reason, the dead-letter files written
+    (staged), each range's read time, and the contribution summary (with a cap)."""
+
+    tallies: dict[tuple, Tally]
+    records: int
+    reasons: dict[str, int]
+    letter_files: list[tuple[str, int]]
+    read_ms: list[int]
+    contribution: dict | None = None
+    #: Seconds from the start to the end of each step, in order (the engine runs a step
+    #: when its result is collected: reads overlap with what is collected first).
+    step_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def count_reports(backend: Backend, job: EstimateJob, staging: str) -> Counted:
+    """Steps 1 to 4 of the plan on ``backend`` (dead-letter files staged in ``staging``)."""
+    started = time.perf_counter()
+    marks: dict[str, float] = {}
+
+    def mark(name: str) -> None:
+        marks[name] = round(time.perf_counter() - started, 3)
+
+    tasks = plan_ranges(job.input, job.fmt, job.range_bytes)
+    mark("plan_ranges")
+    cap = job.max_reports_per_user
+    # The rows of repeated id hashes carry their full ids, which decide what is a copy; the
+    # read that counts (no cap) needs the hashes only.
+    keep = tuple(dict.fromkeys((("id_hashes",) if job.dedup else ())
+                               + (steps.CAP_KEEP + (("report_ids",) if job.dedup else ())
+                                  if cap is not None else ())))
+    read = functools.partial(steps.read_range, policy=job.policy, keep=keep)
+    ids_only = functools.partial(steps.read_range, policy=job.policy, keep=("id_hashes",),
+                                 account=False, count=False)
+    contribution = None
+    if cap is None:
+        reads = backend.persist(backend.map(backend.parallelize(tasks),
+                                            functools.partial(read, ids=job.dedup)))
+        tallies = _merged(backend.collect(backend.combine_per_key(
+            backend.flat_map(reads, _tallies), _add)))
+        mark("read_and_count")
+        if job.dedup:
+            repeated, ranges = _repeated_set(backend, backend.flat_map(reads, _id_pieces))
+            mark("repeated_ids")
+            if repeated:  # read again, for the rows of repeated ids alone
+                again = backend.map(backend.parallelize([tasks[i] for i in ranges]),
+                                    functools.partial(ids_only, ids=False, repeated=repeated,
+                                                      unique=False,
+                                                      keep=("id_hashes", "report_ids")))
+                drops = _merged(backend.collect(backend.flat_map(
+                    backend.group_by_key(backend.flat_map(again, _repeat_pieces)), _dropped)))
+                for key, dropped in drops.items():
+                    tallies[key] = tallies[key].without(dropped)
+                mark("drop_copies")
+    else:
+        repeated = None
+        if job.dedup:  # the cap must see the deduplicated reports: find the ids first
+            ids = backend.map(backend.parallelize(tasks), functools.partial(ids_only, ids=True))
+            repeated, _ = _repeated_set(backend, backend.flat_map(ids, _id_pieces))
+            mark("repeated_ids")
+        reads = backend.persist(backend.map(backend.parallelize(tasks), functools.partial(
+            read, count=False, users=True, repeated=repeated or None)))
+        users = backend.flat_map(reads, _user_pieces)
+        tallies = _merged(backend.collect(backend.flat_map(reads, _tallies)))  # dead letters
+        if repeated:
+            resolved = backend.persist(backend.flat_map(
+                backend.group_by_key(backend.flat_map(reads, _repeat_pieces)),
+                functools.partial(_dropped, keep_rows=True)))
+            for key, tally in _merged(backend.collect(
+                    backend.flat_map(resolved, _only_tallies))).items():
+                tallies[key] = tallies[key] + tally if key in tallies else tally
+            users = backend.union(users, backend.flat_map(resolved, _kept_user_pieces))
+        capped = backend.collect(backend.flat_map(backend.group_by_key(users),
+                                                  functools.partial(_capped, cap=cap)))
+        for key, tally in _merged(item for kind, item in capped if kind == "tally").items():
+            tallies[key] = tallies[key] + tally if key in tallies else tally
+        mark("cap_users")
+        counts = [item for kind, item in capped if kind == "users"]
+        contribution = {"max_reports_per_user": cap, "users": sum(c for c, _ in counts),
+                        "max_epsilon_per_user": max((e for _, e in counts), default=0.0)}
+    stats = backend.collect(backend.flat_map(reads, _stats))
+    written = backend.collect(backend.flat_map(
+        backend.group_by_key(backend.flat_map(reads, _letter_pieces)),
+        functools.partial(_write_letters, staging=staging)))
+    backend.release(reads)
+    mark("dead_letters")
+    reasons: dict[str, int] = {}
+    for _, by_reason, _ in stats:
+        reasons = steps.add_counts(reasons, by_reason)
+    return Counted(tallies, sum(s[0] for s in stats), reasons, sorted(written),
+                   [s[2] for s in stats], contribution, marks)
+
+
+def run_estimate(backend: Backend, job: EstimateJob) -> dict[str, Any]:
+    """Run the plan on ``backend``; returns the run's counts, as the Beam job's ``run``:
+    ``{"output", "state", "seconds", "timings_ms", "records", "reports_estimated",
+    "duplicates", "capped", "dead_letters", "engine"}``."""
+    from ldpflow.wire.results import estimates_document, utc_now
+
+    started = time.perf_counter()
+    staging = outputs.staging_folder(job.output)
+    counted = count_reports(backend, job, staging)
+    tallies = counted.tallies
+    results = backend.collect(backend.map(
+        backend.parallelize(sorted(tallies.items(), key=lambda kv: steps._key_text(kv[0]))),
+        functools.partial(steps.estimate_key, methods=job.methods)))
+    run = {**job.run, "finished": utc_now()} if job.run is not None else None
+    document = estimates_document(results, steps.dead_letter_summary(counted.reasons),
+                                  job.dedup, counted.contribution, run)
+    for name, data in outputs.estimates_files(document, job.run).items():
+        outputs.write_staged(staging, name, data)
+    outputs.commit_outputs(job.output, staging)
+    read_ms = counted.read_ms
+    summary = {
+        "output": job.output, "state": "DONE", "engine": backend.description,
+        "seconds": round(time.perf_counter() - started, 3),
+        "timings_ms": {"range_read_ms": {"count": len(read_ms), "sum": sum(read_ms),
+                                         "min": min(read_ms, default=0),
+                                         "max": max(read_ms, default=0),
+                                         "mean": sum(read_ms) / max(len(read_ms), 1)},
+                       "steps_s": counted.step_seconds},
+        "records": counted.records, "reports_estimated": document["reports_estimated"],
+        "duplicates": document["duplicates"],
+        "capped": sum(t.capped for t in tallies.values()),
+        "dead_letters": sum(counted.reasons.values()),
+    }
+    _LOGGER.info("ldpflow estimate (%s): %d records: %d estimated, %d duplicates, %d dead "
+                 "letters in %.1fs -> %s", backend.description, counted.records,
+                 summary["reports_estimated"], summary["duplicates"], summary["dead_letters"],
+                 summary["seconds"], job.output)
+    return summary

@@ -1,0 +1,361 @@
+"""The steps of ``ldpflow estimate`` as pure functions over core and wire objects.
+
+Every engine (:mod:`ldpflow.plan.backend`) runs the same steps; only how their inputs
+reach them differs. A step never changes its inputs: tallies and accumulators are added
+with ``+`` (a new object), so an engine may hand one result to several consumers.
+
+* :func:`read_range`: one byte range of one file through the wire layer's one parse path
+  (:func:`ldpflow.wire.formats.read_reports`, with the run's
+  :class:`~ldpflow.wire.parse.AcceptancePolicy`) -> a :class:`RangeRead`: records, dead
+  letters by reason and by source, the valid reports counted per key (exact integer
+  :class:`Tally`), and what the shuffles need: id-hash pieces (8 bytes a report) by
+  id-hash bucket, the rows of repeated ids, or the kept batches by user-hash bucket.
+* :func:`repeated_ids`: one id-hash bucket -> the hashes seen more than once, and the
+  ranges that hold them.
+* :func:`drop_copies`: one bucket of the rows of repeated ids -> the copies dropped
+  (:func:`ldpflow.core.dedup.first_copies`), as a :class:`Tally` to take away, or the
+  kept rows.
+* :func:`cap_users`: one user-hash bucket -> each user's earliest ``cap`` reports counted
+  (:func:`ldpflow.core.contribution.capped_rows`), the others as ``capped``.
+* :func:`estimate_key`: one key's tally -> its result (:mod:`ldpflow.wire.results`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ldpflow.core.contribution import capped_rows, epsilon_per_user
+from ldpflow.core.dedup import first_copies
+from ldpflow.core.keys import ProtocolKey
+from ldpflow.core.oracles import Accumulator, registry
+from ldpflow.wire.envelope import ReportBatch
+
+__all__ = [
+    "Tally",
+    "RangeTask",
+    "RangeRead",
+    "ID_BUCKET_BITS",
+    "USER_BUCKET_BITS",
+    "CAP_KEEP",
+    "bucket_parts",
+    "split_repeated",
+    "shuffle_key",
+    "read_range",
+    "repeated_ids",
+    "drop_copies",
+    "cap_users",
+    "estimate_key",
+    "dead_letter_summary",
+    "add_counts",
+]
+
+#: Id-hash buckets per key (2**4 = 16): how many workers can share one key's dedup.
+ID_BUCKET_BITS = 4
+#: User-hash buckets (16), across keys: how many workers can share the contribution cap.
+USER_BUCKET_BITS = 4
+#: The envelope columns the batches keep for the contribution cap.
+CAP_KEEP = ("user_hashes", "event_times", "id_hashes")
+
+
+@dataclasses.dataclass(eq=False)
+class Tally:
+    """One key's exact counts, with the copies not counted, the reports over a user's cap
+    and the records refused. ``a + b`` is a new tally (pure); :meth:`merge` adds in place
+    (for a Beam ``CombineFn``, which owns its first accumulator)."""
+
+    accumulator: Accumulator | None
+    duplicates: int = 0
+    conflicting: int = 0
+    dead_letters: int = 0
+    capped: int = 0
+
+    def merge(self, other: Tally) -> Tally:
+        if other.accumulator is not None:
+            self.accumulator = (other.accumulator.copy() if self.accumulator is None
+                                else self.accumulator.merge(other.accumulator))
+        self.duplicates += other.duplicates
+        self.conflicting += other.conflicting
+        self.dead_letters += other.dead_letters
+        self.capped += other.capped
+        return self
+
+    def __add__(self, other: Tally) -> Tally:
+        a, b = self.accumulator, other.accumulator
+        return Tally(a if b is None else b if a is None else a + b,
+                     self.duplicates + other.duplicates, self.conflicting + other.conflicting,
+                     self.dead_letters + other.dead_letters, self.capped + other.capped)
+
+    def without(self, dropped: Tally) -> Tally:
+        """This tally less the reports of ``dropped`` (copies counted here, then found to be
+        duplicates), with ``dropped``'s duplicate counts added."""
+        accumulator = self.accumulator
+        if dropped.accumulator is not None:
+            if accumulator is None:
+                raise ValueError("cannot take reports out of a tally that counted none")
+            accumulator = accumulator - dropped.accumulator
+        return Tally(accumulator, self.duplicates + dropped.duplicates,
+                     self.conflicting + dropped.conflicting,
+                     self.dead_letters + dropped.dead_letters, self.capped + dropped.capped)
+
+
+def add_counts(a: Mapping[Any, int], b: Mapping[Any, int]) -> dict[Any, int]:
+    """The sum of two count mappings, as a new dict."""
+    out = dict(a)
+    for name, count in b.items():
+        out[name] = out.get(name, 0) + count
+    return out
+
+
+def dead_letter_summary(by_reason: Mapping[str, int]) -> dict[str, Any]:
+    """Dead letters by reason -> ``{"total", "by_reason"}``, largest first (ties by reason,
+    so the document does not depend on the order the ranges were read in)."""
+    return {"total": sum(by_reason.values()),
+            "by_reason": dict(sorted(by_reason.items(), key=lambda kv: (-kv[1], kv[0])))}
+
+
+@dataclasses.dataclass(frozen=True)
+class RangeTask:
+    """One byte range ``[start, end)`` of one file (``end`` None: to the end)."""
+
+    index: int
+    path: str
+    fmt: str
+    start: int = 0
+    end: int | None = None
+
+
+@dataclasses.dataclass(eq=False)
+class RangeRead:
+    """What one read of one range gives (the parts its flags asked for).
+
+    ``tallies``: key -> :class:`Tally` (the valid reports counted, and the key's dead
+    letters); ``reasons``: dead letters by reason; ``letters``: source -> dead letters as
+    JSON lines; ``ids``: ``(key, bucket, hashes)`` pieces; ``repeats``: ``(key, bucket,
+    batch)`` pieces of the rows of repeated ids; ``users``: ``(bucket, key, batch)``
+    pieces by user-hash bucket.
+    """
+
+    index: int
+    records: int = 0
+    tallies: dict[tuple, Tally] = dataclasses.field(default_factory=dict)
+    reasons: dict[str, int] = dataclasses.field(default_factory=dict)
+    letters: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    ids: list[tuple[tuple, int, np.ndarray]] = dataclasses.field(default_factory=list)
+    repeats: list[tuple[tuple, int, ReportBatch]] = dataclasses.field(default_factory=list)
+    users: list[tuple[int, tuple, ReportBatch]] = dataclasses.field(default_factory=list)
+    read_ms: int = 0
+
+    @property
+    def dead_letters(self) -> int:
+        return sum(self.reasons.values())
+
+
+def bucket_parts(hashes: np.ndarray, bits: int) -> Iterable[tuple[int, np.ndarray | None]]:
+    """``(bucket, rows)`` of 64-bit hashes by their top ``bits`` bits (rows None: all)."""
+    # uint16 buckets: numpy's stable argsort of 16-bit keys is a radix sort, O(n).
+    bucket = (hashes >> np.uint64(64 - bits)).astype(np.uint16) if bits else \
+        np.zeros(hashes.size, dtype=np.uint16)
+    present = np.flatnonzero(np.bincount(bucket, minlength=1 << bits))
+    if present.size == 1:
+        yield int(present[0]), None
+        return
+    order = np.argsort(bucket, kind="stable")
+    bounds = np.searchsorted(bucket[order], np.append(present, present[-1] + 1))
+    for i, b in enumerate(present.tolist()):
+        yield b, order[bounds[i]:bounds[i + 1]]
+
+
+def _key_text(key) -> str:
+    return ProtocolKey.coerce(key).to_json()
+
+
+def shuffle_key(key, bucket: int) -> int:
+    """A deterministic integer shuffle key of ``(key, bucket)``: the same in every process
+    (engines partition by ``hash()``, which is salted per process for strings). Distinct
+    pairs may share one; the grouped steps sort their pieces by the pair itself."""
+    digest = hashlib.blake2b(_key_text(key).encode("utf-8"), digest_size=6).digest()
+    return (int.from_bytes(digest, "little") << 16) | int(bucket)
+
+
+def split_repeated(key, batch: ReportBatch, repeated: Mapping[str, np.ndarray]):
+    """``(unique rows, repeated rows)`` of a batch: its rows whose id hash is not (is) in
+    ``repeated[key text]`` (a sorted array); ``None`` for an empty part. The repeated rows
+    take their full ids (``report_ids``) to the step that resolves them, which compares
+    them; the unique rows are counted where they were read."""
+    if batch.id_hashes is None or batch.report_ids is None:
+        raise ValueError("deduplication needs batches read with keep=('id_hashes', "
+                         "'report_ids')")
+    known = repeated.get(_key_text(key))
+    if known is None:
+        return batch, None
+    at = np.minimum(np.searchsorted(known, batch.id_hashes), known.size - 1)
+    mask = known[at] == batch.id_hashes
+    return (None if mask.all() else batch[~mask]), (batch[mask] if mask.any() else None)
+
+
+def _count(batch: ReportBatch) -> Accumulator:
+    return registry.from_key(batch.key).count_valid(batch.reports)
+
+
+def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bool = True,
+               count: bool = True, ids: bool = False,
+               repeated: Mapping[str, np.ndarray] | None = None, unique: bool = True,
+               users: bool = False, opener=None) -> RangeRead:
+    """Read one range; what it returns holds the parts asked for.
+
+    Parameters
+    ----------
+    task : RangeTask
+    policy : AcceptancePolicy
+    keep : sequence of str
+        Envelope columns the batches keep (``id_hashes`` for dedup, :data:`CAP_KEEP`).
+    account : bool
+        Count records and dead letters (the one read of a run that accounts for them).
+    count : bool
+        Count the valid reports per key (after the repeated rows are split off, when
+        ``repeated`` is given).
+    ids : bool
+        Emit the id hashes of the valid reports, by id-hash bucket (``ids``).
+    repeated : mapping, optional
+        Key text -> sorted repeated id hashes: the rows of those ids go to ``repeats``
+        (by id-hash bucket) instead of being counted; ``unique=False`` drops the others.
+    users : bool
+        Emit the (remaining) batches by user-hash bucket (``users``) instead of counting.
+    opener : callable, optional
+        ``opener(path)`` -> a binary stream (default :func:`ldpflow.plan.files.open_file`).
+    """
+    from ldpflow.wire import formats
+
+    if opener is None:
+        from ldpflow.plan.files import open_file as opener
+    started = time.perf_counter()
+    out = RangeRead(task.index)
+    with opener(task.path) as stream:
+        for parsed in formats.read_reports(stream, task.fmt, source=task.path,
+                                           start=task.start, end=task.end, policy=policy,
+                                           keep=tuple(keep)):
+            if account:
+                out.records += parsed.records
+                for letter in parsed.dead_letters:
+                    out.reasons[letter.reason] = out.reasons.get(letter.reason, 0) + \
+                        letter.count
+                    out.letters.setdefault(letter.source, []).append(letter.to_json())
+                    if letter.key is not None:
+                        key = tuple(letter.key)
+                        out.tallies[key] = out.tallies.get(key, Tally(None)) + \
+                            Tally(None, dead_letters=letter.count)
+            for key, batch in parsed.batches.items():
+                key = tuple(key)
+                if ids:
+                    for bucket, rows in bucket_parts(batch.id_hashes, ID_BUCKET_BITS):
+                        out.ids.append((key, bucket, batch.id_hashes if rows is None
+                                        else batch.id_hashes[rows]))
+                if repeated is not None:
+                    rest, repeats = split_repeated(key, batch, repeated)
+                    if repeats is not None:
+                        for bucket, rows in bucket_parts(repeats.id_hashes, ID_BUCKET_BITS):
+                            out.repeats.append((key, bucket,
+                                                repeats if rows is None else repeats[rows]))
+                    batch = rest if unique else None
+                if batch is None or not len(batch):
+                    continue
+                if users:
+                    if batch.user_hashes is None:
+                        raise ValueError(f"contribution caps need batches read with "
+                                         f"keep={CAP_KEEP}")
+                    for bucket, rows in bucket_parts(batch.user_hashes, USER_BUCKET_BITS):
+                        out.users.append((bucket, key, batch if rows is None else batch[rows]))
+                elif count:
+                    out.tallies[key] = out.tallies.get(key, Tally(None)) + Tally(_count(batch))
+    out.read_ms = int(1000 * (time.perf_counter() - started))
+    return out
+
+
+def _grouped(pieces: Iterable[tuple]) -> dict[tuple, list]:
+    """Pieces ``(a, b, value)`` gathered by ``(a, b)``, in a deterministic order."""
+    groups: dict[tuple, list] = {}
+    for a, b, value in pieces:
+        groups.setdefault((a, b), []).append(value)
+    return dict(sorted(groups.items(), key=lambda kv: (_key_text(kv[0][0]), kv[0][1])))
+
+
+def repeated_ids(pieces: Iterable[tuple[tuple, int, int, np.ndarray]]
+                 ) -> list[tuple[str, np.ndarray, list[int]]]:
+    """One id-hash shuffle group of ``(key, bucket, range index, hashes)`` pieces ->
+    ``(key text, sorted hashes seen more than once, ranges holding them)`` per key and
+    bucket that has any. A thin call into :func:`ldpflow.core.dedup.first_copies`."""
+    out = []
+    for (key, _), parts in _grouped((k, b, (r, h)) for k, b, r, h in pieces).items():
+        hashes = np.concatenate([h for _, h in parts])
+        kept, _ = first_copies(hashes)
+        if kept.all():
+            continue
+        repeated = np.unique(hashes[~kept])
+        ranges = sorted({r for r, h in parts if np.isin(h, repeated).any()})
+        out.append((_key_text(key), repeated, ranges))
+    return out
+
+
+def drop_copies(pieces: Iterable[tuple[tuple, int, ReportBatch]], keep_rows: bool = False
+                ) -> list[tuple[tuple, Any]]:
+    """One shuffle group of the rows of repeated ids, ``(key, bucket, batch)`` pieces ->
+    per key ``(key, Tally)``: the copies dropped (``accumulator``: their counts, to take
+    away from a tally that counted them; ``duplicates``, ``conflicting``). With
+    ``keep_rows`` also ``(key, batch)`` of the kept rows (for the contribution cap), and
+    the tally without counts. Which copy is kept does not depend on arrival order
+    (:func:`ldpflow.core.dedup.first_copies`)."""
+    out: list[tuple[tuple, Any]] = []
+    for (key, _), batches in _grouped(pieces).items():
+        batch = batches[0] if len(batches) == 1 else ReportBatch.concat(batches)
+        kept, conflicting = first_copies(batch.id_hashes, batch.reports.columns.values(),
+                                         ids=batch.report_ids)
+        dropped = int(kept.size - np.count_nonzero(kept))
+        if keep_rows:
+            out.append((key, Tally(None, dropped, conflicting)))
+            out.append((key, batch[kept]))
+        elif dropped:
+            out.append((key, Tally(_count(batch[~kept]), dropped, conflicting)))
+    return out
+
+
+def cap_users(pieces: Iterable[tuple[tuple, ReportBatch]], cap: int
+              ) -> tuple[list[tuple[tuple, Tally]], tuple[int, float]]:
+    """One user-hash bucket's ``(key, batch)`` pieces, of any keys -> per key the
+    :class:`Tally` of each user's ``cap`` earliest reports (and the others as ``capped``),
+    and ``(users, the largest epsilon one user spent)``."""
+    pieces = sorted(pieces, key=lambda kb: _key_text(kb[0]))  # order-free: capped_rows ranks
+    if not pieces:
+        return [], (0, 0.0)
+    batches = [batch for _, batch in pieces]
+    user_hashes = np.concatenate([b.user_hashes for b in batches])
+    keep = capped_rows(user_hashes, np.concatenate([b.event_times for b in batches]),
+                       np.concatenate([b.id_hashes for b in batches]), cap)
+    epsilons = np.concatenate([np.full(len(b), float(b.protocol.epsilon)) for b in batches])
+    summary = epsilon_per_user(user_hashes[keep], epsilons[keep])
+    tallies: dict[tuple, Tally] = {}
+    start = 0
+    for key, batch in pieces:
+        mine = keep[start:start + len(batch)]
+        start += len(batch)
+        kept = batch[mine]
+        tally = Tally(_count(kept) if len(kept) else None,
+                      capped=int(mine.size - np.count_nonzero(mine)))
+        tallies[key] = tallies[key] + tally if key in tallies else tally
+    return list(tallies.items()), summary
+
+
+def estimate_key(item: tuple[tuple, Tally], methods: Sequence[str]) -> dict[str, Any]:
+    """One key's tally -> its result dict (:func:`ldpflow.wire.results.estimate_result`,
+    post-processed by every method)."""
+    from ldpflow.core.postprocess import postprocess
+    from ldpflow.wire.results import estimate_result
+
+    key, tally = item
+    return estimate_result(key, tally.accumulator, tally.dead_letters, tuple(methods),
+                           postprocess, duplicates=tally.duplicates, capped=tally.capped)

@@ -1,0 +1,156 @@
+"""The plan's steps as pure functions, on the in-process backend (no engine, no Beam)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import ldpflow
+from ldpflow.core.oracles import Accumulator
+from ldpflow.plan import outputs, steps
+from ldpflow.plan.backend import LocalBackend
+from ldpflow.plan.job import EstimateJob, count_reports, plan_ranges
+from ldpflow.wire.parse import AcceptancePolicy
+from tests.plan import inputs
+
+
+def _accumulator(seed, n=50):
+    oracle = ldpflow.oracle("olh", epsilon=1.0, domain_size=16)
+    rng = np.random.default_rng(seed)
+    return oracle.aggregate(oracle.perturb(rng.integers(0, 16, n), rng=rng))
+
+
+def test_accumulator_addition_is_pure_and_subtraction_undoes_it():
+    a, b = _accumulator(1), _accumulator(2, 30)
+    a_counts, b_counts = a.counts.copy(), b.counts.copy()
+    total = a + b
+    assert (a.n, b.n, total.n) == (50, 30, 80)
+    assert np.array_equal(a.counts, a_counts) and np.array_equal(b.counts, b_counts)
+    assert total == a.copy().merge(b)  # the in-place merge gives the same counts
+    assert total - b == a and (total - b) is not a
+    with pytest.raises(ValueError, match="cannot take 80 reports"):
+        b - total
+    other = Accumulator(("grr",), np.zeros(3, dtype=np.int64))
+    with pytest.raises(ValueError, match="cannot merge"):
+        a + other
+
+
+def test_tally_addition_is_pure():
+    a = steps.Tally(_accumulator(1), duplicates=2, dead_letters=1)
+    b = steps.Tally(None, capped=3)
+    total = a + b + steps.Tally(_accumulator(2), conflicting=1)
+    assert (total.duplicates, total.conflicting, total.dead_letters, total.capped) == (2, 1, 1, 3)
+    assert total.accumulator.n == 100 and a.accumulator.n == 50 and b.accumulator is None
+    less = total.without(steps.Tally(_accumulator(2), duplicates=5))
+    assert less.accumulator == a.accumulator and less.duplicates == 7
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    return inputs.write_inputs(tmp_path_factory.mktemp("inputs"))
+
+
+def test_read_range_counts_the_valid_reports_and_refuses_the_others(files):
+    tasks = plan_ranges(files)
+    assert [os.path.basename(t.path) for t in tasks] == ["a.avro", "b.jsonl.gz", "c.parquet"]
+    reads = [steps.read_range(t, AcceptancePolicy(), ("id_hashes",), ids=True) for t in tasks]
+    assert sum(r.records for r in reads) == 1303
+    assert sum(r.dead_letters for r in reads) == inputs.BROKEN_AVRO + inputs.BROKEN_JSON
+    counted = sum(t.accumulator.n for r in reads for t in r.tallies.values() if t.accumulator)
+    assert counted == 1303 - 6
+    assert sum(h.size for r in reads for _, _, h in r.ids) == counted  # 8 bytes a report
+    assert all(h.dtype == np.uint64 for r in reads for _, _, h in r.ids)
+
+
+def test_repeated_ids_find_the_copies_and_the_ranges_holding_them(files):
+    tasks = plan_ranges(files)
+    reads = [steps.read_range(t, AcceptancePolicy(), ("id_hashes",), ids=True) for t in tasks]
+    pieces = [(key, b, r.index, h) for r in reads for key, b, h in r.ids]
+    found = steps.repeated_ids(pieces)
+    assert sum(h.size for _, h, _ in found) == inputs.EXACT_COPIES + inputs.CONFLICTING_COPIES
+    assert {i for _, _, where in found for i in where} == {0, 1, 2}  # a, b and their copies
+    assert steps.repeated_ids(list(reversed(pieces)))[0][1].tolist() == found[0][1].tolist()
+
+
+def test_drop_copies_keeps_one_copy_whatever_the_order(files):
+    tasks = plan_ranges(files)
+    reads = [steps.read_range(t, AcceptancePolicy(), ("id_hashes",), ids=True) for t in tasks]
+    repeated = {}
+    for text, hashes, _ in steps.repeated_ids(
+            (k, b, r.index, h) for r in reads for k, b, h in r.ids):
+        repeated[text] = np.union1d(repeated.get(text, hashes), hashes)  # one per bucket
+    again = [steps.read_range(t, AcceptancePolicy(), ("id_hashes",), account=False,
+                              count=False, repeated=repeated, unique=False) for t in tasks]
+    pieces = [p for r in again for p in r.repeats]
+    def dropped_per_key(pieces):
+        out = {}
+        for key, tally in steps.drop_copies(pieces):  # one tally per key and bucket
+            out[key] = out[key] + tally if key in out else tally
+        return out
+
+    forward, backward = dropped_per_key(pieces), dropped_per_key(pieces[::-1])
+    ((key, dropped),) = forward.items()
+    assert key[0] == "olh" and dropped.duplicates == 103 and dropped.conflicting == 3
+    assert dropped.accumulator.n == 103 and backward[key].accumulator == dropped.accumulator
+
+
+def test_count_reports_equals_counting_the_deduplicated_reports_directly(files, tmp_path):
+    job = EstimateJob(input=files, output=str(tmp_path), methods=("base",),
+                      policy=AcceptancePolicy())
+    counted = count_reports(LocalBackend(), job, str(tmp_path / "staging"))
+    olh = next(t for k, t in counted.tallies.items() if k[0] == "olh")
+    assert olh.duplicates == 103 and olh.conflicting == 3
+    # every valid OLH report once: the files' reports less the refused ones
+    assert olh.accumulator.n == inputs.OLH_REPORTS - 6
+    none = count_reports(LocalBackend(), EstimateJob(
+        input=files, output=str(tmp_path), methods=("base",), policy=AcceptancePolicy(),
+        dedup=False), str(tmp_path / "staging2"))
+    olh_all = next(t for k, t in none.tallies.items() if k[0] == "olh")
+    assert olh_all.accumulator.n == olh.accumulator.n + 103
+
+
+def test_commit_replaces_the_outputs_and_removes_stale_dead_letters(tmp_path):
+    out = tmp_path / "out"
+    (out / "dead_letters").mkdir(parents=True)
+    (out / "dead_letters" / "old.jsonl").write_text("x\n")
+    (out / "estimates.json").write_text("old")
+    staging = outputs.staging_folder(str(out))
+    outputs.write_staged(staging, "estimates.json", b"new")
+    name, data, count = outputs.dead_letter_file("/data/a.avro", ['{"b": 1}', '{"a": 2}'])
+    outputs.write_staged(staging, name, data)
+    assert count == 2 and data == b'{"a": 2}\n{"b": 1}\n'
+    assert outputs.commit_outputs(str(out), staging) == 2
+    assert (out / "estimates.json").read_text() == "new"
+    assert sorted(os.listdir(out / "dead_letters")) == [os.path.basename(name)]
+    assert not os.path.exists(staging)
+
+
+def test_local_engine_exits_1_when_every_record_was_refused(tmp_path):
+    from ldpflow.pipelines import cli
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n{\"report_id\": \"x\"}\n")
+    status = cli.main(["estimate", f"--input={bad}", f"--output={tmp_path / 'out'}",
+                       "--engine=local", "--methods=base"])
+    assert status == 1
+    document = json.loads((tmp_path / "out" / "estimates.json").read_text())
+    assert document["records"] == 2 and document["dead_letters"]["total"] == 2
+    assert document["run"]["runner"] == "local"
+
+
+def test_dead_letter_summary_orders_ties_by_reason():
+    summary = steps.dead_letter_summary({"b": 1, "a": 1, "c": 5})
+    assert summary == {"total": 7, "by_reason": {"c": 5, "a": 1, "b": 1}}
+    assert list(summary["by_reason"]) == ["c", "a", "b"]
+
+
+def test_poisoning_detection_off_beam_is_a_usage_error(tmp_path):
+    from ldpflow.pipelines import cli
+
+    (tmp_path / "a.jsonl").write_text("")
+    status = cli.main(["estimate", f"--input={tmp_path}/a.jsonl", f"--output={tmp_path}/o",
+                       "--engine=local", "--poisoning=detect"])
+    assert status == 2 and not (tmp_path / "o").exists()
