@@ -128,6 +128,11 @@ class AcceptanceOptions(PipelineOptions):
         parser.add_argument("--max_counters", type=int, default=defaults.max_counters,
                             help="The most counters (8 bytes each) the parameter sets of one "
                                  "chunk may need together (the largest sets first).")
+        parser.add_argument("--max_key_bytes", type=int, default=defaults.max_key_bytes,
+                            help="The most memory (bytes) one parameter set may need: its "
+                                 "accumulator and its estimates, about 4 KiB a domain value; "
+                                 "a report claiming more is refused before anything is "
+                                 "allocated.")
 
 
 class StreamOptions(PipelineOptions):

@@ -182,7 +182,7 @@ def test_a_chunk_cannot_claim_more_counters_than_the_policy_allows():
                                             formats.numbered_ids("u-", start, start + rows),
                                             np.arange(rows)))
     lines = formats.json_lines(pa.concat_tables(tables))
-    policy = AcceptancePolicy(max_counters=2**21 + 2**20 + 64)
+    policy = AcceptancePolicy(max_counters=2**21 + 2**20 + 64, max_key_bytes=2**40)
     chunks = list(formats.read_reports(io.BytesIO(lines), "json", policy=policy))
     kept = {(key.parameters["domain_size"], key.parameters["epsilon"]): len(batch)
             for p in chunks for key, batch in p.batches.items()}
