@@ -516,47 +516,71 @@ def _json_reports(stream, source, start, end, policy, keep):
 
 
 def _json_chunks(stream, start: int, end: int | None) -> Iterator[bytes]:
-    """The whole lines that begin in ``[start, end)``, in chunks of about 32 MiB."""
-    carry, position = b"", 0  # position: the file offset of carry[0]
+    """The whole lines that begin in ``[start, end)``, in chunks of about 32 MiB.
+
+    Every line belongs to exactly one range whatever its length: offsets are those of the
+    file (``line_start``, where the line being carried begins; ``read_to``, the end of what
+    was read), never derived from what is kept of a line, since of a line longer than
+    :data:`MAX_LINE_BYTES` only the head is kept (for its dead letter).
+    """
+    carry, line_start, read_to = b"", 0, 0
+    block: bytes | None = None  # bytes read but not yet looked at (from read_to - len)
     if start > 0:  # begin at the first line that starts at or after start
         stream.seek(start - 1)
-        position = start - 1
+        read_to = start - 1
         while True:
-            block = stream.read(1 << 16)
-            if not block:
+            head = stream.read(1 << 16)
+            if not head:
                 return
-            cut = block.find(b"\n")
+            read_to += len(head)
+            cut = head.find(b"\n")
             if cut >= 0:
-                carry, position = block[cut + 1:], position + cut + 1
+                line_start = read_to - len(head) + cut + 1
+                block = head[cut + 1:] or None
                 break
-            position += len(block)
-    while end is None or position < end:
-        try:
-            block = _read_up_to(stream, _JSON_CHUNK_BYTES)
-        except _ReadFailed as failure:  # keep the whole lines read before the damage
-            cut = failure.data.rfind(b"\n")
-            if cut >= 0:
-                yield carry + failure.data[: cut + 1]
-            raise failure.error from None
-        if not block:
-            if carry:
-                yield carry
-            return
+    while end is None or line_start < end:
+        if block is None:
+            try:
+                block = _read_up_to(stream, _JSON_CHUNK_BYTES)
+            except _ReadFailed as failure:  # keep the whole lines read before the damage
+                cut = failure.data.rfind(b"\n")
+                if cut >= 0:
+                    yield from _json_tail(carry, failure.data[: cut + 1], read_to, end)
+                raise failure.error from None
+            if not block:
+                if carry:
+                    yield carry
+                return
+            read_to += len(block)
+        block_start = read_to - len(block)  # the file offset of block[0]
         cut = block.rfind(b"\n")
         if cut < 0:
             carry += block
             if len(carry) > MAX_LINE_BYTES:  # keep its head (for the dead letter) only
                 carry = carry[: MAX_LINE_BYTES + 1]
+            block = None
             continue
-        complete = b"".join((carry, memoryview(block)[: cut + 1]))  # one copy
-        carry = block[cut + 1:]
-        if end is not None and position + len(complete) > end:
+        next_start = block_start + cut + 1  # where the first line not yet complete begins
+        if end is not None and next_start > end:
             # Keep the lines that begin before end; the next range has the others.
-            last = complete.find(b"\n", end - 1 - position)
-            yield complete[: last + 1]
+            last = block.find(b"\n", max(end - 1 - block_start, 0))
+            yield b"".join((carry, memoryview(block)[: last + 1]))
             return
-        yield complete
-        position += len(complete)
+        yield b"".join((carry, memoryview(block)[: cut + 1]))  # one copy
+        carry, line_start = block[cut + 1:], next_start
+        block = None
+
+
+def _json_tail(carry: bytes, data: bytes, read_to: int, end: int | None) -> Iterator[bytes]:
+    """The whole lines of ``carry + data`` (read up to a failure) that begin before
+    ``end``."""
+    chunk = carry + data
+    if end is None or read_to + len(data) <= end:
+        yield chunk
+        return
+    last = data.find(b"\n", max(end - 1 - read_to, 0))
+    if last >= 0:
+        yield carry + data[: last + 1]
 
 
 class _ReadFailed(Exception):
