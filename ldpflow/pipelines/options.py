@@ -22,6 +22,7 @@ __all__ = [
     "OutputOptions",
     "MethodsOptions",
     "EstimateOptions",
+    "VerdictOptions",
     "ContributionOptions",
     "AcceptanceOptions",
     "StreamOptions",
@@ -81,10 +82,18 @@ class EstimateOptions(PipelineOptions):
                                  "poisoning (fake users' crafted reports) and add a poisoning "
                                  "section, with recovered estimates, to its result "
                                  "(docs/poisoning.md).")
+
+
+class VerdictOptions(PipelineOptions):
+    """When a batch job fails (``ldpflow.pipelines.verdict``)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
         parser.add_argument("--max_dead_letter_fraction", type=float, default=0.1,
                             help="Exit with status 1 when more than this fraction of the "
-                                 "records were refused, or when no report was estimated "
-                                 "(the outputs are written either way).")
+                                 "records were refused (parts of files lost whole count by "
+                                 "their bytes), or when no report was counted (the outputs "
+                                 "are written either way).")
 
 
 class ContributionOptions(PipelineOptions):
@@ -250,7 +259,8 @@ class Job:
 JOBS = {
     "estimate": Job("estimate", "Report files -> consistent frequency estimates.",
                     (InputOptions, OutputOptions, MethodsOptions, EstimateOptions,
-                     ContributionOptions, AcceptanceOptions), ("input", "output")),
+                     VerdictOptions, ContributionOptions, AcceptanceOptions),
+                    ("input", "output")),
     "stream": Job("stream", "Reports from Pub/Sub -> windowed consistent estimates.",
                   (StreamOptions, OutputOptions, MethodsOptions, ContributionOptions,
                    AcceptanceOptions),
@@ -258,6 +268,7 @@ JOBS = {
     "heavy-hitters": Job("heavy-hitters",
                          "Heavy-hitter reports (pem, spm, mcm, treehist, sfp) -> the most "
                          "frequent values of a huge domain.",
-                         (InputOptions, OutputOptions, HeavyHittersOptions),
+                         (InputOptions, OutputOptions, HeavyHittersOptions,
+                          VerdictOptions),
                          ("input", "output")),
 }
