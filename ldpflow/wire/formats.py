@@ -520,17 +520,24 @@ def _avro_reports(stream, source, start, end, policy, keep):
     cache: dict = {}
     pending: list[avro.Block] = []
     rows = size = 0
+    # Damage right after the header, with no intact block after it, is the signature of a
+    # damaged header (a flipped bit in its metadata or its sync marker): the counts the
+    # "blocks" claim are then garbage, so the file is lost whole, of unknown count.
+    held: list[avro.Damage] | None = [] if start == 0 else None
     for item in avro.iter_blocks(stream, header, start, end):
         if isinstance(item, avro.Damage):
+            if held is not None and (held or item.offset == header.end):
+                held.append(item)
+                continue
             yield from _avro_decode(header, pending, columns, known_present, source, policy,
                                     keep, cache)
             pending, rows, size = [], 0, 0
-            lost = (" (how many records: unknown)" if item.count is None else
-                    f" ({item.count} records lost)")
-            yield _damage(source, f"damaged Avro data at byte {item.offset}: {item.reason}; "
-                                  f"skipped {item.skipped} bytes to the next block{lost}",
-                          item.count, item.skipped)
+            yield _avro_damage(source, item)
             continue
+        if held:  # an intact block after all: the damage is what it says
+            for damage in held:
+                yield _avro_damage(source, damage)
+        held = None
         pending.append(item)
         rows += item.count
         size += len(item.raw)
@@ -540,6 +547,19 @@ def _avro_reports(stream, source, start, end, policy, keep):
             pending, rows, size = [], 0, 0
     yield from _avro_decode(header, pending, columns, known_present, source, policy, keep,
                             cache)
+    if held:  # the header and what was skipped after it (this range's part of the file)
+        lost = header.end + sum(d.skipped for d in held)
+        yield _damage(source, f"file lost: no intact Avro block follows the header, which is "
+                              f"damaged or not this file's ({held[0].reason}) ({lost} bytes, "
+                              "how many records: unknown)", None, lost)
+
+
+def _avro_damage(source: str, item: avro.Damage) -> Parsed:
+    lost = (" (how many records: unknown)" if item.count is None else
+            f" ({item.count} records lost)")
+    return _damage(source, f"damaged Avro data at byte {item.offset}: {item.reason}; "
+                           f"skipped {item.skipped} bytes to the next block{lost}",
+                   item.count, item.skipped)
 
 
 def _polars_table(data: bytes, columns: list[str]) -> pa.Table:
