@@ -379,7 +379,8 @@ def _file_bytes(stream) -> int | None:
 def _lost_file(source: str, stream, what: str) -> Parsed:
     size = _file_bytes(stream)
     shown = "" if size is None else f"{size} bytes, "
-    return _damage(source, f"file lost: {what} ({shown}how many records: unknown)", None, size)
+    return _damage(source, f"{what}; the file is lost ({shown}how many records: unknown)", None,
+                   size)
 
 
 # -- Parquet -----------------------------------------------------------------------------------
@@ -549,9 +550,10 @@ def _avro_reports(stream, source, start, end, policy, keep):
                             cache)
     if held:  # the header and what was skipped after it (this range's part of the file)
         lost = header.end + sum(d.skipped for d in held)
-        yield _damage(source, f"file lost: no intact Avro block follows the header, which is "
-                              f"damaged or not this file's ({held[0].reason}) ({lost} bytes, "
-                              "how many records: unknown)", None, lost)
+        yield _damage(source, f"unreadable Avro file: no intact block follows the header, "
+                              f"which is damaged or not this file's ({held[0].reason}); the "
+                              f"file is lost ({lost} bytes, how many records: unknown)",
+                      None, lost)
 
 
 def _avro_damage(source: str, item: avro.Damage) -> Parsed:

@@ -71,16 +71,17 @@ def test_a_truncated_parquet_footer_is_a_lost_file_of_its_bytes(tmp_path, inputs
     (letter,) = _letters(tmp_path / "out")
     assert letter["count_unknown"] is True and letter["count"] == 0
     assert letter["bytes"] == len(data) - 10
-    assert letter["reason"].startswith("file lost: unreadable Parquet file")
-    assert f"({len(data) - 10} bytes, how many records: unknown)" in letter["reason"]
+    assert letter["reason"].startswith("unreadable Parquet file: ")
+    assert letter["reason"].endswith(f"; the file is lost ({len(data) - 10} bytes, how many "
+                                     "records: unknown)")
     # The Parquet file is a sizeable share of the input's bytes: the run fails, and says why.
     share = (len(data) - 10) / (inputs / "good.jsonl").stat().st_size
     assert share > 0.1
     assert status == 1
     (line,) = err.strip().splitlines()[-1:]
     assert "of the records were refused, more than --max_dead_letter_fraction 0.1" in line
-    assert "1 part of files lost whole" in line and "top reasons: file lost: unreadable " \
-        "Parquet file" in line
+    assert "1 part of files lost whole" in line
+    assert "top reasons: unreadable Parquet file: " in line
     status, _ = _estimate(tmp_path, capsys, "--max_dead_letter_fraction=0.9")
     assert status == 0
     doc = json.loads((tmp_path / "out" / "estimates.json").read_text())
@@ -97,7 +98,8 @@ def test_one_flipped_bit_in_an_avro_header_loses_the_file_and_counts(tmp_path, i
     assert letter["count_unknown"] is True and letter["bytes"] == len(data)
     assert status == 1
     assert "no valid report was estimated (0 records: 0 estimated" in err
-    assert "1 part of files lost whole" in err and "top reasons: file lost:" in err
+    assert "1 part of files lost whole" in err
+    assert "top reasons: unreadable Avro file: not an Avro container file" in err
 
 
 @pytest.mark.parametrize("kind", ["parquet", "avro"])

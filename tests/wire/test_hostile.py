@@ -212,7 +212,8 @@ def test_a_flipped_bit_in_an_avro_header_is_a_lost_file_never_a_silent_loss_or_a
             lost = [d for d in letters if d.count_unknown]
             if lost:  # the file (or what follows its header) is lost: said so, with bytes
                 assert all(d.bytes and d.bytes >= header.end for d in lost), (pos, bit)
-                assert all(d.reason.startswith("file lost: ") for d in lost), (pos, bit)
+                assert all(d.reason.startswith("unreadable Avro file: ") and
+                           "; the file is lost (" in d.reason for d in lost), (pos, bit)
                 outcomes.add("lost")
             else:  # every record is accounted for, as a report or a counted dead letter
                 assert records == n, (pos, bit, [d.reason for d in letters])
