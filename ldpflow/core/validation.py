@@ -15,6 +15,8 @@ import numpy.typing as npt
 
 __all__ = [
     "InvalidReportError",
+    "MAX_EPSILON",
+    "MIN_EPSILON",
     "as_exact_array",
     "check_epsilon",
     "check_domain_size",
@@ -29,13 +31,30 @@ class InvalidReportError(ValueError):
     """A report (or a batch of reports) that no conforming client could have produced."""
 
 
+#: The smallest epsilon accepted: ``2**-36``. Oracles compute their probabilities from
+#: ``e**epsilon`` or ``e**(epsilon / 2)``, whose distance to 1 must be representable: at
+#: ``epsilon = 2**-36`` the relative rounding error of ``e**(epsilon / 2) - 1`` is at most
+#: ``2**-53 / 2**-37 = 2**-16``; below about ``2**-53`` it is 0 (``p == q``: a division by
+#: zero), and a subnormal epsilon (``5e-324``) is far below that.
+MIN_EPSILON = 2.0**-36
+#: The largest epsilon accepted: ``e**700`` (about 1e304) is finite, and so are
+#: ``e**epsilon + d - 1`` for any 64-bit domain and its reciprocal, a normal float.
+MAX_EPSILON = 700.0
+
+
 def check_epsilon(epsilon: float, *, name: str = "epsilon") -> float:
-    """Return ``epsilon`` as a float, or raise if it is not a finite real number > 0."""
+    """Return ``epsilon`` as a float, or raise if it is not a real number in
+    ``[MIN_EPSILON, MAX_EPSILON]``: every epsilon that passes gives every oracle finite
+    probabilities ``p > q > 0`` that are normal floats."""
     if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(epsilon).__name__}")
-    if not 0 < float(epsilon) < math.inf:  # also rejects NaN
+    value = float(epsilon)
+    if not 0 < value < math.inf:  # also rejects NaN
         raise ValueError(f"{name} must be in (0, inf), got {epsilon!r}")
-    return float(epsilon)
+    if not MIN_EPSILON <= value <= MAX_EPSILON:
+        raise ValueError(f"{name} must be in [2**-36, {MAX_EPSILON:g}] (its probabilities must "
+                         f"be representable as floats), got {epsilon!r}")
+    return value
 
 
 def check_positive_int(value: int, *, name: str, minimum: int = 1) -> int:

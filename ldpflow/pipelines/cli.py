@@ -61,17 +61,24 @@ def _simulate(argv: list[str]) -> int:
     return 0
 
 
-def _estimate(argv: list[str]) -> int:
-    from ldpflow.pipelines import estimate
+def _judged(job: str, run, argv: list[str]) -> int:
+    """Run a batch job, then judge it (``ldpflow.pipelines.verdict``): status 1 and one line
+    when it failed."""
     from ldpflow.pipelines.common import job_options
+    from ldpflow.pipelines.verdict import verdict
 
-    summary = estimate.run(argv)
-    limit = job_options("estimate", argv)[1].max_dead_letter_fraction
-    failure = estimate.verdict(summary, limit)
+    summary = run(argv)
+    failure = verdict(summary, job_options(job, argv)[1].max_dead_letter_fraction)
     if failure:
-        print(f"ldpflow estimate: {failure}", file=sys.stderr)
+        print(f"ldpflow {job}: {failure}", file=sys.stderr)
         return 1
     return 0
+
+
+def _estimate(argv: list[str]) -> int:
+    from ldpflow.pipelines import estimate
+
+    return _judged("estimate", estimate.run, argv)
 
 
 def _stream(argv: list[str]) -> int:
@@ -84,8 +91,7 @@ def _stream(argv: list[str]) -> int:
 def _heavy_hitters(argv: list[str]) -> int:
     from ldpflow.pipelines import heavy_hitters
 
-    heavy_hitters.run(argv)
-    return 0
+    return _judged("heavy-hitters", heavy_hitters.run, argv)
 
 
 def _pubsub(argv: list[str]) -> int:

@@ -193,7 +193,8 @@ def acceptance_policy(opts, prog: str, expect: Mapping[str, Any] | None = None):
 
     if expect is None:
         expect = expected_oracle(opts, prog)
-    for name in ("max_domain_size", "max_hash_range", "max_keys", "max_counters"):
+    for name in ("max_domain_size", "max_hash_range", "max_keys", "max_counters",
+                 "max_key_bytes"):
         value = getattr(opts, name)
         if value is None or value < 1:
             raise usage_error(prog, f"--{name} must be a positive integer, got {value}")
@@ -202,7 +203,8 @@ def acceptance_policy(opts, prog: str, expect: Mapping[str, Any] | None = None):
     return AcceptancePolicy(expect=dict(expect), max_domain_size=opts.max_domain_size,
                             max_hash_range=opts.max_hash_range, max_epsilon=opts.max_epsilon,
                             max_keys=opts.max_keys, max_counters=opts.max_counters,
-                            id_key=new_id_key())  # the run's secret id-hash key
+                            id_key=new_id_key(),  # the run's secret id-hash key
+                            max_key_bytes=opts.max_key_bytes)
 
 
 def check_inputs(pattern: str, fmt: str | None, prog: str) -> int:

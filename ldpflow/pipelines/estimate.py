@@ -24,7 +24,8 @@ Beam-free plan (``ldpflow.plan``), with the same counts, dead letters and output
 
 Reports of different oracles or parameter sets are estimated separately; each report id is
 counted once (``--dedup none`` counts every copy). :func:`run` returns the run's counts
-(from Beam's counters), which :func:`verdict` judges. Writes ``OUTPUT/estimates.json``
+(from Beam's counters), which :func:`~ldpflow.pipelines.verdict.verdict` judges (the one
+rule of the batch jobs, re-exported here). Writes ``OUTPUT/estimates.json``
 (``{"results": [{"oracle", "epsilon", "domain_size", "n", "duplicates", "dead_letters",
 "estimates": {METHOD: [...]}, "standard_errors", "intervals", "top", "significant", ...}],
 "records", "duplicates", "dead_letters": {...}, "run": {...}}``; ``docs/uncertainty.md``),
@@ -48,9 +49,14 @@ from ldpflow.pipelines.common import (
     run_pipeline,
     usage_error,
 )
+from ldpflow.pipelines.verdict import dead_letter_counts, input_bytes, verdict
 from ldpflow.transforms.caps import CAP_KEEP
 from ldpflow.transforms.dedup import RepeatedIds
-from ldpflow.transforms.estimate import DeadLetterSummaryFn, EstimateReports
+from ldpflow.transforms.estimate import (
+    CountDeadLettersFn,
+    DeadLetterSummaryFn,
+    EstimateReports,
+)
 from ldpflow.transforms.io import (
     CommitOutputs,
     ReadReports,
@@ -98,6 +104,7 @@ def build(pipeline: beam.Pipeline, args, methods: list[str], policy=None, run=No
                    | "AttachPoisoning" >> AttachPoisoning())
     summary = read["dead_letters"] | "SummariseDeadLetters" >> beam.CombineGlobally(
         DeadLetterSummaryFn())
+    _ = read["dead_letters"] | "CountDeadLetters" >> beam.ParDo(CountDeadLettersFn())
     staging = staging_folder(output)  # written there, then moved into place
     written = (
         results | "WriteEstimates" >> WriteEstimates(staging, summary, dedup,
@@ -105,25 +112,6 @@ def build(pipeline: beam.Pipeline, args, methods: list[str], policy=None, run=No
         read["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(staging),
     )
     return written | "CommitOutputs" >> CommitOutputs(output, staging)
-
-
-def verdict(summary: dict, max_dead_letter_fraction: float) -> str | None:
-    """Why a finished run failed (None: it did not, or its counts are unknown): no valid
-    report was estimated, or more than ``max_dead_letter_fraction`` of the records were
-    refused. One line, with counts."""
-    if summary.get("submitted") or "records" not in summary:
-        return None
-    records, estimated = summary["records"], summary["reports_estimated"]
-    dead = summary["dead_letters"]
-    capped = f"{summary['capped']} capped, " if summary.get("capped") else ""
-    line = (f"{records} records: {estimated} estimated, {summary['duplicates']} duplicates, "
-            f"{capped}{dead} dead letters")
-    if estimated == 0:
-        return f"no valid report was estimated ({line})"
-    if records and dead / records > max_dead_letter_fraction:
-        return (f"{dead / records:.1%} of the records were refused, more than "
-                f"--max_dead_letter_fraction {max_dead_letter_fraction} ({line})")
-    return None
 
 
 def _run_plan(args, methods: list[str], backend=None) -> dict:
@@ -164,12 +152,14 @@ def _plan_job(args, methods, policy, tasks, backend):
                             started=utc_now())
     return EstimateJob(input=args.input, output=args.output, methods=tuple(methods),
                        policy=policy, fmt=args.input_format, dedup=args.dedup != "none",
-                       max_reports_per_user=args.max_reports_per_user, run=metadata)
+                       max_reports_per_user=args.max_reports_per_user, run=metadata,
+                       input_bytes=input_bytes(args.input))
 
 
 def run(argv: list[str] | None = None, backend=None) -> dict:
     """Run the job; returns its counts ``{"records", "reports_estimated", "duplicates",
-    "capped", "dead_letters", "output", "seconds", "state", "timings_ms"}`` (from the run's Beam
+    "capped", "dead_letters", "lost_parts", "lost_bytes", "lost_unsized", "reasons",
+    "input_bytes", "output", "seconds", "state", "timings_ms"}`` (from the run's Beam
     metrics, or the plan's; without the counts when the runner reports none), or with
     ``--no_wait_until_finish`` ``{"submitted": True, "output": ...}`` once submitted.
 
@@ -211,12 +201,12 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
                "timings_ms": {name: ran["distributions"][name] for name in
                               ("range_read_ms", "estimate_ms") if name in ran["distributions"]}}
     counts = ran["counters"]
-    if "records" in counts:
-        summary.update(records=counts["records"],
+    if "records" in counts or "ranges" in counts:  # a range read counts, even of no record
+        summary.update(records=counts.get("records", 0),
                        reports_estimated=counts.get("reports_estimated", 0),
                        duplicates=counts.get("duplicates", 0),
                        capped=counts.get("reports_capped", 0),
-                       dead_letters=counts.get("dead_letters", 0))
+                       **dead_letter_counts(counts), input_bytes=input_bytes(args.input))
         _LOGGER.info("%s: %d records: %d estimated, %d duplicates, %d dead letters in %.1fs "
                      "-> %s", _PROG, summary["records"], summary["reports_estimated"],
                      summary["duplicates"], summary["dead_letters"], ran["seconds"], output)

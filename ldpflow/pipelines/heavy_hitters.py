@@ -77,8 +77,9 @@ from ldpflow.pipelines.common import (
     usage_error,
 )
 from ldpflow.pipelines.usage import JobFailed
+from ldpflow.pipelines.verdict import dead_letter_counts, input_bytes
 from ldpflow.transforms.dedup import DeduplicateReports, is_tally
-from ldpflow.transforms.estimate import DeadLetterSummaryFn
+from ldpflow.transforms.estimate import CountDeadLettersFn, DeadLetterSummaryFn
 from ldpflow.transforms.heavy_hitters import (
     IdentifyHeavyHitters,
     ServerRule,
@@ -126,13 +127,14 @@ def configuration_of_input(pattern: str, fmt: str | None,
     """The configuration of the first valid ``protocol`` report of the first input file
     (None when the file holds none): what the clients used, read before any pipeline
     exists."""
+    from ldpflow.transforms.io import open_input
     from ldpflow.wire import formats
     from ldpflow.wire.parse import AcceptancePolicy
 
     policy = AcceptancePolicy(expect={"oracle": protocol})
     for metadata in sorted(FileSystems.match([pattern])[0].metadata_list, key=lambda m: m.path):
         kind = fmt or formats.detect_format(metadata.path)
-        with FileSystems.open(metadata.path) as stream:
+        with open_input(metadata.path) as stream:
             for parsed in formats.read_reports(stream, kind, source=metadata.path,
                                                policy=policy):
                 for key in parsed.batches:
@@ -294,6 +296,7 @@ def build(pipeline: beam.Pipeline, opts, protocol: hh.HeavyHitterProtocol,
     policy = AcceptancePolicy(expect=dict(expect), id_key=new_id_key())
     read = pipeline | "ReadReports" >> ReadReports(opts.input, opts.input_format, policy,
                                                    keep=("id_hashes", "report_ids"))
+    _ = read["dead_letters"] | "CountDeadLetters" >> beam.ParDo(CountDeadLettersFn())
     # One copy of each report id; the copies dropped are counted in the document.
     unique = read["reports"] | "Deduplicate" >> DeduplicateReports()
     duplicates = (unique
@@ -326,7 +329,9 @@ def _describe(protocol: hh.HeavyHitterProtocol, opts) -> str:
 
 def run(argv: list[str] | None = None) -> dict:
     """Run the job; returns its counts ``{"output", "state", "seconds", "records",
-    "reports", "dead_letters", "duplicates", "candidates", "survivors"}`` (from the run's
+    "reports", "estimated" (reports less duplicates), "dead_letters", "lost_parts",
+    "lost_bytes", "lost_unsized", "reasons", "input_bytes", "duplicates", "candidates",
+    "survivors"}`` (from the run's
     Beam counters; only ``output``, ``state`` and ``seconds`` when the runner reports none),
     or with ``--no_wait_until_finish`` ``{"submitted": True, "output": ...}`` once submitted.
     The heavy hitters are in ``OUTPUT/heavy_hitters.json``.
@@ -337,6 +342,9 @@ def run(argv: list[str] | None = None) -> dict:
         For bad flags or an input pattern that matches no file, before any pipeline exists.
     """
     options, opts = job_options("heavy-hitters", argv)
+    fraction = opts.max_dead_letter_fraction
+    if not 0 <= fraction <= 1:
+        raise usage_error(_PROG, f"--max_dead_letter_fraction must be in [0, 1], got {fraction}")
     if opts.k is not None or opts.bits is not None:
         configure(opts)  # the flags' own values first: a usage error names them
     else:
@@ -361,12 +369,13 @@ def run(argv: list[str] | None = None) -> dict:
     summary: dict[str, Any] = {"output": opts.output, "state": ran["state"],
                                "seconds": ran["seconds"]}
     counts = ran["counters"]
-    if "records" in counts:
-        summary.update(records=counts["records"], reports=counts.get("reports", 0),
-                       dead_letters=counts.get("dead_letters", 0),
+    if "records" in counts or "ranges" in counts:  # a range read counts, even of no record
+        summary.update(records=counts.get("records", 0), reports=counts.get("reports", 0),
+                       **dead_letter_counts(counts), input_bytes=input_bytes(opts.input),
                        duplicates=counts.get("duplicates", 0),
                        candidates=counts.get("heavy_hitter_candidates", 0),
                        survivors=counts.get("heavy_hitter_survivors", 0))
+        summary["estimated"] = summary["reports"] - summary["duplicates"]
         for step in range(protocol.num_passes):
             _LOGGER.info("%s: pass %d (%s): %d reports, %d candidates, %d kept; "
                          "aggregate %.2fs, estimate %.2fs", _PROG, step,

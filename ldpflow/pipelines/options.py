@@ -23,6 +23,7 @@ __all__ = [
     "MethodsOptions",
     "EstimateOptions",
     "PoisoningOptions",
+    "VerdictOptions",
     "ContributionOptions",
     "AcceptanceOptions",
     "EngineOptions",
@@ -79,10 +80,18 @@ class EstimateOptions(PipelineOptions):
         parser.add_argument("--dedup", choices=("report_id", "none"), default="report_id",
                             help="report_id: count each report id once, the other copies as "
                                  "duplicates; none: count every copy.")
+
+
+class VerdictOptions(PipelineOptions):
+    """When a batch job fails (``ldpflow.pipelines.verdict``)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
         parser.add_argument("--max_dead_letter_fraction", type=float, default=0.1,
                             help="Exit with status 1 when more than this fraction of the "
-                                 "records were refused, or when no report was estimated "
-                                 "(the outputs are written either way).")
+                                 "records were refused (parts of files lost whole count by "
+                                 "their bytes), or when no report was counted (the outputs "
+                                 "are written either way).")
 
 
 class PoisoningOptions(PipelineOptions):
@@ -144,6 +153,11 @@ class AcceptanceOptions(PipelineOptions):
         parser.add_argument("--max_counters", type=int, default=defaults.max_counters,
                             help="The most counters (8 bytes each) the parameter sets of one "
                                  "chunk may need together (the largest sets first).")
+        parser.add_argument("--max_key_bytes", type=int, default=defaults.max_key_bytes,
+                            help="The most memory (bytes) one parameter set may need: its "
+                                 "accumulator and its estimates, about 4 KiB a domain value; "
+                                 "a report claiming more is refused before anything is "
+                                 "allocated.")
 
 
 #: The engines of ``--engine``: beam (the Beam job, any Beam runner) and the job plan's
@@ -296,7 +310,8 @@ class Job:
 JOBS = {
     "estimate": Job("estimate", "Report files -> consistent frequency estimates.",
                     (InputOptions, OutputOptions, MethodsOptions, EstimateOptions,
-                     PoisoningOptions, ContributionOptions, AcceptanceOptions, EngineOptions),
+                     PoisoningOptions, VerdictOptions, ContributionOptions,
+                     AcceptanceOptions, EngineOptions),
                     ("input", "output")),
     "stream": Job("stream", "Reports from Pub/Sub -> windowed consistent estimates.",
                   (StreamOptions, OutputOptions, MethodsOptions, ContributionOptions,
@@ -305,6 +320,7 @@ JOBS = {
     "heavy-hitters": Job("heavy-hitters",
                          "Heavy-hitter reports (pem, spm, mcm, treehist, sfp) -> the most "
                          "frequent values of a huge domain.",
-                         (InputOptions, OutputOptions, HeavyHittersOptions, PoisoningOptions),
+                         (InputOptions, OutputOptions, HeavyHittersOptions,
+                          PoisoningOptions, VerdictOptions),
                          ("input", "output")),
 }

@@ -59,6 +59,7 @@ class EstimateJob:
     max_reports_per_user: int | None = None
     run: dict | None = None
     range_bytes: int | None = None
+    input_bytes: int | None = None  # the input's size, for the verdict's share of lost parts
 
 
 def plan_ranges(pattern: str, fmt: str | None = None, range_bytes: int | None = None
@@ -178,7 +179,7 @@ class Counted:
 
     tallies: dict[tuple, Tally]
     records: int
-    reasons: dict[str, int]
+    reasons: dict[str, tuple[int, ...]]
     letter_files: list[tuple[str, int]]
     read_ms: list[int]
     contribution: dict | None = None
@@ -258,9 +259,9 @@ def count_reports(backend: Backend, job: EstimateJob, staging: str) -> Counted:
         functools.partial(_write_letters, staging=staging)))
     backend.release(reads)
     mark("dead_letters")
-    reasons: dict[str, int] = {}
+    reasons: dict[str, tuple[int, ...]] = {}
     for _, by_reason, _ in stats:
-        reasons = steps.add_counts(reasons, by_reason)
+        reasons = steps.add_tallies(reasons, by_reason)
     return Counted(tallies, sum(s[0] for s in stats), reasons, sorted(written),
                    [s[2] for s in stats], contribution, marks)
 
@@ -296,7 +297,8 @@ def run_estimate(backend: Backend, job: EstimateJob) -> dict[str, Any]:
         "records": counted.records, "reports_estimated": document["reports_estimated"],
         "duplicates": document["duplicates"],
         "capped": sum(t.capped for t in tallies.values()),
-        "dead_letters": sum(counted.reasons.values()),
+        **steps.verdict_counts(counted.reasons),
+        "input_bytes": job.input_bytes,
     }
     _LOGGER.info("ldpflow estimate (%s): %d records: %d estimated, %d duplicates, %d dead "
                  "letters in %.1fs -> %s", backend.description, counted.records,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -52,6 +53,10 @@ __all__ = [
     "cap_users",
     "estimate_key",
     "dead_letter_summary",
+    "letter_tally",
+    "add_tallies",
+    "reason_class",
+    "verdict_counts",
     "add_counts",
 ]
 
@@ -112,11 +117,60 @@ def add_counts(a: Mapping[Any, int], b: Mapping[Any, int]) -> dict[Any, int]:
     return out
 
 
-def dead_letter_summary(by_reason: Mapping[str, int]) -> dict[str, Any]:
-    """Dead letters by reason -> ``{"total", "by_reason"}``, largest first (ties by reason,
-    so the document does not depend on the order the ranges were read in)."""
-    return {"total": sum(by_reason.values()),
-            "by_reason": dict(sorted(by_reason.items(), key=lambda kv: (-kv[1], kv[0])))}
+def letter_tally(letter) -> tuple[int, int, int, int]:
+    """What a dead letter adds to its reason's tally: ``(records, parts lost whole, their
+    bytes, those of unknown size)``."""
+    if not letter.count_unknown:
+        return (letter.count, 0, 0, 0)
+    return (letter.count, 1, letter.bytes or 0, 1 if letter.bytes is None else 0)
+
+
+def add_tallies(a: Mapping[str, Sequence[int]], b: Mapping[str, Sequence[int]]
+                ) -> dict[str, tuple[int, ...]]:
+    """The sum of two ``{reason: tally}`` mappings (:func:`letter_tally`), as a new dict."""
+    out = {reason: tuple(t) for reason, t in a.items()}
+    for reason, tally in b.items():
+        have = out.get(reason, (0, 0, 0, 0))
+        out[reason] = tuple(x + y for x, y in zip(have, tally, strict=True))
+    return out
+
+
+def dead_letter_summary(counts: Mapping[str, Sequence[int]]) -> dict[str, Any]:
+    """Dead letters by reason (``{reason: (records, parts lost whole, bytes, unsized)}``,
+    :func:`letter_tally`) -> ``{"total", "by_reason"}`` and, when parts of files were lost
+    whole, ``"lost": {"parts", "bytes", "unsized", "by_reason": {reason: parts}}``; largest
+    first, ties by reason, so the document does not depend on the order of the reads."""
+    known = {reason: t[0] for reason, t in counts.items() if t[0] or not t[1]}
+    out: dict[str, Any] = {"total": sum(known.values()), "by_reason": dict(
+        sorted(known.items(), key=lambda kv: (-kv[1], kv[0])))}
+    lost = {reason: t for reason, t in counts.items() if t[1]}
+    if lost:
+        out["lost"] = {"parts": sum(t[1] for t in lost.values()),
+                       "bytes": sum(t[2] for t in lost.values()),
+                       "unsized": sum(t[3] for t in lost.values()),
+                       "by_reason": {reason: t[1] for reason, t in
+                                     sorted(lost.items(), key=lambda kv: (-kv[1][1], kv[0]))}}
+    return out
+
+
+def reason_class(reason: str) -> str:
+    """A reason without its numbers (line numbers, offsets, counts, values), so that letters
+    of one cause share one count: ``damaged Avro data at byte # ...``."""
+    return re.sub(r"\d+(?:[.,]\d+)*", "#", reason)[:160]
+
+
+def verdict_counts(counts: Mapping[str, Sequence[int]]) -> dict[str, Any]:
+    """What the verdict (``ldpflow.pipelines.verdict``) reads of the dead letters, from
+    their tallies by reason, as the Beam jobs' counters give it."""
+    classes: dict[str, int] = {}
+    for reason, t in counts.items():
+        name = reason_class(reason)
+        classes[name] = classes.get(name, 0) + (t[0] if t[0] or not t[1] else 1)
+    return {"dead_letters": sum(t[0] for t in counts.values()),
+            "lost_parts": sum(t[1] for t in counts.values()),
+            "lost_bytes": sum(t[2] for t in counts.values()),
+            "lost_unsized": sum(t[3] for t in counts.values()),
+            "reasons": dict(sorted(classes.items(), key=lambda kv: (-kv[1], kv[0])))}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +198,7 @@ class RangeRead:
     index: int
     records: int = 0
     tallies: dict[tuple, Tally] = dataclasses.field(default_factory=dict)
-    reasons: dict[str, int] = dataclasses.field(default_factory=dict)
+    reasons: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     letters: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     ids: list[tuple[tuple, int, np.ndarray]] = dataclasses.field(default_factory=list)
     repeats: list[tuple[tuple, int, ReportBatch]] = dataclasses.field(default_factory=list)
@@ -153,7 +207,7 @@ class RangeRead:
 
     @property
     def dead_letters(self) -> int:
-        return sum(self.reasons.values())
+        return sum(t[0] for t in self.reasons.values())
 
 
 def bucket_parts(hashes: np.ndarray, bits: int) -> Iterable[tuple[int, np.ndarray | None]]:
@@ -243,8 +297,8 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
             if account:
                 out.records += parsed.records
                 for letter in parsed.dead_letters:
-                    out.reasons[letter.reason] = out.reasons.get(letter.reason, 0) + \
-                        letter.count
+                    out.reasons = add_tallies(out.reasons,
+                                              {letter.reason: letter_tally(letter)})
                     out.letters.setdefault(letter.source, []).append(letter.to_json())
                     if letter.key is not None:
                         key = tuple(letter.key)

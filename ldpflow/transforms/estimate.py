@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from ldpflow.core.postprocess import postprocess
-from ldpflow.plan.steps import dead_letter_summary
+from ldpflow.plan.steps import dead_letter_summary, letter_tally, reason_class
 from ldpflow.transforms.caps import CapContributions
 from ldpflow.transforms.combine import FrequencyOracleCombineFn
 from ldpflow.transforms.dedup import DEFAULT_BUCKETS, DeduplicateReports, Tally, TallyCombineFn
 from ldpflow.wire.envelope import DeadLetter
 from ldpflow.wire.results import estimate_result
 
-__all__ = ["CountReports", "EstimateReports", "EstimateFn", "DeadLetterSummaryFn"]
+__all__ = ["CountReports", "EstimateReports", "EstimateFn", "DeadLetterSummaryFn",
+           "CountDeadLettersFn", "reason_class"]
 
 
 class CountReports(beam.PTransform):
@@ -32,24 +34,69 @@ class CountReports(beam.PTransform):
 
 
 class DeadLetterSummaryFn(beam.CombineFn):
-    """Dead letters -> ``{"total": N, "by_reason": {reason: count}}``."""
+    """Dead letters -> ``{"total": N, "by_reason": {reason: count}}``, and when parts of files
+    were lost whole (an unknown number of records) ``"lost": {"parts", "bytes",
+    "unsized", "by_reason": {reason: parts}}`` (``bytes``: the bytes of the parts of known
+    size; ``unsized``: the parts of unknown size, such as the tail of a truncated file)."""
 
     def create_accumulator(self):
         return {}
 
     def add_input(self, counts, letter: DeadLetter):
-        counts[letter.reason] = counts.get(letter.reason, 0) + letter.count
+        tally = counts.setdefault(letter.reason, [0, 0, 0, 0])
+        for i, value in enumerate(letter_tally(letter)):
+            tally[i] += value
         return counts
 
     def merge_accumulators(self, accumulators):
-        merged: dict[str, int] = {}
+        merged: dict[str, list[int]] = {}
         for counts in accumulators:
-            for reason, count in counts.items():
-                merged[reason] = merged.get(reason, 0) + count
+            for reason, tally in counts.items():
+                into = merged.setdefault(reason, [0, 0, 0, 0])
+                for i, value in enumerate(tally):
+                    into[i] += value
         return merged
 
     def extract_output(self, counts):
         return dead_letter_summary(counts)
+
+
+#: Distinct reason counters one worker reports at most (reasons hold values: a hostile input
+#: could make one per record); the others are counted under ``other reasons``.
+MAX_REASON_COUNTERS = 50
+
+
+class CountDeadLettersFn(beam.DoFn):
+    """Dead letters -> Beam counters (namespace ``ldpflow``) that a job's verdict reads:
+    ``reason: <class>`` (records refused per :func:`reason_class`; a part lost whole counts
+    1), and for parts lost whole ``lost_parts``, ``lost_bytes`` (their bytes, where known) and
+    ``lost_unsized`` (those of unknown size). Yields nothing."""
+
+    def __init__(self):
+        super().__init__()
+        self._lost_parts = Metrics.counter("ldpflow", "lost_parts")
+        self._lost_bytes = Metrics.counter("ldpflow", "lost_bytes")
+        self._lost_unsized = Metrics.counter("ldpflow", "lost_unsized")
+
+    def setup(self):
+        self._reasons: dict[str, Any] = {}
+
+    def process(self, letter: DeadLetter):
+        name = reason_class(letter.reason)
+        counter = self._reasons.get(name)
+        if counter is None:
+            if len(self._reasons) >= MAX_REASON_COUNTERS:
+                name = "other reasons"
+            counter = self._reasons.setdefault(name, Metrics.counter("ldpflow",
+                                                                     f"reason: {name}"))
+        counter.inc(letter.count if not letter.count_unknown else 1)
+        if letter.count_unknown:
+            self._lost_parts.inc()
+            if letter.bytes is None:
+                self._lost_unsized.inc()
+            else:
+                self._lost_bytes.inc(letter.bytes)
+        return iter(())
 
 
 class EstimateFn(beam.DoFn):

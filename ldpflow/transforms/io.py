@@ -12,6 +12,7 @@ each one column by column through the wire layer's one parse path
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -39,6 +40,7 @@ __all__ = [
     "WriteEstimates",
     "WriteDeadLetters",
     "as_policy",
+    "open_input",
 ]
 
 _LOGGER = logging.getLogger(__name__)
@@ -52,6 +54,15 @@ def as_policy(policy: AcceptancePolicy | Mapping[str, Any] | None) -> Acceptance
     if isinstance(policy, AcceptancePolicy):
         return policy
     return AcceptancePolicy(expect=dict(policy))
+
+
+@contextlib.contextmanager
+def open_input(path: str):
+    """A report file to read, decompressed in bounded steps by the wire layer
+    (:func:`ldpflow.wire.formats.decompressed`), not by Beam's ``CompressedFile``, which
+    expands 16 MiB of compressed input at once whatever it expands to."""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
+        yield formats.decompressed(raw, path)
 
 
 def _format_of(path: str, fmt: str | None) -> str:
@@ -114,7 +125,7 @@ class ReadRangeFn(beam.DoFn):
         path, fmt, start, end = element
         started = last_log = time.monotonic()
         records = reports = dead = 0
-        with FileSystems.open(path) as stream:
+        with open_input(path) as stream:
             for parsed in formats.read_reports(stream, fmt, source=path, start=start, end=end,
                                                policy=self._policy, keep=self._keep):
                 refused = sum(letter.count for letter in parsed.dead_letters)

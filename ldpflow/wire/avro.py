@@ -139,9 +139,15 @@ def _parse_header(buf: bytes) -> Header:
             raise EOFError
         for _ in range(count):
             size, pos = _read_varint(buf, pos)
+            if size < 0:
+                raise AvroFormatError(f"damaged Avro header: negative key length {size}")
+            if pos + size > len(buf):
+                raise EOFError
             key = buf[pos:pos + size].decode("utf-8", "replace")
             pos += size
             size, pos = _read_varint(buf, pos)
+            if size < 0:
+                raise AvroFormatError(f"damaged Avro header: negative value length {size}")
             if pos + size > len(buf):
                 raise EOFError
             meta[key] = buf[pos:pos + size]

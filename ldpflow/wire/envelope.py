@@ -261,7 +261,12 @@ class DeadLetter:
     """A refused record: where it came from, why, and the record itself (JSON-safe).
 
     ``count`` is the number of records it stands for: 1 for a record, the number a damaged
-    part of a file held when that is known (0 when it is not).
+    part of a file held when that is known. When it is not known (a file whose header or
+    footer is lost, a compressed stream cut short, a block of no plausible count),
+    ``count_unknown`` is True, ``count`` is 0 (so that sums of counts stay sums of known
+    records) and ``bytes`` says how many bytes of the file were lost, when that is known.
+    The JSON form has ``count_unknown`` and ``bytes`` only when the count is unknown, so
+    readers of the earlier form read it unchanged.
     """
 
     source: str
@@ -269,12 +274,22 @@ class DeadLetter:
     record: Any
     key: tuple | None = None
     count: int = 1
+    count_unknown: bool = False
+    bytes: int | None = None
+
+    @classmethod
+    def lost(cls, source: str, reason: str, lost_bytes: int | None) -> DeadLetter:
+        """A part of a file lost whole, of an unknown number of records."""
+        return cls(source, reason, None, None, 0, True,
+                   None if lost_bytes is None else int(lost_bytes))
 
     def to_json(self) -> str:
         key = ProtocolKey.coerce(self.key).to_json() if self.key else None
-        return json.dumps({"source": self.source, "reason": self.reason, "key": key,
-                           "count": self.count, "record": json_safe(self.record)},
-                          sort_keys=True)
+        out = {"source": self.source, "reason": self.reason, "key": key,
+               "count": self.count, "record": json_safe(self.record)}
+        if self.count_unknown:
+            out.update(count_unknown=True, bytes=self.bytes)
+        return json.dumps(out, sort_keys=True)
 
 
 def json_safe(value: Any) -> Any:

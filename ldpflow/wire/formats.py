@@ -78,6 +78,8 @@ __all__ = [
     "encode_message",
     "decode_message",
     "RANGE_BYTES",
+    "decompressed",
+    "TruncatedError",
 ]
 
 _LOGGER = logging.getLogger(__name__)
@@ -119,6 +121,130 @@ def detect_format(path: str) -> str:
 
 def is_compressed(path: str) -> bool:
     return path.lower().endswith(_COMPRESSED)
+
+
+#: Compressed bytes fed to a decompressor at a time; what it returns is bounded by the size
+#: each read asks for (at most 4 MiB, see ``_read_up_to``), never by what the input expands to.
+_COMPRESSED_INPUT_BYTES = 64 << 10
+
+
+class TruncatedError(EOFError):
+    """A compressed stream that ends before its end-of-stream marker (a file cut short)."""
+
+
+def decompressed(stream: IO[bytes], path: str) -> IO[bytes]:
+    """``stream`` (the raw bytes of ``path``) decompressed as its name says (``.gz``,
+    ``.bz2``, ``.zst``, ``.deflate``; other names as they are), in bounded steps: a read of
+    ``n`` bytes decompresses at most about ``n`` bytes, so the memory of a read is
+    independent of what the file expands to (a 4 MB gzip "bomb" of 2.2 GB holds no more
+    than one chunk). A stream cut short raises :class:`TruncatedError` once the bytes
+    before the cut are read."""
+    import bz2
+    import gzip
+
+    name = path.lower()
+    if name.endswith(".gz"):
+        return _Guarded(gzip.GzipFile(fileobj=stream, mode="rb"), stream)
+    if name.endswith(".bz2"):
+        return _Guarded(bz2.BZ2File(stream, mode="rb"), stream)
+    if name.endswith(".deflate"):
+        return _Guarded(io.BufferedReader(_Inflating(stream, zlib.MAX_WBITS)), stream)
+    if name.endswith(".zst"):
+        import zstandard
+
+        return _Guarded(zstandard.ZstdDecompressor(max_window_size=1 << 27).stream_reader(
+            stream, read_across_frames=True), stream)
+    return stream
+
+
+class _Guarded(io.RawIOBase):
+    """A decompressing reader whose end-of-stream error is a :class:`TruncatedError`;
+    ``compressed`` is the stream it reads."""
+
+    def __init__(self, inner: Any, compressed: IO[bytes]):
+        super().__init__()
+        self._inner, self.compressed = inner, compressed
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes, from one step of the decompressor (``read1``): the bytes of
+        the steps before a damage are handed out before the damage is raised."""
+        try:
+            if size is None or size < 0:
+                return self._inner.read()
+            return self._inner.read1(size)
+        except EOFError as exc:
+            raise TruncatedError(f"the compressed stream is truncated: {exc}") from None
+        except Exception as exc:  # zstandard.ZstdError: damaged data
+            if type(exc).__name__ == "ZstdError":
+                raise OSError(f"damaged zstd data: {exc}") from None
+            raise
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def seekable(self) -> bool:  # by decompressing again from the start, as gzip does
+        return bool(getattr(self._inner, "seekable", lambda: False)())
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        try:
+            return self._inner.seek(offset, whence)
+        except EOFError as exc:
+            raise TruncatedError(f"the compressed stream is truncated: {exc}") from None
+
+    def tell(self) -> int:
+        return self._inner.tell()
+
+    def close(self) -> None:
+        self._inner.close()
+        super().close()
+
+
+class _Inflating(io.RawIOBase):
+    """A zlib stream (``.deflate``; concatenated streams too), decompressed in bounded steps."""
+
+    def __init__(self, raw: IO[bytes], wbits: int):
+        super().__init__()
+        self._raw, self._wbits = raw, wbits
+        self._inflate = zlib.decompressobj(wbits)
+        self._pending = b""
+        self._started = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self._read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def _read(self, size: int) -> bytes:
+        while True:
+            if self._inflate.eof:  # a stream ended: another may follow
+                rest = self._inflate.unused_data or self._raw.read(_COMPRESSED_INPUT_BYTES)
+                if not rest:
+                    return b""
+                self._inflate, self._pending, self._started = (
+                    zlib.decompressobj(self._wbits), rest, False)
+            data = self._inflate.unconsumed_tail or self._pending or \
+                self._raw.read(_COMPRESSED_INPUT_BYTES)
+            self._pending = b""
+            if not data:  # the end of the file: what the decompressor still holds
+                out = self._inflate.flush() if self._started else b""
+                if out or self._inflate.eof:
+                    return out
+                if self._started:
+                    raise TruncatedError("the compressed stream is truncated: it ends before "
+                                         "its end-of-stream marker")
+                return b""
+            self._started = True
+            out = self._inflate.decompress(data, max(size, 1))
+            if out:
+                return out
 
 
 def unread_records(policy: AcceptancePolicy) -> tuple[str, ...]:
@@ -168,7 +294,10 @@ def plan_ranges(stream: IO[bytes], fmt: str, size: int, splittable: bool = True,
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        metadata = pq.ParquetFile(stream).metadata
+        try:
+            metadata = pq.ParquetFile(stream).metadata
+        except (pa.ArrowException, OSError, ValueError):  # the read reports the lost file
+            return [(0, None)]
         starts = sorted(_row_group_offset(metadata.row_group(i))
                         for i in range(metadata.num_row_groups))
         ranges, begin = [], 0
@@ -215,14 +344,43 @@ def _until_unreadable(chunks: Iterator[Parsed], source: str) -> Iterator[Parsed]
         for parsed in chunks:
             records += parsed.records
             yield parsed
+    except TruncatedError as exc:
+        yield _damage(source, f"truncated file: {exc}; the {records} records before the cut "
+                              "were read, the rest of the file is lost (how many records: "
+                              "unknown)", None)
     except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
         yield _damage(source, f"unreadable data after {records} records: "
-                              f"{type(exc).__name__}: {exc}", None)
+                              f"{type(exc).__name__}: {exc} (the rest of the file is lost; "
+                              "how many records: unknown)", None)
 
 
-def _damage(source: str, reason: str, count: int | None) -> Parsed:
-    letter = DeadLetter(source, reason, None, None, count or 0)
-    return Parsed({}, [letter], count or 0)
+def _damage(source: str, reason: str, count: int | None, lost_bytes: int | None = None
+            ) -> Parsed:
+    """A damaged part of a file: ``count`` records lost, or an unknown number (None) of
+    ``lost_bytes`` bytes (None: unknown too)."""
+    if count is None:
+        return Parsed({}, [DeadLetter.lost(source, reason, lost_bytes)], 0)
+    return Parsed({}, [DeadLetter(source, reason, None, None, count)], count)
+
+
+def _file_bytes(stream) -> int | None:
+    """The size of the file behind ``stream`` (compressed: of the compressed file), or None
+    when it cannot be told cheaply; the position is kept."""
+    raw = getattr(stream, "compressed", stream)
+    try:
+        here = raw.tell()
+        size = raw.seek(0, io.SEEK_END)
+        raw.seek(here)
+        return int(size)
+    except (OSError, AttributeError, ValueError):
+        return None
+
+
+def _lost_file(source: str, stream, what: str) -> Parsed:
+    size = _file_bytes(stream)
+    shown = "" if size is None else f"{size} bytes, "
+    return _damage(source, f"{what}; the file is lost ({shown}how many records: unknown)", None,
+                   size)
 
 
 # -- Parquet -----------------------------------------------------------------------------------
@@ -232,7 +390,9 @@ def _parquet_reports(stream, source, start, end, policy, keep):
     try:  # pages written with checksums are verified
         parquet = pq.ParquetFile(stream, page_checksum_verification=True)
     except (pa.ArrowException, OSError, ValueError) as exc:
-        yield _damage(source, f"unreadable Parquet file: {type(exc).__name__}: {exc}", None)
+        if start == 0:  # one dead letter for the whole file, from its first range
+            yield _lost_file(source, stream, f"unreadable Parquet file: "
+                                             f"{type(exc).__name__}: {exc}")
         return
     try:
         metadata = parquet.metadata
@@ -240,7 +400,9 @@ def _parquet_reports(stream, source, start, end, policy, keep):
         if len(set(schema.names)) != len(schema.names):
             raise ValueError(f"the file's schema repeats a column name: {schema.names}")
     except (pa.ArrowException, OSError, ValueError) as exc:
-        yield _damage(source, f"unreadable Parquet file: {type(exc).__name__}: {exc}", None)
+        if start == 0:
+            yield _lost_file(source, stream, f"unreadable Parquet file: "
+                                             f"{type(exc).__name__}: {exc}")
         return
     fields, optional = _needed(keep, policy)
     cache: dict = {}
@@ -352,23 +514,31 @@ def _avro_reports(stream, source, start, end, policy, keep):
         header = avro.read_header(stream)
     except (avro.AvroFormatError, OSError) as exc:
         if start == 0:
-            yield _damage(source, f"unreadable Avro file: {exc}", None)
+            yield _lost_file(source, stream, f"unreadable Avro file: {exc}")
         return
     fields, optional = _needed(keep, policy)
     columns, known_present = _avro_projection(header.schema, fields, optional)
     cache: dict = {}
     pending: list[avro.Block] = []
     rows = size = 0
+    # Damage right after the header, with no intact block after it, is the signature of a
+    # damaged header (a flipped bit in its metadata or its sync marker): the counts the
+    # "blocks" claim are then garbage, so the file is lost whole, of unknown count.
+    held: list[avro.Damage] | None = [] if start == 0 else None
     for item in avro.iter_blocks(stream, header, start, end):
         if isinstance(item, avro.Damage):
+            if held is not None and (held or item.offset == header.end):
+                held.append(item)
+                continue
             yield from _avro_decode(header, pending, columns, known_present, source, policy,
                                     keep, cache)
             pending, rows, size = [], 0, 0
-            lost = "" if item.count is None else f" ({item.count} records lost)"
-            yield _damage(source, f"damaged Avro data at byte {item.offset}: {item.reason}; "
-                                  f"skipped {item.skipped} bytes to the next block{lost}",
-                          item.count)
+            yield _avro_damage(source, item)
             continue
+        if held:  # an intact block after all: the damage is what it says
+            for damage in held:
+                yield _avro_damage(source, damage)
+        held = None
         pending.append(item)
         rows += item.count
         size += len(item.raw)
@@ -378,6 +548,20 @@ def _avro_reports(stream, source, start, end, policy, keep):
             pending, rows, size = [], 0, 0
     yield from _avro_decode(header, pending, columns, known_present, source, policy, keep,
                             cache)
+    if held:  # the header and what was skipped after it (this range's part of the file)
+        lost = header.end + sum(d.skipped for d in held)
+        yield _damage(source, f"unreadable Avro file: no intact block follows the header, "
+                              f"which is damaged or not this file's ({held[0].reason}); the "
+                              f"file is lost ({lost} bytes, how many records: unknown)",
+                      None, lost)
+
+
+def _avro_damage(source: str, item: avro.Damage) -> Parsed:
+    lost = (" (how many records: unknown)" if item.count is None else
+            f" ({item.count} records lost)")
+    return _damage(source, f"damaged Avro data at byte {item.offset}: {item.reason}; "
+                           f"skipped {item.skipped} bytes to the next block{lost}",
+                   item.count, item.skipped)
 
 
 def _polars_table(data: bytes, columns: list[str]) -> pa.Table:
@@ -463,7 +647,7 @@ def _avro_records(header, block, source, policy, keep, cache):
         lost = avro.plausible_count(block.count, len(block.raw))
         yield _damage(source, f"undecodable Avro block at byte {block.offset} "
                               f"({'an unknown number of' if lost is None else lost} records "
-                              f"lost): {type(exc).__name__}: {exc}", lost)
+                              f"lost): {type(exc).__name__}: {exc}", lost, len(block.raw))
         return
     if surplus:  # its count understates its records: refused whole (see ldpflow.wire.avro)
         damage = avro.count_damage(header, block, surplus)
@@ -516,47 +700,71 @@ def _json_reports(stream, source, start, end, policy, keep):
 
 
 def _json_chunks(stream, start: int, end: int | None) -> Iterator[bytes]:
-    """The whole lines that begin in ``[start, end)``, in chunks of about 32 MiB."""
-    carry, position = b"", 0  # position: the file offset of carry[0]
+    """The whole lines that begin in ``[start, end)``, in chunks of about 32 MiB.
+
+    Every line belongs to exactly one range whatever its length: offsets are those of the
+    file (``line_start``, where the line being carried begins; ``read_to``, the end of what
+    was read), never derived from what is kept of a line, since of a line longer than
+    :data:`MAX_LINE_BYTES` only the head is kept (for its dead letter).
+    """
+    carry, line_start, read_to = b"", 0, 0
+    block: bytes | None = None  # bytes read but not yet looked at (from read_to - len)
     if start > 0:  # begin at the first line that starts at or after start
         stream.seek(start - 1)
-        position = start - 1
+        read_to = start - 1
         while True:
-            block = stream.read(1 << 16)
-            if not block:
+            head = stream.read(1 << 16)
+            if not head:
                 return
-            cut = block.find(b"\n")
+            read_to += len(head)
+            cut = head.find(b"\n")
             if cut >= 0:
-                carry, position = block[cut + 1:], position + cut + 1
+                line_start = read_to - len(head) + cut + 1
+                block = head[cut + 1:] or None
                 break
-            position += len(block)
-    while end is None or position < end:
-        try:
-            block = _read_up_to(stream, _JSON_CHUNK_BYTES)
-        except _ReadFailed as failure:  # keep the whole lines read before the damage
-            cut = failure.data.rfind(b"\n")
-            if cut >= 0:
-                yield carry + failure.data[: cut + 1]
-            raise failure.error from None
-        if not block:
-            if carry:
-                yield carry
-            return
+    while end is None or line_start < end:
+        if block is None:
+            try:
+                block = _read_up_to(stream, _JSON_CHUNK_BYTES)
+            except _ReadFailed as failure:  # keep the whole lines read before the damage
+                cut = failure.data.rfind(b"\n")
+                if cut >= 0:
+                    yield from _json_tail(carry, failure.data[: cut + 1], read_to, end)
+                raise failure.error from None
+            if not block:
+                if carry:
+                    yield carry
+                return
+            read_to += len(block)
+        block_start = read_to - len(block)  # the file offset of block[0]
         cut = block.rfind(b"\n")
         if cut < 0:
             carry += block
             if len(carry) > MAX_LINE_BYTES:  # keep its head (for the dead letter) only
                 carry = carry[: MAX_LINE_BYTES + 1]
+            block = None
             continue
-        complete = b"".join((carry, memoryview(block)[: cut + 1]))  # one copy
-        carry = block[cut + 1:]
-        if end is not None and position + len(complete) > end:
+        next_start = block_start + cut + 1  # where the first line not yet complete begins
+        if end is not None and next_start > end:
             # Keep the lines that begin before end; the next range has the others.
-            last = complete.find(b"\n", end - 1 - position)
-            yield complete[: last + 1]
+            last = block.find(b"\n", max(end - 1 - block_start, 0))
+            yield b"".join((carry, memoryview(block)[: last + 1]))
             return
-        yield complete
-        position += len(complete)
+        yield b"".join((carry, memoryview(block)[: cut + 1]))  # one copy
+        carry, line_start = block[cut + 1:], next_start
+        block = None
+
+
+def _json_tail(carry: bytes, data: bytes, read_to: int, end: int | None) -> Iterator[bytes]:
+    """The whole lines of ``carry + data`` (read up to a failure) that begin before
+    ``end``."""
+    chunk = carry + data
+    if end is None or read_to + len(data) <= end:
+        yield chunk
+        return
+    last = data.find(b"\n", max(end - 1 - read_to, 0))
+    if last >= 0:
+        yield carry + data[: last + 1]
 
 
 class _ReadFailed(Exception):

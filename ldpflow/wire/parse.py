@@ -56,11 +56,35 @@ from ldpflow.wire.envelope import (
 )
 
 __all__ = ["AcceptancePolicy", "Parsed", "KEEP_FIELDS", "parse_table", "records_to_table",
-           "arrow_schema", "accepts_kind"]
+           "arrow_schema", "accepts_kind", "key_bytes", "RESULT_BYTES_PER_VALUE"]
 
 #: What a parse can keep of the envelope besides the payload.
 KEEP_FIELDS = ("id_hashes", "user_ids", "event_times", "user_hashes", "report_ids")
 _INT64_MAX = 2**63 - 1
+#: The memory one domain value of a key costs once estimated: a key's result holds about ten
+#: vectors of the domain's length (one per post-processing method, standard errors,
+#: intervals) as Python floats, then their JSON and Avro encodings; 2.2 KiB measured with the
+#: default methods (``benchmarks/key_memory.py``), rounded up.
+RESULT_BYTES_PER_VALUE = 4096
+
+
+def key_bytes(protocol: Any) -> int | None:
+    """The memory, in bytes, one frequency-oracle parameter set needs from its first report
+    to its result: ``8 * counters`` for its accumulator and ``RESULT_BYTES_PER_VALUE`` per
+    domain value for its estimates (None: not a frequency oracle). Computed from the
+    parameters alone, before anything is allocated."""
+    size = getattr(protocol, "_counts_size", None)
+    if size is None:
+        return None
+    try:
+        counters = int(size())
+    except ValueError:  # a domain too large for a full-domain accumulator at all
+        counters = 2**63
+    return 8 * counters + RESULT_BYTES_PER_VALUE * int(protocol.domain_size)
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.1f} MiB" if size < 2**40 else f"{size / 2**40:,.1f} TiB"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +115,11 @@ class AcceptancePolicy:
         (8 bytes each; the sets are taken largest first, and the rows of a set that would
         pass the limit are refused), so that many large domains in one chunk cannot
         exhaust memory: a chunk's counts take at most ``8 * max_counters`` bytes.
+    max_key_bytes : int
+        The most memory, in bytes, that one frequency-oracle parameter set may need
+        (:func:`key_bytes`: its accumulator, 8 bytes a counter, and its estimates, about
+        :data:`RESULT_BYTES_PER_VALUE` a domain value); checked before anything is
+        allocated, so one report claiming a huge domain is a dead letter, not a crash.
     max_dead_records : int
         Refused records kept whole per reason and chunk; the others of that reason are
         counted in one dead letter (record null), so refusing a whole file costs no memory.
@@ -112,6 +141,7 @@ class AcceptancePolicy:
     max_id_bytes: int = 256
     max_keys: int = 1000
     max_counters: int = 2**26
+    max_key_bytes: int = 2**30
     max_dead_records: int = 1000
     check_groups: bool = True
     id_key: bytes | None = dataclasses.field(default=None, repr=False, compare=False)
@@ -807,6 +837,14 @@ def _collect(cols: _Table, values: tuple, paths: list, rows: np.ndarray,
         return
     size = getattr(protocol, "_counts_size", None)  # a frequency oracle's accumulator length
     if size is not None and key not in batches:
+        need_bytes = key_bytes(protocol)
+        if need_bytes > policy.max_key_bytes:
+            refusals.refuse_rows(
+                rows, f"policy: oracle {key.name} with domain_size {protocol.domain_size} needs "
+                      f"about {_mib(need_bytes)} (accumulator and estimates), more than the "
+                      f"{_mib(policy.max_key_bytes)} one parameter set may take "
+                      "(--max_key_bytes)", key)
+            return
         need = int(size())
         if need > counters[0]:
             refusals.refuse_rows(rows, f"policy: the chunk's parameter sets need more than "

@@ -182,7 +182,7 @@ def test_a_chunk_cannot_claim_more_counters_than_the_policy_allows():
                                             formats.numbered_ids("u-", start, start + rows),
                                             np.arange(rows)))
     lines = formats.json_lines(pa.concat_tables(tables))
-    policy = AcceptancePolicy(max_counters=2**21 + 2**20 + 64)
+    policy = AcceptancePolicy(max_counters=2**21 + 2**20 + 64, max_key_bytes=2**40)
     chunks = list(formats.read_reports(io.BytesIO(lines), "json", policy=policy))
     kept = {(key.parameters["domain_size"], key.parameters["epsilon"]): len(batch)
             for p in chunks for key, batch in p.batches.items()}
@@ -193,3 +193,29 @@ def test_a_chunk_cannot_claim_more_counters_than_the_policy_allows():
     assert (records, reports, dead) == (65, 55, 10)
     assert set(reasons) == {f"policy: the chunk's parameter sets need more than "
                             f"{policy.max_counters} counters (--max_counters)"}
+
+
+def test_a_flipped_bit_in_an_avro_header_is_a_lost_file_never_a_silent_loss_or_a_crash():
+    n = 40
+    data = _container(_table(n), block_rows=10)
+    header = avro.read_header(io.BytesIO(data))
+    positions = [*range(0, 48), *range(header.end - 40, header.end)]
+    outcomes = set()
+    for pos in positions:
+        for bit in (0, 3, 6):
+            flipped = bytearray(data)
+            flipped[pos] ^= 1 << bit
+            chunks = list(formats.read_reports(io.BytesIO(bytes(flipped)), "avro"))
+            records, reports, dead, _ = _summary(chunks)
+            letters = [d for p in chunks for d in p.dead_letters]
+            assert records == reports + dead, (pos, bit)
+            lost = [d for d in letters if d.count_unknown]
+            if lost:  # the file (or what follows its header) is lost: said so, with bytes
+                assert all(d.bytes and d.bytes >= header.end for d in lost), (pos, bit)
+                assert all(d.reason.startswith("unreadable Avro file: ") and
+                           "; the file is lost (" in d.reason for d in lost), (pos, bit)
+                outcomes.add("lost")
+            else:  # every record is accounted for, as a report or a counted dead letter
+                assert records == n, (pos, bit, [d.reason for d in letters])
+                outcomes.add("counted")
+    assert outcomes == {"lost", "counted"}
