@@ -17,7 +17,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["capped_rows", "epsilon_per_user"]
+from ldpflow.core.dedup import string_hashes, unpacked_ids
+
+__all__ = ["capped_rows", "epsilon_per_user", "tie_breaks"]
 
 
 def _check_cap(cap: int) -> int:
@@ -91,3 +93,10 @@ def epsilon_per_user(user_hashes: npt.ArrayLike, epsilons: npt.ArrayLike
     distinct, inverse = np.unique(users, return_inverse=True)
     totals = np.bincount(inverse.reshape(-1), weights=eps, minlength=distinct.size)
     return int(distinct.size), float(totals.max())
+
+
+def tie_breaks(report_ids: np.ndarray) -> np.ndarray:
+    """The cap's tie-break of equal event times: the public (unkeyed) hash of each full
+    report id (``report_ids``: :func:`ldpflow.core.dedup.packed_ids`), the same in every run
+    and on every engine (the keyed id hashes change with each run's key)."""
+    return string_hashes(*unpacked_ids(report_ids))

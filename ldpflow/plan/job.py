@@ -199,11 +199,10 @@ def count_reports(backend: Backend, job: EstimateJob, staging: str) -> Counted:
     tasks = plan_ranges(job.input, job.fmt, job.range_bytes)
     mark("plan_ranges")
     cap = job.max_reports_per_user
-    # The rows of repeated id hashes carry their full ids, which decide what is a copy; the
-    # read that counts (no cap) needs the hashes only.
+    # The read that counts (no cap) needs the id hashes only; the rows of repeated hashes
+    # are read again with their full ids, which decide what is a copy.
     keep = tuple(dict.fromkeys((("id_hashes",) if job.dedup else ())
-                               + (steps.CAP_KEEP + (("report_ids",) if job.dedup else ())
-                                  if cap is not None else ())))
+                               + (steps.CAP_KEEP if cap is not None else ())))
     read = functools.partial(steps.read_range, policy=job.policy, keep=keep)
     ids_only = functools.partial(steps.read_range, policy=job.policy, keep=("id_hashes",),
                                  account=False, count=False)

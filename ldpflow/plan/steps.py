@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ldpflow.core.contribution import capped_rows, epsilon_per_user
+from ldpflow.core.contribution import capped_rows, epsilon_per_user, tie_breaks
 from ldpflow.core.dedup import first_copies
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.oracles import Accumulator, registry
@@ -65,7 +65,7 @@ ID_BUCKET_BITS = 4
 #: User-hash buckets (16), across keys: how many workers can share the contribution cap.
 USER_BUCKET_BITS = 4
 #: The envelope columns the batches keep for the contribution cap.
-CAP_KEEP = ("user_hashes", "event_times", "id_hashes")
+CAP_KEEP = ("user_hashes", "event_times", "id_hashes", "report_ids")
 
 
 @dataclasses.dataclass(eq=False)
@@ -389,7 +389,7 @@ def cap_users(pieces: Iterable[tuple[tuple, ReportBatch]], cap: int
     batches = [batch for _, batch in pieces]
     user_hashes = np.concatenate([b.user_hashes for b in batches])
     keep = capped_rows(user_hashes, np.concatenate([b.event_times for b in batches]),
-                       np.concatenate([b.id_hashes for b in batches]), cap)
+                       tie_breaks(np.concatenate([b.report_ids for b in batches])), cap)
     epsilons = np.concatenate([np.full(len(b), float(b.protocol.epsilon)) for b in batches])
     summary = epsilon_per_user(user_hashes[keep], epsilons[keep])
     tallies: dict[tuple, Tally] = {}

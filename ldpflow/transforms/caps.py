@@ -22,23 +22,15 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from ldpflow.core.contribution import capped_rows, epsilon_per_user
-from ldpflow.core.dedup import string_hashes, unpacked_ids
+from ldpflow.core.contribution import capped_rows, epsilon_per_user, tie_breaks
+from ldpflow.plan.steps import CAP_KEEP  # the envelope columns the cap needs
 from ldpflow.transforms.dedup import Tally, is_tally
 
 __all__ = ["CapContributions", "CapUserReportsFn", "ContributionSummaryFn", "CAP_KEEP",
            "USERS", "tie_breaks"]
 
-#: The envelope columns the batches must keep for the cap.
-CAP_KEEP = ("user_hashes", "event_times", "id_hashes", "report_ids")
 USERS = "users"
 _BUCKET_BITS = 4
-
-
-def tie_breaks(report_ids: np.ndarray) -> np.ndarray:
-    """The cap's tie-break of equal event times: the public (unkeyed) hash of each full
-    report id (``report_ids``: ``ldpflow.core.dedup.packed_ids``), the same in every run."""
-    return string_hashes(*unpacked_ids(report_ids))
 
 
 def _user_buckets(element, bits: int):
