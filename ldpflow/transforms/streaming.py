@@ -247,14 +247,20 @@ class DeduplicateReportsFn(beam.DoFn):
     def process(self, element, seen=beam.DoFn.StateParam(SEEN)):
         _, batch = element  # keyed by the key's text form: a deterministic state key
         key = tuple(batch.key)
-        hashes, ids = batch.id_hashes, batch.report_ids
-        new, _ = first_copies(hashes, (), ids)  # first occurrences in the batch, by full id
-        new &= ~seen.read().contains(hashes, ids)
-        duplicates = int(hashes.size - np.count_nonzero(new))
+        # In hash order: the lookups into the state's sorted runs then walk them forward
+        # (numpy's searchsorted narrows each search by the one before), several times
+        # faster than random probes; the state's add finds the run already sorted.
+        order = np.argsort(batch.id_hashes, kind="stable")
+        hashes, ids = batch.id_hashes[order], batch.report_ids[order]
+        new_sorted, _ = first_copies(hashes, (), ids)  # first occurrences, by full id
+        new_sorted &= ~seen.read().contains(hashes, ids)
+        duplicates = int(hashes.size - np.count_nonzero(new_sorted))
         if duplicates:
             self._duplicates.inc(duplicates)
-        if new.any():
-            seen.add((hashes[new], ids[new]))
+        if new_sorted.any():
+            seen.add((hashes[new_sorted], ids[new_sorted]))
+            new = np.empty_like(new_sorted)
+            new[order] = new_sorted
             fresh = batch if duplicates == 0 else batch[new]
             if self._count:  # the ids are needed no more (the cap breaks ties by them)
                 fresh = dataclasses.replace(fresh, report_ids=None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import typing
 
 import numpy as np
 import pytest
@@ -315,3 +316,42 @@ def test_an_unparseable_timestamp_attribute_is_a_dead_letter_and_windows_fire():
                     equal_to([("message attribute 'ts' missing or invalid", 2)]), label="dead")
 
     run_stream(stream, WindowSpec(60), checks=checks, attribute="ts")
+
+
+class _UnhintedStateFn(beam.DoFn):
+    """A stateful DoFn given no key type: Beam cannot know its key coder is deterministic."""
+
+    SEEN = beam.transforms.userstate.ReadModifyWriteStateSpec("seen", beam.coders.PickleCoder())
+
+    def process(self, element, seen=beam.DoFn.StateParam(SEEN)):  # noqa: B008 - Beam's form
+        yield element
+
+
+@pytest.mark.parametrize("cap", [None, 2])
+def test_stateful_steps_have_deterministic_key_coders(caplog, cap):
+    """Beam warns at construction when a stateful step's key coder may not be deterministic
+    (on a distributed runner one key could then land in two states); none may remain."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        control = beam.Pipeline(runner=BundleBasedDirectRunner())
+        _ = (control | "Keys" >> beam.Create([("k", 1)])
+             | "Map" >> beam.Map(lambda kv: kv).with_output_types(typing.Any)
+             | beam.ParDo(_UnhintedStateFn()))
+    assert any("may not be deterministic" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    options = PipelineOptions([])
+    options.view_as(StandardOptions).streaming = True
+    with caplog.at_level(logging.WARNING):
+        p = beam.Pipeline(runner=BundleBasedDirectRunner(), options=options)
+        _ = (p | TestStream().add_elements([message(make_reports("d", [1], seed=3)[1])])
+             | EstimateStream(["base"], WindowSpec(60), max_reports_per_user=cap))
+        stateful = [t for t in p.transforms_stack[0].parts[-1].parts
+                    if t.full_label.rsplit("/", 1)[-1] in ("Deduplicate", "CapUsers")]
+    assert [r.getMessage() for r in caplog.records
+            if "deterministic" in r.getMessage()] == []
+    assert len(stateful) == (1 if cap is None else 2)
+    for transform in stateful:
+        (pcoll,) = transform.inputs
+        key_coder = beam.coders.registry.get_coder(pcoll.element_type).key_coder()
+        assert key_coder.is_deterministic(), (transform.full_label, key_coder)
