@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import typing
 
@@ -355,3 +356,32 @@ def test_stateful_steps_have_deterministic_key_coders(caplog, cap):
         (pcoll,) = transform.inputs
         key_coder = beam.coders.registry.get_coder(pcoll.element_type).key_coder()
         assert key_coder.is_deterministic(), (transform.full_label, key_coder)
+
+
+@pytest.mark.parametrize("bits", [0, 2, 4])
+def test_decode_splits_by_cell_and_id_bucket_and_copies_share_a_state_key(bits):
+    from ldpflow.transforms.streaming import ID_BUCKET_BITS, DecodeMessagesFn
+
+    assert ID_BUCKET_BITS == 2  # the default: each seen-id state holds a quarter of a cell
+    _, records = make_reports("s", [1] * 300 + [70] * 200, seed=4)
+    body = message(records + records[:50] + records[400:])  # copies in both cells
+    out = list(DecodeMessagesFn(60.0, bucket_bits=bits).process(body))
+    places = [(tv.value[0], tv.timestamp) for tv in out]
+    assert len(places) == len(set(places))  # one per cell and bucket with reports
+    # 200 or more reports a cell: with 4 buckets none is empty but with odds of 1e-25
+    assert len(places) == 2 * 2 ** bits if bits <= 2 else 2 < len(places) <= 32
+    where = {}
+    for tv in out:
+        state_key, batch = tv.value
+        cell = int(tv.timestamp.micros // 60_000_000)
+        assert np.all(batch.event_times // 60_000 == cell)
+        base, _, bucket = state_key.partition("#")
+        assert json.loads(base)["oracle"] == "olh"
+        if bits:
+            assert np.all(batch.id_hashes >> np.uint64(64 - bits) == int(bucket))
+        else:
+            assert bucket == ""
+        for rid in batch.report_ids.tolist():
+            where.setdefault(rid, set()).add((state_key, cell))
+    assert len(where) == 500  # every report, its copies with it: one state key each
+    assert all(len(places) == 1 for places in where.values())
