@@ -9,11 +9,11 @@ Against the Pub/Sub emulator (``gcloud beta emulators pubsub start``, or the Deb
         --output_topic projects/ldpflow-dev/topics/estimates \\
         --output_subscription projects/ldpflow-dev/subscriptions/estimates-pull
     ldpflow stream --subscription projects/ldpflow-dev/subscriptions/reports-stream \\
-        --output_topic projects/ldpflow-dev/topics/estimates --window_size 10 \\
-        --allowed_lateness 300 &
+        --output_topic projects/ldpflow-dev/topics/estimates --window_size 60 \\
+        --allowed_lateness 600 &
     ldpflow pubsub publish --topic projects/ldpflow-dev/topics/reports --input '/tmp/r/*.avro'
     ldpflow pubsub pull --subscription projects/ldpflow-dev/subscriptions/estimates-pull \\
-        --wake_topic projects/ldpflow-dev/topics/reports
+        --wake_topic projects/ldpflow-dev/topics/reports --until_reports N --final_only
 
 Commands
 --------
@@ -25,6 +25,7 @@ publish
     fire.
 pull
     Print (and acknowledge) the messages of a subscription, e.g. the job's estimates;
+    ``--until_reports N`` waits until the panes hold N reports (exit 1 on ``--timeout``),
     ``--wake_topic`` keeps a job on Beam's direct runner emitting its panes on time.
 
 Contract: every command works on the emulator of ``--emulator_host`` or
