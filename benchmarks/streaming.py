@@ -1,12 +1,17 @@
 """Streaming benchmark: reports/s through the Pub/Sub emulator path and through TestStream.
 
     python benchmarks/streaming.py [--reports 200000] [--per_message 1000]
+        [--paths pubsub_emulator,teststream,stages]
 
 Emulator path: starts the emulator, starts ``ldpflow stream`` (BundleBasedDirectRunner),
 publishes the reports as Avro batches of ``--per_message`` (event times in one past window,
 allowed lateness on), and times from the first publish until a pane holding every report
 arrives on the output topic. TestStream path: the same ``EstimateStream`` transform over a
-TestStream of the same messages. One JSON object per path on stdout.
+TestStream of the same messages. Stages path: the transform's own steps on the same messages
+in this process, without Beam (decode, deduplicate, count), in microseconds a report, to show
+what limits the other two. One JSON object per path on stdout, each with the machine's load
+(1-minute load average before and after, and the number of cores): the figures are only
+comparable at a like load.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import time
 
 import numpy as np
@@ -110,16 +116,66 @@ def teststream_path(total, per_message):
             "seconds": round(elapsed, 2), "reports_per_s": round(total / elapsed)}
 
 
+def stages_path(total, per_message):
+    """The streaming steps without Beam: microseconds a report for each."""
+    from ldpflow.transforms.combine import FrequencyOracleCombineFn
+    from ldpflow.transforms.streaming import (
+        DecodeMessagesFn,
+        DeduplicateReportsFn,
+        SeenIdsCombineFn,
+    )
+
+    class State:  # a combining state as the direct runner keeps it, per key and cell
+        def __init__(self):
+            self.fn = SeenIdsCombineFn()
+            self.accumulator = self.fn.create_accumulator()
+
+        def read(self):
+            return self.fn.extract_output(self.accumulator)
+
+        def add(self, value):
+            self.accumulator = self.fn.add_input(self.accumulator, value)
+
+    messages = make_messages(total, per_message, 0, 60_000)
+    decode = DecodeMessagesFn(60.0)
+    list(decode.process(messages[0]))  # imports and caches out of the timing
+    began = time.perf_counter()
+    cells = [tv.value for m in messages for tv in decode.process(m)]
+    decoded = time.perf_counter()
+    states, dedup = {}, DeduplicateReportsFn()  # per state key: key, cell and id bucket
+    counted = [a for cell in cells
+               for _, a in dedup.process(cell, seen=states.setdefault(cell[0], State()))]
+    deduplicated = time.perf_counter()
+    combine = FrequencyOracleCombineFn()
+    combine.merge_accumulators([combine.add_input(combine.create_accumulator(), a)
+                                for a in counted])
+    merged = time.perf_counter()
+
+    def us(seconds):
+        return round(seconds / total * 1e6, 2)
+
+    return {"path": "stages", "reports": total, "per_message": per_message,
+            "decode_us": us(decoded - began), "deduplicate_and_count_us":
+            us(deduplicated - decoded), "merge_us": us(merged - deduplicated),
+            "reports_per_s": round(total / (merged - began))}
+
+
 def main(argv=None):
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reports", type=int, default=200_000)
     parser.add_argument("--per_message", type=int, default=1000)
-    parser.add_argument("--paths", default="pubsub_emulator,teststream")
+    parser.add_argument("--paths", default="pubsub_emulator,teststream,stages")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    paths = {"pubsub_emulator": emulator_path, "teststream": teststream_path,
+             "stages": stages_path}
     for path in args.paths.split(","):
-        fn = emulator_path if path == "pubsub_emulator" else teststream_path
-        print(json.dumps(fn(args.reports, args.per_message)), flush=True)
+        load_before = os.getloadavg()[0]
+        result = paths[path](args.reports, args.per_message)
+        result.update(load_before=round(load_before, 2),
+                      load_after=round(os.getloadavg()[0], 2), cores=os.cpu_count())
+        print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

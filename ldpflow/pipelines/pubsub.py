@@ -9,11 +9,11 @@ Against the Pub/Sub emulator (``gcloud beta emulators pubsub start``, or the Deb
         --output_topic projects/ldpflow-dev/topics/estimates \\
         --output_subscription projects/ldpflow-dev/subscriptions/estimates-pull
     ldpflow stream --subscription projects/ldpflow-dev/subscriptions/reports-stream \\
-        --output_topic projects/ldpflow-dev/topics/estimates --window_size 10 \\
-        --allowed_lateness 300 &
+        --output_topic projects/ldpflow-dev/topics/estimates --window_size 60 \\
+        --allowed_lateness 600 &
     ldpflow pubsub publish --topic projects/ldpflow-dev/topics/reports --input '/tmp/r/*.avro'
     ldpflow pubsub pull --subscription projects/ldpflow-dev/subscriptions/estimates-pull \\
-        --wake_topic projects/ldpflow-dev/topics/reports
+        --wake_topic projects/ldpflow-dev/topics/reports --until_reports N --final_only
 
 Commands
 --------
@@ -21,9 +21,11 @@ create
     Topics and subscriptions by their full names; ones that exist already are kept.
 publish
     Report files (Avro, JSON lines, Parquet) -> messages of ``--batch_size`` reports, their
-    event times rewritten to now (over ``--spread_seconds``), so the job's windows fire.
+    event times spread over the current window (``--event_times``), so the job's windows
+    fire.
 pull
     Print (and acknowledge) the messages of a subscription, e.g. the job's estimates;
+    ``--until_reports N`` waits until the panes hold N reports (exit 1 on ``--timeout``),
     ``--wake_topic`` keeps a job on Beam's direct runner emitting its panes on time.
 
 Contract: every command works on the emulator of ``--emulator_host`` or
@@ -60,6 +62,8 @@ __all__ = [
     "exit_failure",
     "guard_production",
     "rewrite_event_times",
+    "parse_event_times",
+    "DEFAULT_EVENT_TIMES",
     "MAX_MESSAGE_BYTES",
 ]
 
@@ -254,15 +258,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     publish = commands.add_parser(
         "publish", parents=[target], formatter_class=HelpFormatter, allow_abbrev=False,
-        help="Publish report files as messages, with event times of now.",
+        help="Publish report files as messages, their event times spread over this window.",
         description="Publish report files (read into memory) as messages of --batch_size "
                     "reports (an Avro container each, as collectors send them). Event times "
-                    "are rewritten to now, or spread over the next --spread_seconds in the "
-                    "files' order of time, so that the job's windows fire. With one event "
-                    "time every report falls in one window, whose estimate then equals a "
-                    "batch estimate of the files; reports that reach the job after that "
-                    "window's end are late, so give the job an --allowed_lateness longer "
-                    "than publishing takes.")
+                    "are rewritten (--event_times) so that the job's windows fire: by "
+                    "default the files' times, in their order, spread over the current "
+                    "60-second window (aligned to the epoch, as the job's windows are), so a "
+                    "job with --window_size 60 holds every report in one window, whose final "
+                    "pane equals a batch estimate of the files. Reports that reach the job "
+                    "after their window's end are late: give the job an --allowed_lateness "
+                    "longer than publishing takes.")
     publish.add_argument("--topic", required=True,
                          help="The topic to publish to: projects/PROJECT/topics/NAME.")
     publish.add_argument("--input", required=True,
@@ -271,11 +276,12 @@ def build_parser() -> argparse.ArgumentParser:
                          help="The files' format (default: from their names).")
     publish.add_argument("--batch_size", type=int, default=1000,
                          help="Reports per message (a batch over 10 MB is split).")
-    publish.add_argument("--spread_seconds", type=float, default=0.0,
-                         help="Spread the new event times over [now, now + SECONDS], keeping "
-                              "the reports' order in time (0: every report at now).")
-    publish.add_argument("--keep_event_times", action="store_true",
-                         help="Publish the event times as they are (a backlog: the job needs "
+    publish.add_argument("--event_times", default=DEFAULT_EVENT_TIMES, metavar="MODE",
+                         help="window:SECONDS: the files' times, in their order, spread over "
+                              "the current window of SECONDS (aligned to the epoch); "
+                              "spread:SECONDS: over the last SECONDS up to now (a stream of "
+                              "windows; the earlier ones late); now: every report at now; "
+                              "from_file: as they are (a backlog: the job needs "
                               "--allowed_lateness to count it).")
     publish.add_argument("--message_format", choices=("avro", "json"), default="avro",
                          help="Message body: an Avro container or JSON lines.")
@@ -288,13 +294,23 @@ def build_parser() -> argparse.ArgumentParser:
         "pull", parents=[target], formatter_class=HelpFormatter, allow_abbrev=False,
         help="Print the messages of a subscription (e.g. the estimates).",
         description="Pull, print (one line each: the text, or the size of a binary body) and "
-                    "acknowledge messages until --max_messages arrived or --timeout passed.")
+                    "acknowledge messages until --max_messages arrived, or with "
+                    "--until_reports until the estimates' panes hold that many reports; "
+                    "--timeout is an error then (exit 1).")
     pull.add_argument("--subscription", required=True,
                       help="projects/PROJECT/subscriptions/NAME.")
-    pull.add_argument("--max_messages", type=int, default=10,
-                      help="Stop after this many messages.")
+    pull.add_argument("--max_messages", type=int, default=None,
+                      help="Stop after this many messages (default: 10, or no limit with "
+                           "--until_reports).")
+    pull.add_argument("--until_reports", type=int, default=None, metavar="N",
+                      help="Pull estimates until their windows' latest panes hold N reports "
+                           "in all (e.g. the number published: one window's final pane then "
+                           "holds every report); exit 1 if --timeout passes first.")
+    pull.add_argument("--final_only", action="store_true",
+                      help="With --until_reports: print only each window's final pane (the "
+                           "one holding the most reports), when done.")
     pull.add_argument("--timeout", type=float, default=60.0,
-                      help="Stop after this many seconds.")
+                      help="Stop after this many seconds (with --until_reports: fail).")
     pull.add_argument("--wake_topic", default=None,
                       help="The job's input topic: while pulling, send it an empty message "
                            "(ldpflow ignores it) every --wake_seconds. Beam's direct runner "
@@ -303,6 +319,14 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("--wake_seconds", type=float, default=2.0,
                       help="How often to wake the job (with --wake_topic).")
     return parser
+
+
+def _event_times_ok(args: argparse.Namespace) -> bool:
+    try:
+        parse_event_times(args.event_times)
+    except ValueError:
+        return False
+    return True
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -323,9 +347,12 @@ def _check_args(args: argparse.Namespace) -> None:
               "ack_deadline_seconds": (lambda a: 10 <= a.ack_deadline_seconds <= 600,
                                        "--ack_deadline_seconds must be in [10, 600]"),
               "batch_size": (lambda a: a.batch_size >= 1, "--batch_size must be >= 1"),
-              "spread_seconds": (lambda a: 0 <= a.spread_seconds < float("inf"),
-                                 "--spread_seconds must be >= 0"),
               "max_messages": (lambda a: a.max_messages >= 1, "--max_messages must be >= 1"),
+              "until_reports": (lambda a: a.until_reports >= 1, "--until_reports must be >= 1"),
+              "final_only": (lambda a: a.until_reports is not None,
+                             "--final_only needs --until_reports"),
+              "event_times": (_event_times_ok, "--event_times must be now, from_file, "
+                                               "spread:SECONDS or window:SECONDS (SECONDS > 0)"),
               "timeout": (lambda a: a.timeout > 0, "--timeout must be > 0"),
               "wake_seconds": (lambda a: a.wake_seconds > 0, "--wake_seconds must be > 0")}
     for dest, (ok, message) in checks.items():
@@ -458,23 +485,71 @@ def _read_table(path: str, fmt: str):
         raise PubSubFailure(f"cannot read {path} as {fmt}: {_first_line(exc)}") from None
 
 
-def rewrite_event_times(times, now_ms: int, spread_ms: int):
-    """New event times (int64): all ``now_ms``, or ``times`` mapped linearly onto
-    ``[now_ms, now_ms + spread_ms]`` (their order kept; missing times count as the
-    earliest; equal times are spread by position)."""
+#: ``publish --event_times`` unless given: every report in the current 60-second window.
+DEFAULT_EVENT_TIMES = "window:60"
+
+
+def parse_event_times(text: str) -> tuple[str, float]:
+    """``--event_times`` as ``(mode, seconds)``: ``now``, ``from_file``, ``spread:SECONDS``
+    or ``window:SECONDS`` (seconds > 0).
+
+    Raises
+    ------
+    ValueError
+        Naming the flag, the forms accepted and the value received.
+    """
+    mode, _, seconds = str(text).partition(":")
+    if mode in ("now", "from_file") and not seconds:
+        return mode, 0.0
+    if mode in ("spread", "window"):
+        try:
+            value = float(seconds)
+        except ValueError:
+            value = float("nan")
+        if 0 < value < float("inf"):
+            return mode, value
+    raise ValueError(f"--event_times must be now, from_file, spread:SECONDS or "
+                     f"window:SECONDS (SECONDS > 0), got {text!r}")
+
+
+def _onto(times, lo_ms: int, span_ms: int):
+    """``times`` mapped linearly onto ``[lo_ms, lo_ms + span_ms]``, their order kept
+    (missing times count as the earliest; equal times are spread by position)."""
     import numpy as np
 
-    times = np.asarray(times, dtype=np.float64)
     n = times.size
-    if spread_ms <= 0 or n == 0:
-        return np.full(n, now_ms, dtype=np.int64)
     known = times[~np.isnan(times)]
     lo, hi = (known.min(), known.max()) if known.size else (0.0, 0.0)
     if hi > lo:
         position = (np.nan_to_num(times, nan=lo) - lo) / (hi - lo)
     else:
         position = np.arange(n) / max(n - 1, 1)
-    return now_ms + np.floor(position * spread_ms).astype(np.int64)
+    return lo_ms + np.floor(position * span_ms).astype(np.int64)
+
+
+def rewrite_event_times(times, now_ms: int, mode: str = DEFAULT_EVENT_TIMES):
+    """New event times (int64) for ``--event_times mode`` (:func:`parse_event_times`).
+
+    ``now``: every time ``now_ms``. ``spread:S``: the times mapped linearly onto
+    ``[now_ms - S, now_ms]``, events of the last S seconds. ``window:S``: onto the window of
+    S seconds that holds ``now_ms``, aligned to the epoch as the job's fixed windows are
+    (``[start, start + S)``), so a job whose window size is a multiple of S puts every report
+    in one window. Mapped times keep their order; missing times count as the earliest, and
+    equal times are spread by position. ``from_file``: the times as they are.
+    """
+    import numpy as np
+
+    kind, seconds = parse_event_times(mode)
+    times = np.asarray(times, dtype=np.float64)
+    if kind == "from_file":
+        return times
+    if kind == "now" or times.size == 0:
+        return np.full(times.size, now_ms, dtype=np.int64)
+    span = int(round(seconds * 1000))
+    if kind == "spread":
+        return _onto(times, now_ms - span, span)
+    start = now_ms // span * span
+    return _onto(times, start, span - 1)
 
 
 def _messages(table, batch_size: int, fmt: str) -> Iterator[tuple[bytes, object]]:
@@ -520,12 +595,11 @@ def _publish(args: argparse.Namespace, where: str) -> int:
               for path in paths]
     total = sum(t.num_rows for t in tables)
     _LOGGER.info("read %d reports from %d files", total, len(paths))
-    if not args.keep_event_times and total:
+    if args.event_times != "from_file" and total:
         times = np.concatenate([  # a missing event time is NaN here
             t.column("event_time").to_numpy(zero_copy_only=False).astype(np.float64)
             for t in tables])
-        now_ms = int(time.time() * 1000)
-        new = rewrite_event_times(times, now_ms, int(round(args.spread_seconds * 1000)))
+        new = rewrite_event_times(times, int(time.time() * 1000), args.event_times)
         at = 0
         for i, t in enumerate(tables):
             column = pa.array(new[at:at + t.num_rows], pa.int64())
@@ -566,11 +640,25 @@ def _publish(args: argparse.Namespace, where: str) -> int:
 
 
 # -- pull --------------------------------------------------------------------------------------
+def _pane_window(pane) -> tuple | None:
+    """The window and parameter set of an estimate pane (``None``: not a pane)."""
+    if not isinstance(pane, dict) or not isinstance(pane.get("n"), int):
+        return None
+    return (pane.get("window_start"), pane.get("window_end"), pane.get("oracle"),
+            json.dumps(pane.get("parameters"), sort_keys=True))
+
+
 def _pull(args: argparse.Namespace, where: str) -> int:
     from google.api_core import exceptions
     from google.cloud import pubsub_v1
 
     from ldpflow.testing.pubsub import subscriber_client  # takes 10 MB messages
+
+    limit = args.max_messages or (10 if args.until_reports is None else float("inf"))
+    finals: dict[tuple, dict] = {}  # per window and parameter set: the pane with most reports
+
+    def covered() -> int:
+        return sum(pane["n"] for pane in finals.values())
 
     received = 0
     deadline = time.monotonic() + args.timeout
@@ -582,7 +670,8 @@ def _pull(args: argparse.Namespace, where: str) -> int:
         except exceptions.NotFound:
             raise PubSubFailure(f"--subscription {args.subscription} does not exist on "
                                 f"{where}; {_create_hint(args.subscription)}") from None
-        while received < args.max_messages and time.monotonic() < deadline:
+        while (received < limit and time.monotonic() < deadline
+               and (args.until_reports is None or covered() < args.until_reports)):
             if publisher is not None and time.monotonic() >= next_wake:
                 publisher.publish(args.wake_topic, b"", ldpflow="wake").result(timeout=30)
                 next_wake = time.monotonic() + args.wake_seconds
@@ -591,7 +680,7 @@ def _pull(args: argparse.Namespace, where: str) -> int:
             try:
                 response = client.pull(request={
                     "subscription": args.subscription,
-                    "max_messages": min(100, args.max_messages - received)},
+                    "max_messages": int(min(100, limit - received))},
                     timeout=max(0.5, wait))
             except (exceptions.DeadlineExceeded, exceptions.RetryError):
                 continue  # nothing yet
@@ -600,9 +689,28 @@ def _pull(args: argparse.Namespace, where: str) -> int:
             client.acknowledge(request={"subscription": args.subscription, "ack_ids": [
                 m.ack_id for m in response.received_messages]})
             for item in response.received_messages:
-                print(_show(item.message.data), flush=True)
+                if args.until_reports is not None:
+                    try:
+                        pane = json.loads(item.message.data)
+                    except ValueError:
+                        pane = None
+                    window = _pane_window(pane)
+                    if window is not None and pane["n"] >= finals.get(window, {"n": -1})["n"]:
+                        finals[window] = pane
+                if not args.final_only:
+                    print(_show(item.message.data), flush=True)
             received += len(response.received_messages)
     _LOGGER.info("pulled %d messages from %s", received, args.subscription)
+    if args.until_reports is None:
+        return 0
+    if covered() < args.until_reports:
+        raise PubSubFailure(
+            f"--timeout {args.timeout:g} s passed before the estimates held --until_reports "
+            f"{args.until_reports} reports: the latest panes of {len(finals)} windows hold "
+            f"{covered()}")
+    if args.final_only:
+        for window in sorted(finals, key=lambda w: tuple(map(str, w))):
+            print(json.dumps(finals[window], sort_keys=True), flush=True)
     return 0
 
 

@@ -11,10 +11,10 @@ package ``google-cloud-cli-pubsub-emulator``; ``docs/streaming.md``)::
         --output_subscription projects/ldpflow-dev/subscriptions/estimates-pull
     ldpflow stream --subscription projects/ldpflow-dev/subscriptions/reports-stream \\
         --output_topic projects/ldpflow-dev/topics/estimates --output /tmp/panes \\
-        --window_size 10 --allowed_lateness 300 &
+        --window_size 60 --allowed_lateness 600 &
     ldpflow pubsub publish --topic projects/ldpflow-dev/topics/reports --input '/tmp/r/*.avro'
     ldpflow pubsub pull --subscription projects/ldpflow-dev/subscriptions/estimates-pull \\
-        --wake_topic projects/ldpflow-dev/topics/reports
+        --wake_topic projects/ldpflow-dev/topics/reports --until_reports 20000 --final_only
 
 On Dataflow::
 

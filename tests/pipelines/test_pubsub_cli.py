@@ -66,8 +66,14 @@ def test_bad_resource_name_is_a_one_line_usage_error(argv, flag):
      "--output_subscription needs --output_topic"),
     (["create", "--topic", TOPIC, "--ack_deadline_seconds", "5"], "--ack_deadline_seconds"),
     (["publish", "--topic", TOPIC, "--input", "x.avro", "--batch_size", "0"], "--batch_size"),
-    (["publish", "--topic", TOPIC, "--input", "x.avro", "--spread_seconds", "-1"],
-     "--spread_seconds"),
+    (["publish", "--topic", TOPIC, "--input", "x.avro", "--event_times", "spread:-1"],
+     "--event_times"),
+    (["publish", "--topic", TOPIC, "--input", "x.avro", "--event_times", "window"],
+     "--event_times"),
+    (["publish", "--topic", TOPIC, "--input", "x.avro", "--event_times", "now:5"],
+     "--event_times"),
+    (["pull", "--subscription", SUBSCRIPTION, "--until_reports", "0"], "--until_reports"),
+    (["pull", "--subscription", SUBSCRIPTION, "--final_only"], "--final_only needs"),
     (["pull", "--subscription", SUBSCRIPTION, "--timeout", "0"], "--timeout"),
     (["pull", "--subscription", SUBSCRIPTION, "--wake_seconds", "0"], "--wake_seconds"),
     (["pull", "--subscription", SUBSCRIPTION, "--wake_topic", SUBSCRIPTION], "--wake_topic"),
@@ -128,18 +134,42 @@ def test_help_shows_the_defaults(capsys):
     assert excinfo.value.code == 0
     out = capsys.readouterr().out
     assert "(default: 1000)" in out and "--allow_production" in out
-    assert "--spread_seconds" in out and "--emulator_host" in out
+    assert "--event_times" in out and "window:60" in out and "--emulator_host" in out
 
 
-def test_rewrite_event_times_to_now():
-    now = 1_800_000_000_000
+def test_rewrite_event_times_modes():
+    now = 1_800_000_012_345
     times = np.array([5_000, 1_000, np.nan, 3_000])
-    assert pubsub.rewrite_event_times(times, now, 0).tolist() == [now] * 4
-    spread = pubsub.rewrite_event_times(times, now, 10_000)
-    assert spread.tolist() == [now + 10_000, now, now, now + 5_000]  # order in time kept
-    same = pubsub.rewrite_event_times(np.full(3, 7.0), now, 1_000)
-    assert same.tolist() == [now, now + 500, now + 1_000]  # equal times: by position
-    assert pubsub.rewrite_event_times(np.array([]), now, 1_000).size == 0
+    assert pubsub.rewrite_event_times(times, now, "now").tolist() == [now] * 4
+    spread = pubsub.rewrite_event_times(times, now, "spread:10")
+    assert spread.tolist() == [now, now - 10_000, now - 10_000, now - 5_000]  # order kept
+    same = pubsub.rewrite_event_times(np.full(3, 7.0), now, "spread:1")
+    assert same.tolist() == [now - 1_000, now - 500, now]  # equal times: by position
+    kept = pubsub.rewrite_event_times(times, now, "from_file")
+    assert np.array_equal(kept, times, equal_nan=True)
+    assert pubsub.rewrite_event_times(np.array([]), now, "window:5").size == 0
+
+
+def test_rewrite_event_times_window_holds_every_report_in_the_current_window():
+    now = 1_800_000_012_345  # 12.345 s into a minute
+    times = np.array([9, 0, 4, np.nan, 9])
+    window = pubsub.rewrite_event_times(times, now, "window:60")
+    start = 1_800_000_000_000
+    assert window.tolist() == [start + 59_999, start, start + 26_666, start, start + 59_999]
+    assert pubsub.DEFAULT_EVENT_TIMES == "window:60"
+    for seconds in (0.5, 1, 7, 60, 3600):  # one fixed window of that size, whatever now is
+        for now in (1_800_000_000_000, 1_800_000_012_345, 1_800_000_059_999):
+            got = pubsub.rewrite_event_times(np.arange(1000.0), now, f"window:{seconds}")
+            size = int(seconds * 1000)
+            assert np.unique(got // size).size == 1 and got.min() <= now <= got.max()
+            assert np.all(np.diff(got) >= 0) and got.max() - got.min() == size - 1
+
+
+@pytest.mark.parametrize("text, parsed", [("now", ("now", 0.0)), ("from_file", ("from_file", 0.0)),
+                                          ("spread:2.5", ("spread", 2.5)),
+                                          ("window:60", ("window", 60.0))])
+def test_parse_event_times(text, parsed):
+    assert pubsub.parse_event_times(text) == parsed
 
 
 def reports_file(tmp_path, fmt, oracle_key="oue", n=300):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import typing
 
 import numpy as np
 import pytest
@@ -315,3 +317,71 @@ def test_an_unparseable_timestamp_attribute_is_a_dead_letter_and_windows_fire():
                     equal_to([("message attribute 'ts' missing or invalid", 2)]), label="dead")
 
     run_stream(stream, WindowSpec(60), checks=checks, attribute="ts")
+
+
+class _UnhintedStateFn(beam.DoFn):
+    """A stateful DoFn given no key type: Beam cannot know its key coder is deterministic."""
+
+    SEEN = beam.transforms.userstate.ReadModifyWriteStateSpec("seen", beam.coders.PickleCoder())
+
+    def process(self, element, seen=beam.DoFn.StateParam(SEEN)):  # noqa: B008 - Beam's form
+        yield element
+
+
+@pytest.mark.parametrize("cap", [None, 2])
+def test_stateful_steps_have_deterministic_key_coders(caplog, cap):
+    """Beam warns at construction when a stateful step's key coder may not be deterministic
+    (on a distributed runner one key could then land in two states); none may remain."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        control = beam.Pipeline(runner=BundleBasedDirectRunner())
+        _ = (control | "Keys" >> beam.Create([("k", 1)])
+             | "Map" >> beam.Map(lambda kv: kv).with_output_types(typing.Any)
+             | beam.ParDo(_UnhintedStateFn()))
+    assert any("may not be deterministic" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    options = PipelineOptions([])
+    options.view_as(StandardOptions).streaming = True
+    with caplog.at_level(logging.WARNING):
+        p = beam.Pipeline(runner=BundleBasedDirectRunner(), options=options)
+        _ = (p | TestStream().add_elements([message(make_reports("d", [1], seed=3)[1])])
+             | EstimateStream(["base"], WindowSpec(60), max_reports_per_user=cap))
+        stateful = [t for t in p.transforms_stack[0].parts[-1].parts
+                    if t.full_label.rsplit("/", 1)[-1] in ("Deduplicate", "CapUsers")]
+    assert [r.getMessage() for r in caplog.records
+            if "deterministic" in r.getMessage()] == []
+    assert len(stateful) == (1 if cap is None else 2)
+    for transform in stateful:
+        (pcoll,) = transform.inputs
+        key_coder = beam.coders.registry.get_coder(pcoll.element_type).key_coder()
+        assert key_coder.is_deterministic(), (transform.full_label, key_coder)
+
+
+@pytest.mark.parametrize("bits", [0, 2, 4])
+def test_decode_splits_by_cell_and_id_bucket_and_copies_share_a_state_key(bits):
+    from ldpflow.transforms.streaming import ID_BUCKET_BITS, DecodeMessagesFn
+
+    assert ID_BUCKET_BITS == 2  # the default: each seen-id state holds a quarter of a cell
+    _, records = make_reports("s", [1] * 300 + [70] * 200, seed=4)
+    body = message(records + records[:50] + records[400:])  # copies in both cells
+    out = list(DecodeMessagesFn(60.0, bucket_bits=bits).process(body))
+    places = [(tv.value[0], tv.timestamp) for tv in out]
+    assert len(places) == len(set(places))  # one per cell and bucket with reports
+    # 200 or more reports a cell: with 4 buckets none is empty but with odds of 1e-25
+    assert len(places) == 2 * 2 ** bits if bits <= 2 else 2 < len(places) <= 32
+    where = {}
+    for tv in out:
+        state_key, batch = tv.value
+        cell = int(tv.timestamp.micros // 60_000_000)
+        assert np.all(batch.event_times // 60_000 == cell)
+        base, _, bucket = state_key.partition("#")
+        assert json.loads(base)["oracle"] == "olh"
+        if bits:
+            assert np.all(batch.id_hashes >> np.uint64(64 - bits) == int(bucket))
+        else:
+            assert bucket == ""
+        for rid in batch.report_ids.tolist():
+            where.setdefault(rid, set()).add((state_key, cell))
+    assert len(where) == 500  # every report, its copies with it: one state key each
+    assert all(len(places) == 1 for places in where.values())
