@@ -824,3 +824,27 @@ def test_candidate_support_of_any_set_equals_the_naive_grid(count):
     got = hh.counting.candidate_support(seeds, buckets, cand, 40, 8)
     np.testing.assert_array_equal(got, hashing.naive_support_counts(seeds, buckets, 40, 8,
                                                                     cand))
+
+
+def test_published_group_hash_vectors_follow_the_written_rule():
+    import json
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "docs/testvectors/group_hash.json"
+    vectors = json.loads(path.read_text(encoding="utf-8"))
+    key = int(vectors["key"])
+    assert key == hh.GROUP_HASH_KEY
+    for case in vectors["ids"]:
+        data = bytes.fromhex(case["utf8"])
+        assert data == case["user_id"].encode("utf-8")
+        assert int(case["keyed_hash"]) == reference_keyed_hash(data, key)
+        assert int(case["keys"]["1"]) == int.from_bytes(
+            hashlib.blake2b(data, digest_size=8).digest(), "little")
+        assert case["keys"]["2"] == case["keyed_hash"]
+        for version, groups in case["groups"].items():
+            for g, group in groups.items():
+                assert group == reference_group(case["user_id"], int(g), int(version))
+    assert len(vectors["keyed_hashes"]) >= 20
+    for case in vectors["keyed_hashes"]:
+        assert int(case["hash"]) == reference_keyed_hash(bytes.fromhex(case["bytes"]),
+                                                         int(case["key"]))
