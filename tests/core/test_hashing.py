@@ -8,23 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ldpflow.core import dedup, hashing
+from tests.core.reference import keyed_string_hash
 
-_MASK = 2**64 - 1
-
-
-def _mix(z):
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
-    return z ^ (z >> 31)
-
-
-def reference(data: bytes, key: int) -> int:
-    """docs/spec/heavy_hitters.md, "Group hash", byte by byte."""
-    h = _mix(key ^ len(data))
-    for start in range(0, len(data), 8):
-        word = int.from_bytes(data[start:start + 8], "little")
-        h = (_mix(h ^ _mix((word + key) & _MASK)) * 0xFF51AFD7ED558CCD) & _MASK
-    return _mix(h)
+reference = keyed_string_hash
 
 
 def layout(strings: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
