@@ -142,12 +142,13 @@ COMMON_PARAMETERS = ("top_k", "value_bits", "epsilon")
 def shape_parameters(name: str) -> tuple[str, ...]:
     """The parameters of protocol ``name`` besides :data:`COMMON_PARAMETERS` (PEM's
     ``query_limit``, ``start_bits``, ...), in declaration order: the flags that configure it
-    in ``ldpflow simulate`` and ``ldpflow heavy-hitters``."""
+    in ``ldpflow simulate`` and ``ldpflow heavy-hitters``. ``group_hash`` is none (a client's
+    version of the group mapping, not a parameter)."""
     if name not in PROTOCOLS:
         raise ValueError(f"protocol must be one of {sorted(PROTOCOLS)}, got {name!r}")
     cls: Any = PROTOCOLS[name]  # a dataclass (the abstract base is not one)
     return tuple(f.name for f in dataclasses.fields(cls)
-                 if f.name not in COMMON_PARAMETERS)
+                 if f.name not in COMMON_PARAMETERS and f.name != "group_hash")
 
 
 #: Every shape parameter of any protocol.
