@@ -30,9 +30,8 @@ record and builds the same table, so the rest of the path is shared.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -645,16 +644,11 @@ def _column_values(array: pa.Array, column: WireColumn, rows: np.ndarray) -> np.
     return values.astype(column.dtype, copy=False)
 
 
-def _id_hashes(array: pa.Array, rows: np.ndarray,
-               hash_strings: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
-               ) -> np.ndarray:
-    """``hash_strings(offsets, data)`` (default :func:`dedup.string_hashes`) of the strings
-    at ``rows`` of ``array``."""
-    function = dedup.string_hashes if hash_strings is None else hash_strings
+def _id_hashes(array: pa.Array, rows: np.ndarray) -> np.ndarray:
     picked = array if rows.size == len(array) else array.take(pa.array(rows))
     offsets, data_array = offsets_and_data(picked)
     parts = parallel.map_slices(  # large columns: hashed in threads, slice by slice
-        lambda part: function(offsets[part.start:part.stop + 1], data_array),
+        lambda part: dedup.string_hashes(offsets[part.start:part.stop + 1], data_array),
         len(picked))
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
@@ -773,8 +767,7 @@ def _group_mismatches(cols: _Table, protocol: Any, reports: Reports, kept: np.nd
     rows = np.flatnonzero(good)
     if rows.size == 0:
         return bad, reasons
-    keys = _id_hashes(ids, kept[rows], functools.partial(hh.string_keys,
-                                                         group_hash=protocol.group_hash))
+    keys = _user_id_keys(ids.take(pa.array(kept[rows])), protocol.group_hash)
     expected = hh.groups_of_keys(keys, protocol.num_groups)
     wrong = rows[expected != reports.columns["group"][rows]]
     if wrong.size == 0:
@@ -783,6 +776,18 @@ def _group_mismatches(cols: _Table, protocol: Any, reports: Reports, kept: np.nd
     merged = np.concatenate([bad, wrong])[order]
     texts = [*reasons, *["group does not match the hash of user_id"] * wrong.size]
     return merged, [texts[i] for i in order.tolist()]
+
+
+def _user_id_keys(ids: pa.Array, group_hash: int) -> np.ndarray:
+    """The group keys (``heavy_hitters.string_keys`` of version ``group_hash``) of a string
+    column of user ids, from its offsets and bytes (large columns in threads, by slice)."""
+    from ldpflow.core import heavy_hitters as hh
+
+    offsets, data = offsets_and_data(ids)
+    parts = parallel.map_slices(
+        lambda part: hh.string_keys(offsets[part.start:part.stop + 1], data,
+                                    group_hash=group_hash), len(ids))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _within_budget(groups: list, budget: list[int], policy: AcceptancePolicy,

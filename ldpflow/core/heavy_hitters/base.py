@@ -45,7 +45,7 @@ import math
 import numbers
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -161,7 +161,8 @@ def user_keys(user_ids: npt.ArrayLike | Sequence[Any], *,
     if kind in "US":
         # A numpy string array drops trailing NUL characters: hash the strings given, not
         # their numpy copies, when they are a sequence (a client's "a\x00" is not "a").
-        items = arr.tolist() if isinstance(user_ids, np.ndarray) else list(user_ids)
+        items = arr.tolist() if isinstance(user_ids, np.ndarray) else \
+            list(cast(Sequence[Any], user_ids))
         return _string_keys([_utf8(s) for s in items], version)
     if kind == "O":
         keys = np.empty(arr.size, dtype=_U64)
