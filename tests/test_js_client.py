@@ -62,9 +62,11 @@ def test_heavy_hitter_vectors_are_ldpflows_reports():
     cases = json.loads((VECTORS / "heavy_hitter_reports.json").read_text())
     assert {(c["protocol"], c["codec"]) for c in cases} == {
         (name, codec) for name in hh.PROTOCOLS for codec in ("int", "string")}
+    assert {c["parameters"].get("group_hash", 1) for c in cases} == set(hh.GROUP_HASHES)
     for case in cases:
         parameters = {k: int(v) if k.endswith("_seed") else v
                       for k, v in case["parameters"].items()}
+        parameters.setdefault("group_hash", 1)  # a case that names no version: version 1
         protocol = hh.PROTOCOLS[case["protocol"]](**parameters)
         if case["codec"] == "string":
             code = int(codecs.StringCodec(bits=protocol.value_bits).encode([case["value"]])[0])
@@ -77,8 +79,8 @@ def test_heavy_hitter_vectors_are_ldpflows_reports():
         wire = {k: v.hex() if isinstance(v, bytes) else str(v) if v >= 2**53 else v
                 for k, v in report.items()}
         assert wire == case["report"], case
-        assert report["group"] == int(hh.assign_groups([case["user_id"]],
-                                                        protocol.num_groups)[0])
+        assert report["group"] == int(hh.assign_groups(
+            [case["user_id"]], protocol.num_groups, group_hash=protocol.group_hash)[0])
 
 
 def test_make_test_vectors_writes_the_published_files(tmp_path):
@@ -86,5 +88,6 @@ def test_make_test_vectors_writes_the_published_files(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     subprocess.run([sys.executable, str(script), "--output", str(tmp_path)], check=True, env=env,
                    timeout=300)
-    for name in ("hash_family.json", "client_reports.json", "heavy_hitter_reports.json"):
+    for name in ("hash_family.json", "client_reports.json", "heavy_hitter_reports.json",
+                 "group_hash.json"):
         assert (tmp_path / name).read_bytes() == (VECTORS / name).read_bytes(), name

@@ -176,10 +176,19 @@ export declare function makeOracle(name: OracleName, parameters: SketchOptions):
 // ---------------------------------------------------------------- heavy hitters
 
 export declare const DEFAULT_QUERY_LIMIT: number;
-/** The 64-bit key of a user id: its BLAKE2b-64 digest, little-endian. */
-export declare function userKey(userId: string): bigint;
-/** The group in `[0, numGroups)` of a user. */
-export declare function assignGroup(userId: string, numGroups: number): number;
+/** The group hash versions: 1, BLAKE2b-64; 2, the keyed string hash (`ldpflow-grouphash-2`). */
+export type GroupHash = 1 | 2;
+export declare const GROUP_HASHES: readonly GroupHash[];
+/** The version this client writes unless told otherwise: 2. */
+export declare const DEFAULT_GROUP_HASH: GroupHash;
+/** `K` of version 2 (public): the ASCII bytes `ldpgrp02`, little-endian. */
+export declare const GROUP_HASH_KEY: bigint;
+/** The keyed 64-bit string hash `S_K` of bytes (docs/spec/heavy_hitters.md, "Group hash"). */
+export declare function keyedStringHash(bytes: Uint8Array, key: bigint): bigint;
+/** The 64-bit key of a user id by group hash version (default 2). */
+export declare function userKey(userId: string, groupHash?: GroupHash): bigint;
+/** The group in `[0, numGroups)` of a user, by group hash version (default 2). */
+export declare function assignGroup(userId: string, numGroups: number, groupHash?: GroupHash): number;
 /** ldpflow's cost-aware OLH hash range (TreeHist's and SFP's default). */
 export declare function costAwareHashRange(epsilon: number,
   options?: { tolerance?: number; maxHashRange?: number }): number;
@@ -204,6 +213,8 @@ export interface HeavyHitterOptions {
   valueBits: number;
   epsilon: number;
   codec?: Codec;
+  /** The group hash version its reports carry (default 2). */
+  groupHash?: GroupHash;
 }
 
 export declare abstract class HeavyHitterClient {
@@ -211,6 +222,7 @@ export declare abstract class HeavyHitterClient {
   readonly valueBits: number;
   readonly epsilon: number;
   readonly codec: Codec;
+  readonly groupHash: GroupHash;
   readonly numGroups: number;
   readonly hashRange: number;
   get name(): HeavyHitterName;

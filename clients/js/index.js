@@ -26,7 +26,8 @@ export {
   CountMeanSketch, HadamardCountMeanSketch, Sketch, sketchSeeds,
 } from "./src/sketch.js";
 export {
-  DEFAULT_QUERY_LIMIT, HeavyHitterClient, assignGroup, costAwareHashRange, userKey,
+  DEFAULT_GROUP_HASH, DEFAULT_QUERY_LIMIT, GROUP_HASHES, GROUP_HASH_KEY, HeavyHitterClient,
+  assignGroup, costAwareHashRange, keyedStringHash, userKey,
 } from "./src/heavyHitters.js";
 export { PrefixExtendingMethod } from "./src/pem.js";
 export { SegmentPairsMethod } from "./src/spm.js";

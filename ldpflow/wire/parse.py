@@ -560,19 +560,25 @@ def _build_protocol(fields: dict[str, Any], policy: AcceptancePolicy
 _DERIVED_HASH_RANGE = ("spm", "mcm", "sfp")
 
 
+#: Nested fields a report may leave out (or null): the schema's default holds.
+_DEFAULTED = ("codec", "group_hash")
+
+
 def _heavy_hitter_protocol(fields: dict[str, Any], policy: AcceptancePolicy
                            ) -> tuple[Any, ProtocolKey] | str:
     """The configuration of a heavy-hitter report (``fields``: the envelope's parameters and
     its nested record's) and its key with the codec, or why it is refused."""
     from ldpflow.core import codecs
-    from ldpflow.core.heavy_hitters import MAX_QUERY_LIMIT, PROTOCOLS
+    from ldpflow.core.heavy_hitters import GROUP_HASH_BLAKE2B, MAX_QUERY_LIMIT, PROTOCOLS
 
     name = fields["oracle"]
     names = nested_parameter_fields(name)
-    missing = [n for n in names if fields.get(n) is None and n != "codec"]
+    missing = [n for n in names if fields.get(n) is None and n not in _DEFAULTED]
     if missing:
         return f"missing field '{name}.{missing[0]}' for oracle {name}"
     params = {n: fields[n] for n in names if n != "codec"}
+    if params.get("group_hash") is None:  # a file of before the field: version 1
+        params["group_hash"] = GROUP_HASH_BLAKE2B
     for n in params:
         if f"{name}.{n}" in UNSIGNED_FIELDS:  # a 64-bit key, as a two's-complement long
             params[n] %= 2**64
@@ -786,8 +792,9 @@ def parse_table(
 def _group_mismatches(cols: _Table, protocol: Any, reports: Reports, kept: np.ndarray,
                       bad: np.ndarray, reasons: list[str]) -> tuple[np.ndarray, list[str]]:
     """Add the rows whose group is not their user id's (``assign_groups`` with the
-    protocol's ``num_groups``) to ``bad``."""
-    from ldpflow.core.heavy_hitters import assign_groups
+    protocol's ``num_groups`` and ``group_hash``) to ``bad``: the ids' keys are computed
+    over the column's bytes at once (version 2 with no Python loop per report)."""
+    from ldpflow.core import heavy_hitters as hh
 
     ids = cols.get(("user_id",))
     if ids is None:
@@ -797,7 +804,8 @@ def _group_mismatches(cols: _Table, protocol: Any, reports: Reports, kept: np.nd
     rows = np.flatnonzero(good)
     if rows.size == 0:
         return bad, reasons
-    expected = assign_groups(ids.take(pa.array(kept[rows])).to_pylist(), protocol.num_groups)
+    keys = _user_id_keys(ids.take(pa.array(kept[rows])), protocol.group_hash)
+    expected = hh.groups_of_keys(keys, protocol.num_groups)
     wrong = rows[expected != reports.columns["group"][rows]]
     if wrong.size == 0:
         return bad, reasons
@@ -805,6 +813,18 @@ def _group_mismatches(cols: _Table, protocol: Any, reports: Reports, kept: np.nd
     merged = np.concatenate([bad, wrong])[order]
     texts = [*reasons, *["group does not match the hash of user_id"] * wrong.size]
     return merged, [texts[i] for i in order.tolist()]
+
+
+def _user_id_keys(ids: pa.Array, group_hash: int) -> np.ndarray:
+    """The group keys (``heavy_hitters.string_keys`` of version ``group_hash``) of a string
+    column of user ids, from its offsets and bytes (large columns in threads, by slice)."""
+    from ldpflow.core import heavy_hitters as hh
+
+    offsets, data = offsets_and_data(ids)
+    parts = parallel.map_slices(
+        lambda part: hh.string_keys(offsets[part.start:part.stop + 1], data,
+                                    group_hash=group_hash), len(ids))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _within_budget(groups: list, budget: list[int], policy: AcceptancePolicy,

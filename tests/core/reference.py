@@ -42,6 +42,15 @@ def mix64(z: int) -> int:
     return z ^ (z >> 31)
 
 
+def keyed_string_hash(data: bytes, key: int) -> int:
+    """S_K of docs/spec/heavy_hitters.md ("Group hash"), byte by byte."""
+    h = mix64(key ^ len(data))
+    for start in range(0, len(data), 8):
+        word = int.from_bytes(data[start:start + 8], "little")  # the last one zero-padded
+        h = (mix64(h ^ mix64((word + key) & MASK64)) * 0xFF51AFD7ED558CCD) & MASK64
+    return mix64(h)
+
+
 def sketch_bucket(j: int, value: int, value_bits: int, width: int) -> int:
     """h_j(v) of Apple's sketches: the hash family with seed mix(GOLDEN * (j + 1))."""
     return hash_value(mix64((0x9E3779B97F4A7C15 * (j + 1)) & MASK64), value, value_bits, width)

@@ -18,6 +18,7 @@ from ldpflow.core import heavy_hitters as hh
 from ldpflow.core.codecs import StringCodec
 from ldpflow.core.oracles import OptimizedLocalHashing, Reports, optimal_hash_range
 from ldpflow.core.validation import InvalidReportError
+from tests.core.reference import keyed_string_hash, splitmix64
 
 PEM = hh.PrefixExtendingMethod
 
@@ -129,27 +130,30 @@ def test_stage_index_is_checked():
 # -- groups -----------------------------------------------------------------------------------
 
 
-def reference_group(user_id, num_groups):
+def reference_group(user_id, num_groups, group_hash=1):
     """The documented rule, written independently: splitmix64(key) mod g."""
-    if isinstance(user_id, str):
+    if isinstance(user_id, str) and group_hash == 1:
         key = int.from_bytes(hashlib.blake2b(user_id.encode(), digest_size=8).digest(), "little")
+    elif isinstance(user_id, str):
+        key = keyed_string_hash(user_id.encode(), int.from_bytes(b"ldpgrp02", "little"))
     else:
         key = user_id % 2**64
-    mask = 2**64 - 1
-    z = (key + 0x9E3779B97F4A7C15) & mask
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
-    return (z ^ (z >> 31)) % num_groups
+    return splitmix64(key, 1)[0] % num_groups
 
 
+@pytest.mark.parametrize("group_hash", [1, 2])
 @pytest.mark.parametrize("num_groups", [1, 3, 4, 7])
-def test_groups_follow_the_documented_rule(num_groups):
-    ids = [0, 1, 2**63, 2**64 - 1, -1, -(2**63), 12345678901234, "alice", "", "日本"]
+def test_groups_follow_the_documented_rule(num_groups, group_hash):
+    ids = [0, 1, 2**63, 2**64 - 1, -1, -(2**63), 12345678901234, "alice", "", "日本",
+           "exactly8", "nine bytes", "x" * 300, "a\x00", "a"]
     objects = np.empty(len(ids), dtype=object)
     objects[:] = ids
-    got = hh.assign_groups(objects, num_groups)
-    assert got.tolist() == [reference_group(i, num_groups) for i in ids]
+    got = hh.assign_groups(objects, num_groups, group_hash=group_hash)
+    assert got.tolist() == [reference_group(i, num_groups, group_hash) for i in ids]
     assert got.tolist()[4] == got.tolist()[3]  # -1 and 2**64 - 1 are the same 64 bits
+    strings = [i for i in ids if isinstance(i, str)]
+    np.testing.assert_array_equal(hh.assign_groups(strings, num_groups, group_hash=group_hash),
+                                  got[-len(strings):])
 
 
 def test_groups_are_stable_test_vectors():
@@ -157,9 +161,58 @@ def test_groups_are_stable_test_vectors():
     assert hh.assign_groups(np.arange(8), 4).tolist() == [
         reference_group(i, 4) for i in range(8)
     ]
-    assert hh.assign_groups(["alice", "bob", "carol"], 4).tolist() == [
-        reference_group(s, 4) for s in ("alice", "bob", "carol")
-    ]
+    for version in (1, 2):
+        assert hh.assign_groups(["alice", "bob", "carol"], 4, group_hash=version).tolist() == [
+            reference_group(s, 4, version) for s in ("alice", "bob", "carol")
+        ]
+
+
+def test_default_group_hash_is_the_keyed_one():
+    words = [f"user-{i}" for i in range(50)]
+    assert hh.DEFAULT_GROUP_HASH == hh.GROUP_HASH_KEYED == 2
+    np.testing.assert_array_equal(hh.assign_groups(words, 7),
+                                  hh.assign_groups(words, 7, group_hash=2))
+    assert hh.GROUP_HASH_KEY == 0x323070726770646C  # "ldpgrp02", little-endian
+
+
+def test_string_keys_of_a_column_equal_user_keys():
+    words = ["", "a", "ab", "exactly8", "more than eight", "日本語のテキスト", "x" * 70] * 3
+    encoded = [w.encode() for w in words]
+    offsets = np.concatenate([[0], np.cumsum([len(b) for b in encoded])])
+    data = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    for version in (1, 2):
+        np.testing.assert_array_equal(hh.string_keys(offsets, data, group_hash=version),
+                                      hh.user_keys(words, group_hash=version))
+        # A slice of the offsets into the whole data (how the parser hashes in parts).
+        np.testing.assert_array_equal(hh.string_keys(offsets[5:12], data, group_hash=version),
+                                      hh.user_keys(words[5:11], group_hash=version))
+
+
+def test_unknown_group_hash_is_refused():
+    with pytest.raises(ValueError, match="group_hash must be one of 1, 2, got 3"):
+        hh.assign_groups(["a"], 2, group_hash=3)
+    with pytest.raises(ValueError, match="group_hash must be one of 1, 2, got 0"):
+        PEM(top_k=4, value_bits=16, epsilon=1.0, group_hash=0)
+    with pytest.raises(TypeError, match="group_hash must be an integer, got str"):
+        PEM(top_k=4, value_bits=16, epsilon=1.0, group_hash="2")
+
+
+@pytest.mark.parametrize("name", sorted(hh.PROTOCOLS))
+def test_group_hash_is_no_parameter_of_the_key(name):
+    cls = hh.PROTOCOLS[name]
+    old = cls(top_k=4, value_bits=32, epsilon=2.0, group_hash=1)
+    new = cls(top_k=4, value_bits=32, epsilon=2.0)
+    assert new.group_hash == 2 and old.group_hash == 1
+    assert old.key == new.key and "group_hash" not in new.parameters
+    assert old == new and hash(old) == hash(new)  # one configuration, counted together
+    assert pickle.loads(pickle.dumps(old)).group_hash == 1
+    ids = [f"user-{i}" for i in range(200)]
+    reports = old.perturb(np.zeros(200, dtype=np.uint64), ids, np.random.default_rng(1))
+    np.testing.assert_array_equal(reports.columns["group"],
+                                  hh.assign_groups(ids, old.num_groups, group_hash=1))
+    reports = new.perturb(np.zeros(200, dtype=np.uint64), ids, np.random.default_rng(1))
+    np.testing.assert_array_equal(reports.columns["group"],
+                                  hh.assign_groups(ids, new.num_groups, group_hash=2))
 
 
 def test_groups_agree_across_id_containers():
@@ -256,7 +309,7 @@ def test_perturb_one_returns_plain_ints():
     record = pem.perturb_one(2**64 - 1, "alice", np.random.default_rng(1))
     assert set(record) == {"seed", "bucket", "group", "prefix_bits"}
     assert all(type(v) is int for v in record.values())
-    assert record["group"] == reference_group("alice", 4)
+    assert record["group"] == reference_group("alice", 4, pem.group_hash)
 
 
 def test_perturb_rejects_values_of_2_to_the_m_and_mismatched_ids():
@@ -754,3 +807,27 @@ def test_candidate_support_of_any_set_equals_the_naive_grid(count):
     got = hh.counting.candidate_support(seeds, buckets, cand, 40, 8)
     np.testing.assert_array_equal(got, hashing.naive_support_counts(seeds, buckets, 40, 8,
                                                                     cand))
+
+
+def test_published_group_hash_vectors_follow_the_written_rule():
+    import json
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "docs/testvectors/group_hash.json"
+    vectors = json.loads(path.read_text(encoding="utf-8"))
+    key = int(vectors["key"])
+    assert key == hh.GROUP_HASH_KEY
+    for case in vectors["ids"]:
+        data = bytes.fromhex(case["utf8"])
+        assert data == case["user_id"].encode("utf-8")
+        assert int(case["keyed_hash"]) == keyed_string_hash(data, key)
+        assert int(case["keys"]["1"]) == int.from_bytes(
+            hashlib.blake2b(data, digest_size=8).digest(), "little")
+        assert case["keys"]["2"] == case["keyed_hash"]
+        for version, groups in case["groups"].items():
+            for g, group in groups.items():
+                assert group == reference_group(case["user_id"], int(g), int(version))
+    assert len(vectors["keyed_hashes"]) >= 20
+    for case in vectors["keyed_hashes"]:
+        assert int(case["hash"]) == keyed_string_hash(bytes.fromhex(case["bytes"]),
+                                                         int(case["key"]))

@@ -135,9 +135,11 @@ def test_heavy_hitter_records_are_nullable_documented_and_named_after_their_prot
 
 def test_pem_record_is_unchanged_by_the_other_protocols():
     (pem,) = [f for f in schema_json("report")["fields"] if f["name"] == "pem"]
-    names = [f["name"] for f in pem["type"][1]["fields"]]
+    fields = pem["type"][1]["fields"]
+    names = [f["name"] for f in fields]
     assert names == ["group", "prefix_bits", "value_bits", "top_k", "query_limit", "start_bits",
-                     "step_bits", "codec"]
+                     "step_bits", "codec", "group_hash"]
+    assert fields[-1]["default"] is None  # added later: files without it still read
 
 
 def _heavy_hitter_records(name, n, seed=0):

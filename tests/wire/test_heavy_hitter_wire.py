@@ -5,6 +5,7 @@ letter with its reason."""
 from __future__ import annotations
 
 import ast
+import copy
 import io
 import json
 import pathlib
@@ -140,6 +141,8 @@ def test_the_envelope_carries_the_configuration(name):
     for field in nested_parameter_fields(name):
         if field == "codec":
             assert nested[field] == "int"
+        elif field == "group_hash":
+            assert nested[field] == protocol.group_hash == hh.DEFAULT_GROUP_HASH
         else:
             assert nested[field] % 2**64 == getattr(protocol, field), field
     for other in HEAVY_HITTERS:
@@ -371,6 +374,94 @@ def test_a_record_of_a_protocol_not_expected_is_never_read(fmt):
     _assert_columns_equal(batch.reports, reports)
 
 
+# -- the group hash version --------------------------------------------------------------------
+def _old_file(records, fmt):
+    """``records`` as a file of before the group hash version: Avro of the schema without
+    the field, JSON lines without the key, Parquet with the field null."""
+    records = [{k: ({f: x for f, x in v.items() if f != "group_hash"}
+                    if isinstance(v, dict) else v) for k, v in r.items()} for r in records]
+    if fmt != "avro":
+        return _record_file(records, fmt)
+    import fastavro
+
+    from ldpflow.schemas import schema_json
+
+    schema = copy.deepcopy(schema_json("report"))  # the loaded schema is shared
+    for field in schema["fields"]:
+        kind = field["type"]
+        if isinstance(kind, list) and isinstance(kind[-1], dict):
+            kind[-1]["fields"] = [f for f in kind[-1]["fields"] if f["name"] != "group_hash"]
+    assert "group_hash" not in json.dumps(schema)
+    buffer = io.BytesIO()
+    fastavro.writer(buffer, fastavro.parse_schema(schema), records)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("fmt", formats.FORMATS)
+@pytest.mark.parametrize("version", hh.GROUP_HASHES)
+@pytest.mark.parametrize("name", NAMES)
+def test_each_group_hash_version_round_trips_and_is_checked(name, version, fmt):
+    protocol, reports, table = _made(name, group_hash=version)
+    assert table.column(name).combine_chunks().field("group_hash").to_pylist() == [version] * N
+    parsed = _read(_file(table, fmt), fmt, _policy(name))
+    assert _summary(parsed) == (N, N, 0, [])
+    key, batch = _only_batch(parsed)
+    assert key == ProtocolKey.heavy_hitters(protocol, "int") and "group_hash" not in key.to_json()
+    _assert_columns_equal(batch.reports, reports)
+    # The groups of the other version are refused (they are not this version's groups).
+    other = hh.GROUP_HASHES[version % len(hh.GROUP_HASHES)]
+    records = table.to_pylist()
+    for record in records:
+        record[name]["group_hash"] = other
+    theirs = hh.assign_groups([r["user_id"] for r in records], protocol.num_groups,
+                              group_hash=other)
+    wrong = int(np.count_nonzero(theirs != reports.columns["group"]))
+    assert wrong > N // 4
+    parsed = _read(_record_file(records, fmt.split("-")[0]), fmt.split("-")[0], _policy(name))
+    reports_kept, refused, reasons = _summary(parsed)[1:4]
+    assert (reports_kept, refused) == (N - wrong, wrong)
+    assert set(reasons) == {"group does not match the hash of user_id"}
+
+
+@pytest.mark.parametrize("fmt", formats.FORMATS)
+@pytest.mark.parametrize("name", NAMES)
+def test_files_of_before_the_version_read_and_check_as_version_1(name, fmt):
+    protocol, reports, table = _made(name, group_hash=1)
+    base = fmt.split("-")[0]
+    data = _old_file(table.to_pylist(), base)
+    parsed = _read(data, base, _policy(name))
+    assert _summary(parsed) == (N, N, 0, [])
+    key, batch = _only_batch(parsed)
+    assert key == ProtocolKey.heavy_hitters(protocol, "int")
+    _assert_columns_equal(batch.reports, reports)
+    records = table.to_pylist()
+    _wrong_group(protocol, records[VICTIM])
+    parsed = _read(_old_file(records, base), base, _policy(name))
+    assert _summary(parsed)[1:4] == (N - 1, 1, ["group does not match the hash of user_id"])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reports_of_both_versions_are_counted_together(name):
+    old, old_reports, old_table = _made(name, group_hash=1)
+    new, new_reports, new_table = _made(name, seed=6)
+    table = pa.concat_tables([old_table, new_table])
+    parsed = _read(_file(table, "avro"), "avro", _policy(name))
+    assert _summary(parsed) == (2 * N, 2 * N, 0, [])
+    key, batch = _only_batch(parsed)  # one key: the version is no parameter
+    assert key == ProtocolKey.heavy_hitters(new, "int") == ProtocolKey.heavy_hitters(old, "int")
+    _assert_columns_equal(batch.reports, type(old_reports).concat([old_reports, new_reports]))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_unknown_group_hash_is_a_dead_letter_with_its_reason(name):
+    _, _, table = _made(name)
+    records = table.to_pylist()
+    records[VICTIM][name]["group_hash"] = 3
+    parsed = _read(_record_file(records, "avro"), "avro", _policy(name))
+    assert _summary(parsed)[1:4] == (
+        N - 1, 1, ["invalid parameters: group_hash must be one of 1, 2, got 3"])
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_unchecked_groups_let_a_consistent_report_in_another_group_through(name):
     protocol, _, table = _made(name)
@@ -455,7 +546,8 @@ def test_nested_fields_are_the_column_spec_and_the_parameters(name):
     assert set(nested_payload_fields(name)) == nested
     assert all(c.path == (name, c.name) for c in payload_columns(protocol) if len(c.path) == 2)
     top_level = {"epsilon", "hash_range", "num_groups"}  # envelope fields (num_groups: pem's)
-    assert set(nested_parameter_fields(name)) == set(protocol.parameters) - top_level | {"codec"}
+    assert set(nested_parameter_fields(name)) == \
+        set(protocol.parameters) - top_level | {"codec", "group_hash"}
     assert name in PAYLOAD_FIELDS
     spec = getattr(__import__(f"ldpflow.core.heavy_hitters.{name}", fromlist=["x"]),
                    "COLUMN_SPECS", None)

@@ -4,7 +4,9 @@
  * from its stable id, the value codec, the parameter checks and the envelope's fields.
  *
  * A user belongs to exactly one group, fixed by its stable id: `group = splitmix64(key) mod
- * g`, `key` the little-endian BLAKE2b-64 digest of the id's UTF-8 bytes. A report travels in
+ * g`, `key` the 64-bit key of the id's UTF-8 bytes by the configuration's group hash version
+ * (`groupHash`): 2 (the default), the keyed string hash `ldpflow-grouphash-2`; 1, the
+ * little-endian BLAKE2b-64 digest (the version of every report that names none). A report travels in
  * the envelope with `oracle` the protocol's key, `domain_size` the number of groups,
  * `hash_range` its OLH components' buckets, the top-level payload (`seed`, `bucket`; MCM's
  * `bits`) and the nested record named after the protocol: the group and the protocol's
@@ -15,7 +17,7 @@
 
 import { blake2b } from "./blake2b.js";
 import { CODECS, encodeValue } from "./codecs.js";
-import { MASK64, advanceHalves, mixHalves, optimalHashRange } from "./hashing.js";
+import { MASK64, advanceHalves, mixHalves, optimalHashRange, splitmix64Mix } from "./hashing.js";
 import { asSource } from "./random.js";
 import { checkEpsilon, checkInteger, typeName } from "./validation.js";
 
@@ -26,26 +28,79 @@ export const MAX_QUERY_LIMIT = 2 ** 28;
 export const USER_ID = Symbol("ldpflow.userId");
 const encoder = new TextEncoder();
 
-/** The 64-bit key of a string user id: its BLAKE2b-64 digest, little-endian (a BigInt). */
-export function userKey(userId) {
+/** Group hash version 1: a user id's key is its BLAKE2b-64 digest. */
+export const GROUP_HASH_BLAKE2B = 1;
+/** Group hash version 2: a user id's key is the keyed string hash with `GROUP_HASH_KEY`. */
+export const GROUP_HASH_KEYED = 2;
+/** The group hash versions, oldest first. */
+export const GROUP_HASHES = Object.freeze([GROUP_HASH_BLAKE2B, GROUP_HASH_KEYED]);
+/** What this client writes unless told otherwise. */
+export const DEFAULT_GROUP_HASH = GROUP_HASH_KEYED;
+/** `K` of version 2: the ASCII bytes `ldpgrp02` as a little-endian integer (public). */
+export const GROUP_HASH_KEY = 0x323070726770646cn;
+const KEYED_MULTIPLIER = 0xff51afd7ed558ccdn;
+
+/** A group hash version (1 or 2). */
+export function checkGroupHash(groupHash) {
+  if (!GROUP_HASHES.includes(groupHash)) {
+    throw new RangeError(`groupHash must be one of ${GROUP_HASHES.join(", ")}, got ${groupHash}`);
+  }
+  return groupHash;
+}
+
+/**
+ * The keyed 64-bit hash `S_K` of bytes (ldpflow's `keyed_string_hashes`, normative in
+ * `docs/spec/heavy_hitters.md`, "Group hash"): with `mix` splitmix64's output function and
+ * 8-byte little-endian words `w` (the last zero-padded), `h = mix(K ^ len)`, then
+ * `h = mix(h ^ mix(w + K)) * 0xFF51AFD7ED558CCD` for each word, and `S_K = mix(h)`.
+ *
+ * @param {Uint8Array} bytes
+ * @param {bigint} key `K`, in [0, 2**64)
+ * @returns {bigint}
+ */
+export function keyedStringHash(bytes, key) {
+  if (!(bytes instanceof Uint8Array)) throw new TypeError(`bytes must be a Uint8Array, got ${typeName(bytes)}`);
+  if (typeof key !== "bigint" || key < 0n || key > MASK64) {
+    throw new RangeError(`key must be a BigInt in [0, 2**64), got ${key}`);
+  }
+  let h = splitmix64Mix(key ^ BigInt(bytes.length));
+  for (let start = 0; start < bytes.length; start += 8) {
+    let word = 0n;
+    for (let i = Math.min(start + 8, bytes.length) - 1; i >= start; i--) {
+      word = (word << 8n) | BigInt(bytes[i]);
+    }
+    h = (splitmix64Mix(h ^ splitmix64Mix((word + key) & MASK64)) * KEYED_MULTIPLIER) & MASK64;
+  }
+  return splitmix64Mix(h);
+}
+
+/**
+ * The 64-bit key of a string user id (a BigInt), by group hash version: 2 (the default), the
+ * keyed string hash of its UTF-8 bytes with `GROUP_HASH_KEY`; 1, their BLAKE2b-64 digest,
+ * little-endian.
+ */
+export function userKey(userId, groupHash = DEFAULT_GROUP_HASH) {
   if (typeof userId !== "string") {
     throw new TypeError(`userId must be a string, got ${typeof userId}`);
   }
-  const digest = blake2b(encoder.encode(userId), 8);
+  checkGroupHash(groupHash);
+  const bytes = encoder.encode(userId);
+  if (groupHash === GROUP_HASH_KEYED) return keyedStringHash(bytes, GROUP_HASH_KEY);
+  const digest = blake2b(bytes, 8);
   let key = 0n;
   for (let i = 7; i >= 0; i--) key = (key << 8n) | BigInt(digest[i]);
   return key;
 }
 
-/** The group in `[0, numGroups)` of a user: `splitmix64(userKey(id)) mod numGroups`. */
-export function assignGroup(userId, numGroups) {
+/**
+ * The group in `[0, numGroups)` of a user: `splitmix64(userKey(id, groupHash)) mod
+ * numGroups`.
+ */
+export function assignGroup(userId, numGroups, groupHash = DEFAULT_GROUP_HASH) {
   checkInteger(numGroups, "numGroups");
-  if (typeof userId !== "string") {
-    throw new TypeError(`userId must be a string, got ${typeof userId}`);
-  }
-  const d = blake2b(encoder.encode(userId), 8);
-  const low = (d[0] | (d[1] << 8) | (d[2] << 16) | (d[3] << 24)) >>> 0;
-  const high = (d[4] | (d[5] << 8) | (d[6] << 16) | (d[7] << 24)) >>> 0;
+  const key = userKey(userId, groupHash);
+  const low = Number(key & 0xffffffffn) >>> 0;
+  const high = Number(key >> 32n) >>> 0;
   const state = advanceHalves(high, low);  // the first splitmix64 output from the key
   const mixed = mixHalves(state[0], state[1]);
   return Number(((BigInt(mixed[0]) << 32n) | BigInt(mixed[1])) % BigInt(numGroups));
@@ -82,10 +137,11 @@ export function checkOptions(options, allowed, protocol) {
   if (options === null || typeof options !== "object") {
     throw new TypeError(`the options of ${protocol} must be an object, got ${typeName(options)}`);
   }
-  const unknown = Object.keys(options).filter((name) => !allowed.includes(name));
+  const every = [...allowed, "groupHash"];  // every heavy-hitter client's
+  const unknown = Object.keys(options).filter((name) => !every.includes(name));
   if (unknown.length) {
     throw new TypeError(`${protocol} has no option ${unknown.join(", ")}; its options are ` +
-      `${allowed.join(", ")}`);
+      `${every.join(", ")}`);
   }
 }
 
@@ -127,9 +183,15 @@ export const toLong = (value) => BigInt.asIntN(64, BigInt(value));
  * The base of the heavy-hitter clients. A subclass sets `static protocolName`,
  * `static topFields` (its top-level payload fields), `static nestedFields` (its payload
  * fields in the nested record, `group` first), and implements `numGroups`, `hashRange`,
- * `nestedParameters()` and `perturbCode(code, group, source)`.
+ * `nestedParameters()` (with `group_hash`) and `perturbCode(code, group, source)`; its
+ * constructor calls `super(options)`, which takes `groupHash` (default `DEFAULT_GROUP_HASH`).
  */
 export class HeavyHitterClient {
+  /** @param {object} [options] @param {number} [options.groupHash=2] the group hash version */
+  constructor({ groupHash = DEFAULT_GROUP_HASH } = {}) {
+    this.groupHash = checkGroupHash(groupHash);
+  }
+
   /** The registry key (`pem`, `spm`, ...): the envelope's `oracle` and nested record's name. */
   get name() {
     return this.constructor.protocolName;
@@ -151,9 +213,9 @@ export class HeavyHitterClient {
       hash_range: this.hashRange };
   }
 
-  /** The group of a user (see `assignGroup`). */
+  /** The group of a user (see `assignGroup`), by this configuration's `groupHash`. */
   groupOf(userId) {
-    return assignGroup(userId, this.numGroups);
+    return assignGroup(userId, this.numGroups, this.groupHash);
   }
 
   /**

@@ -38,7 +38,7 @@ export class MultipleChannelMethod extends HeavyHitterClient {
    */
   constructor(options = {}) {
     checkOptions(options, OPTIONS, "mcm");
-    super();
+    super(options);
     const { topK: k, valueBits: m, epsilon, queryLimit: limit } = checkCommon(options);
     const channels = options.numChannels === undefined || options.numChannels === null
       ? 4 * k : checkInteger(options.numChannels, "numChannels");
@@ -81,7 +81,8 @@ export class MultipleChannelMethod extends HeavyHitterClient {
 
   nestedParameters() {
     return { value_bits: this.valueBits, top_k: this.topK, num_channels: this.numChannels,
-      query_limit: this.queryLimit, channel_seed: toLong(this.channelSeed), codec: this.codec };
+      query_limit: this.queryLimit, channel_seed: toLong(this.channelSeed), codec: this.codec,
+      group_hash: this.groupHash };
   }
 
   perturbCode(code, group, source) {

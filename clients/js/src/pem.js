@@ -51,7 +51,7 @@ export class PrefixExtendingMethod extends HeavyHitterClient {
   constructor(options = {}) {
     checkOptions(options, OPTIONS, "pem");
     const { startBits, stepBits, numGroups, hashRange, codec = "int" } = options;
-    super();
+    super(options);
     const { topK: k, valueBits: m, epsilon, queryLimit: limit } = checkCommon(options);
     const g = checkPowerOfTwo(hashRange ?? optimalHashRange(epsilon), "hashRange");
     checkCodec(codec, m);
@@ -132,6 +132,7 @@ export class PrefixExtendingMethod extends HeavyHitterClient {
     return {
       value_bits: this.valueBits, top_k: this.topK, query_limit: this.queryLimit,
       start_bits: this.startBits, step_bits: this.stepBits, codec: this.codec,
+      group_hash: this.groupHash,
     };
   }
 

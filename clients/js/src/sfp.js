@@ -44,7 +44,7 @@ export class SequenceFragmentPuzzle extends HeavyHitterClient {
    */
   constructor(options = {}) {
     checkOptions(options, OPTIONS, "sfp");
-    super();
+    super(options);
     const { topK: k, valueBits: m, epsilon, queryLimit: limit } = checkCommon(options);
     const f = checkInteger(options.fragmentBits ?? 16, "fragmentBits");
     if (f > m || m % f) throw new RangeError(`fragmentBits must divide valueBits=${m}, got ${f}`);
@@ -90,7 +90,7 @@ export class SequenceFragmentPuzzle extends HeavyHitterClient {
   nestedParameters() {
     return { value_bits: this.valueBits, top_k: this.topK, fragment_bits: this.fragmentBits,
       hash_bits: this.hashBits, query_limit: this.queryLimit, hash_seed: toLong(this.hashSeed),
-      codec: this.codec };
+      codec: this.codec, group_hash: this.groupHash };
   }
 
   perturbCode(code, group, source) {

@@ -40,7 +40,7 @@ export class SegmentPairsMethod extends HeavyHitterClient {
    */
   constructor(options = {}) {
     checkOptions(options, OPTIONS, "spm");
-    super();
+    super(options);
     const { topK: k, valueBits: m, epsilon, queryLimit: limit } = checkCommon(options);
     if (m < 2) throw new RangeError(`valueBits must be >= 2 for segment pairs, got ${m}`);
     const widest = Math.min(bitLength(limit) - 1, 16);
@@ -102,7 +102,8 @@ export class SegmentPairsMethod extends HeavyHitterClient {
 
   nestedParameters() {
     return { value_bits: this.valueBits, top_k: this.topK, num_segments: this.numSegments,
-      segment_top: this.segmentTop, query_limit: this.queryLimit, codec: this.codec };
+      segment_top: this.segmentTop, query_limit: this.queryLimit, codec: this.codec,
+      group_hash: this.groupHash };
   }
 
   perturbCode(code, group, source) {

@@ -36,7 +36,7 @@ export class TreeHist extends HeavyHitterClient {
    */
   constructor(options = {}) {
     checkOptions(options, OPTIONS, "treehist");
-    super();
+    super(options);
     const k = checkInteger(options.topK, "topK");
     const m = checkInteger(options.valueBits, "valueBits");
     if (m > 64) throw new RangeError(`valueBits must be in [1, 64], got ${m}`);
@@ -66,7 +66,7 @@ export class TreeHist extends HeavyHitterClient {
 
   nestedParameters() {
     return { value_bits: this.valueBits, top_k: this.topK, step_bits: this.stepBits,
-      codec: this.codec };
+      codec: this.codec, group_hash: this.groupHash };
   }
 
   perturbCode(code, group, source) {

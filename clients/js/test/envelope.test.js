@@ -83,7 +83,9 @@ test("a pem report nests its group, prefix length and configuration", () => {
     "domain_size", "hash_range", "seed", "bucket", "pem"]);
   assert.equal(record.domain_size, 2);  // pem: the number of groups
   assert.deepEqual(record.pem, { group: pem.groupOf("user-0"), prefix_bits: pem.prefixBits[record.pem.group],
-    value_bits: 32, top_k: 8, query_limit: 1048576, start_bits: 3, step_bits: 17, codec: "int" });
+    value_bits: 32, top_k: 8, query_limit: 1048576, start_bits: 3, step_bits: 17, codec: "int",
+    group_hash: 2 });
+  assert.equal(record.pem.group, client.assignGroup("user-0", 2, 2));
   // The group must be that of the user id in the envelope.
   const other = ["a", "b", "c", "d"].find((id) => pem.groupOf(id) !== report.group);
   assert.throws(() => toJsonLine(pem, report, { ...META, userId: other }), /is not the group of userId/);
@@ -207,6 +209,30 @@ test("spm, mcm, treehist and sfp reports nest their record in the schema's field
   const keyed = client.makeHeavyHitters("sfp", { ...options, hashSeed: "18446744073709551615" });
   const line = toJsonLine(keyed, keyed.perturb(1, "u", new SplitMix64TestingRandom(1)), { ...META, userId: "u" });
   assert.match(line, /"hash_seed":-1,/);
+});
+
+test("every heavy-hitter client takes groupHash, writes it and draws its groups by it", () => {
+  const ids = Array.from({ length: 40 }, (_, i) => `user-${i}`);
+  for (const name of Object.keys(client.HEAVY_HITTERS)) {
+    const options = { topK: 4, valueBits: 32, epsilon: 2 };
+    const fresh = client.makeHeavyHitters(name, options);
+    const old = client.makeHeavyHitters(name, { ...options, groupHash: 1 });
+    assert.equal(fresh.groupHash, 2, name);
+    assert.equal(old.groupHash, 1, name);
+    assert.equal(fresh.nestedParameters().group_hash, 2, name);
+    assert.equal(old.nestedParameters().group_hash, 1, name);
+    for (const id of ids) {
+      assert.equal(fresh.groupOf(id), client.assignGroup(id, fresh.numGroups, 2), name);
+      assert.equal(old.groupOf(id), client.assignGroup(id, old.numGroups, 1), name);
+    }
+    if (fresh.numGroups > 1) {  // the versions split users differently
+      assert.ok(ids.some((id) => fresh.groupOf(id) !== old.groupOf(id)), name);
+    }
+    const report = old.perturb(7, "u", new SplitMix64TestingRandom(1));
+    assert.equal(JSON.parse(toJsonLine(old, report, { ...META, userId: "u" }))[name].group_hash, 1);
+    assert.throws(() => client.makeHeavyHitters(name, { ...options, groupHash: 3 }),
+      /groupHash must be one of 1, 2, got 3/);
+  }
 });
 
 test("makeHeavyHitters: the five protocols, their checks, and no option they lack", () => {

@@ -1,12 +1,14 @@
 // The published test vectors (docs/testvectors) hold exactly in JavaScript: client_reports.json
 // for the eight oracles of that file, sketch_reports.json for cms, hcms and pgr,
-// heavy_hitter_reports.json for pem, spm, mcm, treehist and sfp.
+// heavy_hitter_reports.json for pem, spm, mcm, treehist and sfp, group_hash.json for both group
+// hash versions.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
   HEAVY_HITTERS, ORACLES, SplitMix64TestingRandom, assignGroup, encodeValue, chooseGeometry, hashValue, makeOracle, sketchSeeds,
-  splitmix64Mix, splitmix64Stream, userKey,
+  splitmix64Mix, splitmix64Stream, userKey, DEFAULT_GROUP_HASH, GROUP_HASHES, GROUP_HASH_KEY,
+  keyedStringHash,
 } from "../index.js";
 import { blake2b } from "../src/blake2b.js";
 import { mixHalves } from "../src/hashing.js";
@@ -62,6 +64,7 @@ test("heavy-hitter reports match heavy_hitter_reports.json exactly", () => {
   for (const c of cases) {
     const { protocol, value, report, wire } = replayHeavyHitterVector(client, c);
     assert.equal(encodeValue(c.codec, value, protocol.valueBits).toString(), c.code);
+    assert.equal(protocol.groupHash, c.parameters.group_hash ?? 1);
     assert.equal(report.group, protocol.groupOf(c.user_id));
     assert.deepEqual(wire, c.report, JSON.stringify(c));
     // The same fields in the same order as ldpflow's report columns.
@@ -135,11 +138,36 @@ test("BLAKE2b matches RFC 7693 and the user keys of ldpflow", () => {
     + "7d87c5392aab792dc252d5de4533cc9518d38aa8dbf1925ab92386edd4009923");
   // ldpflow.core.heavy_hitters.user_keys / assign_groups of the same ids.
   const ids = ["", "user-0", "js-user-12345", "é漢字🙂", "x".repeat(200)];
-  assert.deepEqual(ids.map((id) => userKey(id).toString()), [
+  assert.deepEqual(ids.map((id) => userKey(id, 1).toString()), [
     "13020603013274838756", "8188522848524297003", "6034145075336118184",
     "12564752017436547020", "10205568089174323286"]);
-  assert.deepEqual(ids.map((id) => assignGroup(id, 7)), [4, 4, 6, 2, 5]);
-  assert.deepEqual(ids.map((id) => assignGroup(id, 2)), [0, 0, 1, 1, 1]);
+  assert.deepEqual(ids.map((id) => assignGroup(id, 7, 1)), [4, 4, 6, 2, 5]);
+  assert.deepEqual(ids.map((id) => assignGroup(id, 2, 1)), [0, 0, 1, 1, 1]);
+});
+
+test("the group hash matches group_hash.json exactly, in both versions", () => {
+  const vectors = readVectors("group_hash.json");
+  assert.equal(BigInt(vectors.key), GROUP_HASH_KEY);
+  assert.deepEqual([...GROUP_HASHES], [1, 2]);
+  assert.equal(DEFAULT_GROUP_HASH, 2);
+  for (const c of vectors.ids) {
+    assert.equal(Buffer.from(new TextEncoder().encode(c.user_id)).toString("hex"), c.utf8);
+    assert.equal(keyedStringHash(new TextEncoder().encode(c.user_id), GROUP_HASH_KEY).toString(),
+      c.keyed_hash, JSON.stringify(c.user_id));
+    for (const version of GROUP_HASHES) {
+      assert.equal(userKey(c.user_id, version).toString(), c.keys[String(version)]);
+      for (const [g, group] of Object.entries(c.groups[String(version)])) {
+        assert.equal(assignGroup(c.user_id, Number(g), version), group, `${c.user_id} v${version} g=${g}`);
+      }
+    }
+    assert.equal(userKey(c.user_id).toString(), c.keys["2"]);  // the default: version 2
+  }
+  assert.ok(vectors.keyed_hashes.length >= 20);
+  for (const c of vectors.keyed_hashes) {
+    assert.equal(keyedStringHash(Uint8Array.from(Buffer.from(c.bytes, "hex")), BigInt(c.key)).toString(),
+      c.hash, JSON.stringify(c));
+  }
+  assert.throws(() => assignGroup("a", 2, 3), /groupHash must be one of 1, 2, got 3/);
 });
 
 test("the SS fill rate is ldpflow's", () => {

@@ -65,7 +65,9 @@ export function camelParameters(parameters) {
  * CommonJS build), in the vectors' form, and the protocol that made it.
  */
 export function replayHeavyHitterVector(lib, c) {
-  const protocol = lib.makeHeavyHitters(c.protocol, { ...camelParameters(c.parameters), codec: c.codec });
+  // A case that names no group hash version is of version 1 (as a report that names none).
+  const protocol = lib.makeHeavyHitters(c.protocol,
+    { groupHash: 1, ...camelParameters(c.parameters), codec: c.codec });
   const value = c.codec === "string" ? c.value : BigInt(c.value);
   const report = protocol.perturb(value, c.user_id, new lib.SplitMix64TestingRandom(c.client_seed));
   return { protocol, value, report, wire: wireForm(report) };

@@ -26,7 +26,12 @@ from typing import Any
 
 from ldpflow.core.heavy_hitters import config, counting, evaluation
 from ldpflow.core.heavy_hitters.base import (
+    DEFAULT_GROUP_HASH,
     DEFAULT_QUERY_LIMIT,
+    GROUP_HASH_BLAKE2B,
+    GROUP_HASH_KEY,
+    GROUP_HASH_KEYED,
+    GROUP_HASHES,
     MAX_QUERY_LIMIT,
     HeavyHitterProtocol,
     HeavyHitters,
@@ -34,14 +39,17 @@ from ldpflow.core.heavy_hitters.base import (
     PassFigures,
     PassState,
     assign_groups,
+    check_group_hash,
     default_survivors,
     extend_prefixes,
+    groups_of_keys,
     heavy_hitter_standard_errors,
     olh_frequencies,
     olh_variance,
     select_survivors,
     select_top,
     shortfall,
+    string_keys,
     user_keys,
 )
 from ldpflow.core.heavy_hitters.config import configure, cost_aware_hash_range
@@ -86,7 +94,15 @@ __all__ = [
     "StageEstimate",
     "StageSurvivors",
     "combine",
+    "GROUP_HASHES",
+    "GROUP_HASH_BLAKE2B",
+    "GROUP_HASH_KEYED",
+    "DEFAULT_GROUP_HASH",
+    "GROUP_HASH_KEY",
+    "check_group_hash",
     "user_keys",
+    "string_keys",
+    "groups_of_keys",
     "assign_groups",
     "extend_prefixes",
     "select_top",
@@ -128,12 +144,13 @@ COMMON_PARAMETERS = ("top_k", "value_bits", "epsilon")
 def shape_parameters(name: str) -> tuple[str, ...]:
     """The parameters of protocol ``name`` besides :data:`COMMON_PARAMETERS` (PEM's
     ``query_limit``, ``start_bits``, ...), in declaration order: the flags that configure it
-    in ``ldpflow simulate`` and ``ldpflow heavy-hitters``."""
+    in ``ldpflow simulate`` and ``ldpflow heavy-hitters``. ``group_hash`` is none (a client's
+    version of the group mapping, not a parameter)."""
     if name not in PROTOCOLS:
         raise ValueError(f"protocol must be one of {sorted(PROTOCOLS)}, got {name!r}")
     cls: Any = PROTOCOLS[name]  # a dataclass (the abstract base is not one)
     return tuple(f.name for f in dataclasses.fields(cls)
-                 if f.name not in COMMON_PARAMETERS)
+                 if f.name not in COMMON_PARAMETERS and f.name != "group_hash")
 
 
 #: Every shape parameter of any protocol.

@@ -45,7 +45,7 @@ import math
 import numbers
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -64,7 +64,15 @@ __all__ = [
     "PassCounts",
     "PassFigures",
     "PassState",
+    "GROUP_HASHES",
+    "GROUP_HASH_BLAKE2B",
+    "GROUP_HASH_KEYED",
+    "DEFAULT_GROUP_HASH",
+    "GROUP_HASH_KEY",
+    "check_group_hash",
     "user_keys",
+    "string_keys",
+    "groups_of_keys",
     "assign_groups",
     "extend_prefixes",
     "select_top",
@@ -89,21 +97,54 @@ _U64 = np.uint64
 
 
 # -- group assignment ---------------------------------------------------------------------------
-def user_keys(user_ids: npt.ArrayLike | Sequence[Any]) -> npt.NDArray[np.uint64]:
-    """The 64-bit key of each stable user id (the input of :func:`assign_groups`).
+#: Group hash version 1: a string id's key is its BLAKE2b-64 digest (one call per id).
+GROUP_HASH_BLAKE2B = 1
+#: Group hash version 2: a string id's key is the keyed hash
+#: :func:`~ldpflow.core.hashing.keyed_string_hashes` with :data:`GROUP_HASH_KEY`,
+#: computed over a whole column at once.
+GROUP_HASH_KEYED = 2
+#: The group hash versions, oldest first.
+GROUP_HASHES: tuple[int, ...] = (GROUP_HASH_BLAKE2B, GROUP_HASH_KEYED)
+#: What new clients write. A report that names no version is of version 1 (the wire's
+#: default: every file written before versions existed).
+DEFAULT_GROUP_HASH = GROUP_HASH_KEYED
+#: ``K`` of version 2: the ASCII bytes ``ldpgrp02`` read as a little-endian integer. Public
+#: (every client computes its own group), it only keeps the group hash apart from the other
+#: uses of :func:`~ldpflow.core.hashing.keyed_string_hashes`.
+GROUP_HASH_KEY = int.from_bytes(b"ldpgrp02", "little")
+
+
+def check_group_hash(group_hash: Any) -> int:
+    """A group hash version of :data:`GROUP_HASHES`."""
+    if isinstance(group_hash, bool) or not isinstance(group_hash, (int, np.integer)):
+        raise TypeError(f"group_hash must be an integer, got {type(group_hash).__name__}")
+    if int(group_hash) not in GROUP_HASHES:
+        raise ValueError(f"group_hash must be one of {', '.join(map(str, GROUP_HASHES))}, got "
+                         f"{group_hash!r}")
+    return int(group_hash)
+
+
+def user_keys(user_ids: npt.ArrayLike | Sequence[Any], *,
+              group_hash: int = DEFAULT_GROUP_HASH) -> npt.NDArray[np.uint64]:
+    """The 64-bit key of each stable user id (the input of :func:`groups_of_keys`).
 
     An integer id is its 64-bit two's complement (``-1`` -> ``2**64 - 1``; an Avro ``long``
-    and an unsigned 64-bit id of the same bits get the same key). A string id is the BLAKE2b
-    digest of its UTF-8 bytes with an 8-byte digest size (``hashlib.blake2b(data,
-    digest_size=8)``), read as a little-endian integer; ``bytes`` ids are hashed as they are.
+    and an unsigned 64-bit id of the same bits get the same key), in every version. A
+    string id is keyed by its UTF-8 bytes (``bytes`` ids as they are), by ``group_hash``:
+
+    * version 1 (:data:`GROUP_HASH_BLAKE2B`): the BLAKE2b digest with an 8-byte digest
+      size (``hashlib.blake2b(data, digest_size=8)``), read as a little-endian integer;
+    * version 2 (:data:`GROUP_HASH_KEYED`, the default): :func:`string_keys`.
 
     Raises
     ------
     TypeError
         For ids that are neither integers nor strings (floats, booleans, ...).
     ValueError
-        For an integer outside ``[-2**63, 2**64)``, or an array of more than one dimension.
+        For an integer outside ``[-2**63, 2**64)``, an array of more than one dimension, or
+        an unknown ``group_hash``.
     """
+    version = check_group_hash(group_hash)
     if isinstance(user_ids, (str, bytes)):
         raise TypeError("user_ids must be a collection of ids, got a single string")
     arr = np.asarray(user_ids)
@@ -119,22 +160,72 @@ def user_keys(user_ids: npt.ArrayLike | Sequence[Any]) -> npt.NDArray[np.uint64]
     if kind == "u":
         return arr.astype(_U64)
     if kind in "US":
-        return np.fromiter((_string_key(s) for s in arr.tolist()), dtype=_U64, count=arr.size)
+        # A numpy string array drops trailing NUL characters: hash the strings given, not
+        # their numpy copies, when they are a sequence (a client's "a\x00" is not "a").
+        items = arr.tolist() if isinstance(user_ids, np.ndarray) else \
+            list(cast(Sequence[Any], user_ids))
+        return _string_keys([_utf8(s) for s in items], version)
     if kind == "O":
-        return np.fromiter(
-            (_object_key(v, i) for i, v in enumerate(arr)), dtype=_U64, count=arr.size
-        )
+        keys = np.empty(arr.size, dtype=_U64)
+        strings, where = [], []
+        for i, v in enumerate(arr.tolist()):
+            if isinstance(v, (str, bytes)):
+                strings.append(_utf8(v))
+                where.append(i)
+            else:
+                keys[i] = _integer_key(v, i)
+        if strings:
+            keys[np.asarray(where, dtype=np.int64)] = _string_keys(strings, version)
+        return keys
     raise TypeError(f"user_ids must be integers or strings, got dtype {arr.dtype}")
 
 
-def _string_key(s: str | bytes) -> int:
-    data = s.encode("utf-8") if isinstance(s, str) else bytes(s)
+def string_keys(offsets: npt.ArrayLike, data: npt.ArrayLike, *,
+                group_hash: int = DEFAULT_GROUP_HASH) -> npt.NDArray[np.uint64]:
+    """The keys of string ids in Arrow's layout (string ``i`` is
+    ``data[offsets[i]:offsets[i + 1]]``, UTF-8), as :func:`user_keys` makes them.
+
+    Version 2 is ``keyed_string_hashes(offsets, data, GROUP_HASH_KEY)``, vectorised over
+    the whole column; version 1 hashes each id with BLAKE2b (a Python call per id).
+    """
+    version = check_group_hash(group_hash)
+    if version == GROUP_HASH_KEYED:
+        return hashing.keyed_string_hashes(offsets, data, GROUP_HASH_KEY)
+    bounds = np.asarray(offsets, dtype=np.int64).reshape(-1)
+    if bounds.size < 2:
+        return np.zeros(0, dtype=_U64)
+    first = int(bounds[0])
+    raw = np.asarray(data, dtype=np.uint8).reshape(-1)[first:int(bounds[-1])].tobytes()
+    cuts = (bounds - first).tolist()
+    return np.fromiter((_blake2b_key(raw[a:b]) for a, b in zip(cuts, cuts[1:], strict=False)),
+                       dtype=_U64, count=len(cuts) - 1)
+
+
+def groups_of_keys(keys: npt.ArrayLike, num_groups: int) -> np.ndarray:
+    """``splitmix64(key) mod num_groups`` of each 64-bit key (int64), see
+    :func:`assign_groups`."""
+    num_groups = validation.check_positive_int(num_groups, name="num_groups")
+    with np.errstate(over="ignore"):
+        mixed = hashing.splitmix64_mix(np.asarray(keys, dtype=_U64) + hashing.GOLDEN_GAMMA)
+    return (mixed % _U64(num_groups)).astype(np.int64)
+
+
+def _utf8(s: str | bytes | np.str_ | np.bytes_) -> bytes:
+    return s.encode("utf-8") if isinstance(s, str) else bytes(s)
+
+
+def _string_keys(encoded: list[bytes], version: int) -> npt.NDArray[np.uint64]:
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    return string_keys(offsets, np.frombuffer(b"".join(encoded), dtype=np.uint8),
+                       group_hash=version)
+
+
+def _blake2b_key(data: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
-def _object_key(v: Any, position: int) -> int:
-    if isinstance(v, (str, bytes, np.str_, np.bytes_)):
-        return _string_key(v)
+def _integer_key(v: Any, position: int) -> int:
     if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
         if not -(2**63) <= int(v) < 2**64:
             raise ValueError(
@@ -146,25 +237,23 @@ def _object_key(v: Any, position: int) -> int:
     )
 
 
-def assign_groups(user_ids: npt.ArrayLike | Sequence[Any], num_groups: int) -> np.ndarray:
+def assign_groups(user_ids: npt.ArrayLike | Sequence[Any], num_groups: int, *,
+                  group_hash: int = DEFAULT_GROUP_HASH) -> np.ndarray:
     """The group in ``[0, num_groups)`` of each user: deterministic from a stable id.
 
-    ``group = splitmix64(key) mod num_groups``, where ``key`` is :func:`user_keys` and
-    ``splitmix64(z)`` the first output of the splitmix64 stream from state ``z`` (the hash
-    family's generator). Each user lands in exactly one group; for distinct ids the groups
-    are equal in size in expectation (the modulo bias is below ``num_groups / 2**64``).
-    Neither arrival order nor randomness enters, so a user who reports twice reports in the
-    same group.
+    ``group = splitmix64(key) mod num_groups``, where ``key`` is :func:`user_keys` of
+    version ``group_hash`` and ``splitmix64(z)`` the first output of the splitmix64 stream
+    from state ``z`` (the hash family's generator). Each user lands in exactly one group;
+    for distinct ids the groups are equal in size in expectation (the modulo bias is below
+    ``num_groups / 2**64``). Neither arrival order nor randomness enters, so a user who
+    reports twice (with one version) reports in the same group.
 
     Returns
     -------
     ndarray of int64
     """
     num_groups = validation.check_positive_int(num_groups, name="num_groups")
-    keys = user_keys(user_ids)
-    with np.errstate(over="ignore"):
-        mixed = hashing.splitmix64_mix(keys + hashing.GOLDEN_GAMMA)
-    return (mixed % _U64(num_groups)).astype(np.int64)
+    return groups_of_keys(user_keys(user_ids, group_hash=group_hash), num_groups)
 
 
 # -- candidates and selection -------------------------------------------------------------------
@@ -582,7 +671,15 @@ class PassState:
 
 
 # -- the protocol base --------------------------------------------------------------------------
-class HeavyHitterProtocol(Keyed, CheckedReports):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _GroupHashed:
+    """The ``group_hash`` field every heavy-hitter configuration has (see
+    :class:`HeavyHitterProtocol`)."""
+
+    group_hash: int = dataclasses.field(default=DEFAULT_GROUP_HASH, compare=False)
+
+
+class HeavyHitterProtocol(Keyed, CheckedReports, _GroupHashed):
     """The base of every heavy-hitter protocol (see the module docstring).
 
     Subclasses are frozen keyword-only dataclasses with at least ``top_k``, ``value_bits``
@@ -592,6 +689,14 @@ class HeavyHitterProtocol(Keyed, CheckedReports):
     CheckedReports`; every report has an int64 ``group`` column) and the passes
     (:attr:`num_passes`, ``_pass_context``, ``_empty_arrays``, ``_count_pass``,
     ``_advance``, ``_result``; optionally :meth:`pass_groups`, :meth:`pass_label`).
+
+    Every configuration has ``group_hash`` (keyword-only, default
+    :data:`DEFAULT_GROUP_HASH`): the version of the mapping from user ids to groups its
+    clients use (:func:`assign_groups`). It travels on the wire with the configuration, so
+    that the server checks each report's group with its own version, but it is no
+    *parameter*: it changes nothing the server counts, so it is left out of
+    :attr:`parameters` and :attr:`key` (reports of one configuration made with two versions,
+    during a client update, are counted together) and out of equality.
     """
 
     name: ClassVar[str]
@@ -628,9 +733,19 @@ class HeavyHitterProtocol(Keyed, CheckedReports):
     def num_groups(self) -> int:
         """How many disjoint groups the users are split into."""
 
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The parameters, without ``group_hash`` (see the class notes)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)  # type: ignore[arg-type]
+                if f.name != "group_hash"}
+
+    def _check_group_hash(self) -> None:
+        """Validate ``group_hash`` (called by each protocol's ``__post_init__``)."""
+        check_group_hash(self.group_hash)
+
     def group_of(self, user_ids: npt.ArrayLike | Sequence[Any]) -> np.ndarray:
-        """The group of each user, see :func:`assign_groups`."""
-        return assign_groups(user_ids, self.num_groups)
+        """The group of each user, see :func:`assign_groups` (with :attr:`group_hash`)."""
+        return assign_groups(user_ids, self.num_groups, group_hash=self.group_hash)
 
     def invalid_values(self, values: npt.ArrayLike) -> tuple[np.ndarray, list[str]]:
         """Positions of input values that are not integers in ``[0, 2**m)``, with reasons."""

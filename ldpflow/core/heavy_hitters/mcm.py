@@ -94,6 +94,7 @@ class MultipleChannelMethod(HeavyHitterProtocol):
     channel_seed: int = 0
 
     def __post_init__(self) -> None:
+        self._check_group_hash()
         k, m, eps, limit = check_common(self.top_k, self.value_bits, self.epsilon,
                                          self.query_limit)
         channels = 4 * k if self.num_channels is None else validation.check_positive_int(

@@ -110,6 +110,7 @@ class SequenceFragmentPuzzle(HeavyHitterProtocol):
     hash_seed: int = 0
 
     def __post_init__(self) -> None:
+        self._check_group_hash()
         k, m, eps, limit = check_common(self.top_k, self.value_bits, self.epsilon,
                                         self.query_limit)
         frag = validation.check_positive_int(self.fragment_bits, name="fragment_bits")

@@ -140,6 +140,7 @@ class SegmentPairsMethod(HeavyHitterProtocol):
     query_limit: int = DEFAULT_QUERY_LIMIT
 
     def __post_init__(self) -> None:
+        self._check_group_hash()
         k, m, eps, limit = check_common(self.top_k, self.value_bits, self.epsilon,
                                          self.query_limit)
         if m < 2:

@@ -108,6 +108,7 @@ class TreeHist(HeavyHitterProtocol):
     hash_range: int = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
+        self._check_group_hash()
         k = validation.check_positive_int(self.top_k, name="top_k")
         m = validation.check_positive_int(self.value_bits, name="value_bits")
         if m > 64:

@@ -1,0 +1,58 @@
+"""The keyed string hash of ``ldpflow.core.hashing`` against its written definition."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ldpflow.core import dedup, hashing
+from tests.core.reference import keyed_string_hash
+
+reference = keyed_string_hash
+
+
+def layout(strings: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    offsets = np.zeros(len(strings) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in strings], out=offsets[1:])
+    return offsets, np.frombuffer(b"".join(strings), dtype=np.uint8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.binary(max_size=40), max_size=30), st.integers(0, 2**64 - 1))
+def test_keyed_string_hashes_follow_the_definition(strings, key):
+    got = hashing.keyed_string_hashes(*layout(strings), key)
+    assert got.dtype == np.uint64
+    assert got.tolist() == [reference(b, key) for b in strings]
+
+
+def test_trailing_zero_bytes_and_keys_change_the_hash():
+    strings = [b"", b"\x00", b"\x00" * 8, b"a", b"a\x00", b"abcdefgh", b"abcdefgh\x00"]
+    got = hashing.keyed_string_hashes(*layout(strings), 7)
+    assert len(set(got.tolist())) == len(strings)
+    other = hashing.keyed_string_hashes(*layout(strings), 8)
+    assert not set(got.tolist()) & set(other.tolist())
+
+
+def test_golden_key_is_the_dedup_id_hash():
+    strings = [f"report-{i}".encode() * (i % 5) for i in range(300)]
+    np.testing.assert_array_equal(
+        hashing.keyed_string_hashes(*layout(strings), int(hashing.GOLDEN_GAMMA)),
+        dedup.string_hashes(*layout(strings)))
+
+
+def test_no_strings_no_hashes():
+    assert hashing.keyed_string_hashes(np.zeros(1, np.int64), np.zeros(0, np.uint8), 1).shape \
+        == (0,)
+
+
+@pytest.mark.parametrize("key", [-1, 2**64, 1.5, True])
+def test_bad_key_is_named(key):
+    with pytest.raises(ValueError, match="key must be an integer in"):
+        hashing.keyed_string_hashes(np.array([0, 1]), np.array([65], np.uint8), key)
+
+
+def test_bad_offsets_are_refused():
+    with pytest.raises(ValueError, match="offsets must be non-decreasing"):
+        hashing.keyed_string_hashes(np.array([0, 3]), np.array([65], np.uint8), 1)
