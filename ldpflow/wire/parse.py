@@ -141,7 +141,7 @@ class AcceptancePolicy:
     max_id_bytes: int = 256
     max_keys: int = 1000
     max_counters: int = 2**26
-    max_key_bytes: int = 2**30
+    max_key_bytes: int = 2**32
     max_dead_records: int = 1000
     check_groups: bool = True
     id_key: bytes | None = dataclasses.field(default=None, repr=False, compare=False)

@@ -82,8 +82,9 @@ def test_drop_copies_keeps_one_copy_whatever_the_order(files):
     for text, hashes, _ in steps.repeated_ids(
             (k, b, r.index, h) for r in reads for k, b, h in r.ids):
         repeated[text] = np.union1d(repeated.get(text, hashes), hashes)  # one per bucket
-    again = [steps.read_range(t, AcceptancePolicy(), ("id_hashes",), account=False,
-                              count=False, repeated=repeated, unique=False) for t in tasks]
+    again = [steps.read_range(t, AcceptancePolicy(), ("id_hashes", "report_ids"),
+                              account=False, count=False, repeated=repeated, unique=False)
+             for t in tasks]
     pieces = [p for r in again for p in r.repeats]
     def dropped_per_key(pieces):
         out = {}
@@ -113,19 +114,27 @@ def test_count_reports_equals_counting_the_deduplicated_reports_directly(files, 
 
 
 def test_commit_replaces_the_outputs_and_removes_stale_dead_letters(tmp_path):
+    """The Beam jobs' commit: the previous run's dead letters that this run did not write
+    go; a file ldpflow did not write stays (wire.outputs.commit)."""
     out = tmp_path / "out"
-    (out / "dead_letters").mkdir(parents=True)
-    (out / "dead_letters" / "old.jsonl").write_text("x\n")
-    (out / "estimates.json").write_text("old")
-    staging = outputs.staging_folder(str(out))
-    outputs.write_staged(staging, "estimates.json", b"new")
+
+    def run(sources):
+        staging = outputs.staging_folder(str(out))
+        outputs.write_staged(staging, "estimates.json", f"{sources}".encode())
+        for source in sources:
+            name, data, _ = outputs.dead_letter_file(source, ['{"b": 1}', '{"a": 2}'])
+            outputs.write_staged(staging, name, data)
+        assert outputs.commit_outputs(str(out), staging) == 1 + len(sources)
+        assert not os.path.exists(staging)
+
+    run(["/data/old.avro"])
+    (out / "dead_letters" / "mine.jsonl").write_text("not ldpflow's\n")
     name, data, count = outputs.dead_letter_file("/data/a.avro", ['{"b": 1}', '{"a": 2}'])
-    outputs.write_staged(staging, name, data)
     assert count == 2 and data == b'{"a": 2}\n{"b": 1}\n'
-    assert outputs.commit_outputs(str(out), staging) == 2
-    assert (out / "estimates.json").read_text() == "new"
-    assert sorted(os.listdir(out / "dead_letters")) == [os.path.basename(name)]
-    assert not os.path.exists(staging)
+    run(["/data/a.avro"])
+    assert (out / "estimates.json").read_text() == "['/data/a.avro']"
+    assert sorted(os.listdir(out / "dead_letters")) == sorted([os.path.basename(name),
+                                                              "mine.jsonl"])
 
 
 def test_local_engine_exits_1_when_every_record_was_refused(tmp_path):
@@ -142,7 +151,8 @@ def test_local_engine_exits_1_when_every_record_was_refused(tmp_path):
 
 
 def test_dead_letter_summary_orders_ties_by_reason():
-    summary = steps.dead_letter_summary({"b": 1, "a": 1, "c": 5})
+    summary = steps.dead_letter_summary({"b": (1, 0, 0, 0), "a": (1, 0, 0, 0),
+                                         "c": (5, 0, 0, 0)})
     assert summary == {"total": 7, "by_reason": {"c": 5, "a": 1, "b": 1}}
     assert list(summary["by_reason"]) == ["c", "a", "b"]
 

@@ -116,5 +116,5 @@ def test_every_epsilon_that_passes_gives_finite_valid_probabilities(name, epsilo
     if p is not None:
         assert 0 < q < p <= 1 and math.isfinite(p - q) and (p - q) > 0
         assert abs(p) >= np.finfo(float).tiny and abs(q) >= np.finfo(float).tiny
-    variance = oracle.variance(1000)
+    variance = oracle.variance(max(1000, getattr(oracle, "users_needed", 1)))
     assert np.all(np.isfinite(variance)) and np.all(np.asarray(variance) > 0)
