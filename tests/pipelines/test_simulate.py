@@ -13,6 +13,9 @@ from ldpflow.pipelines import cli, simulate
 
 BASE = ["--users=50", "--shards=2"]
 
+# One check of epsilon for every protocol (core validation), before anything is written.
+_EPSILON = "epsilon must be in [2**-36, 700] (its probabilities must be representable as floats), "
+
 
 @pytest.mark.parametrize("flags,message", [
     (["--oracle=oue", "--epsilon=1", "--domain_size=10000000000"],
@@ -20,23 +23,23 @@ BASE = ["--users=50", "--shards=2"]
     (["--oracle=grr", "--epsilon=1", "--domain_size=10000000000"],
      "--domain_size 10000000000 is more than --max_domain_size 16777216"),
     (["--oracle=grr", "--epsilon=1e6", "--domain_size=16"],
-     "epsilon 1000000.0 gives no usable grr report (OverflowError"),
+     _EPSILON + "got 1000000.0"),
     (["--oracle=olh", "--epsilon=800", "--domain_size=16"],
-     "epsilon 800.0 gives no usable olh report (OverflowError"),
+     _EPSILON + "got 800.0"),
     (["--oracle=grr", "--epsilon=5e-324", "--domain_size=16"],
-     "epsilon 5e-324 gives no usable grr report"),
+     _EPSILON + "got 5e-324"),
     (["--oracle=oue", "--epsilon=1e-300", "--domain_size=16"],
-     "epsilon 1e-300 gives no usable oue report"),
+     _EPSILON + "got 1e-300"),
     (["--oracle=hr", "--epsilon=1e5", "--domain_size=16"],
-     "epsilon 100000.0 gives no usable hr report"),
+     _EPSILON + "got 100000.0"),
     (["--oracle=pem", "--bits=16", "--k=4", "--epsilon=1e6", "--domain_size=100"],
-     "epsilon 1000000.0 gives no usable pem report"),
+     _EPSILON + "got 1000000.0"),
     (["--oracle=spm", "--bits=16", "--k=4", "--epsilon=5e-324", "--domain_size=100"],
-     "epsilon 5e-324 gives no usable spm report"),
+     _EPSILON + "got 5e-324"),
     (["--oracle=sfp", "--bits=16", "--k=4", "--epsilon=1e300", "--domain_size=100"],
-     "epsilon 1e+300 gives no usable sfp report"),
+     _EPSILON + "got 1e+300"),
     (["--oracle=mcm", "--bits=16", "--k=4", "--epsilon=1e-300", "--domain_size=100"],
-     "epsilon 1e-300 gives no usable mcm report"),
+     _EPSILON + "got 1e-300"),
     (["--oracle=pem", "--bits=16", "--k=4", "--epsilon=1", "--domain_size=100000000000"],
      "--domain_size 100000000000 is more than --max_domain_size"),
 ])
