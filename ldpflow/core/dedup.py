@@ -54,9 +54,7 @@ __all__ = ["ID_KEY_BYTES", "new_id_key", "string_hashes", "report_id_hashes", "p
 ID_KEY_BYTES = 16
 
 _GOLDEN = hashing.GOLDEN_GAMMA
-_M3 = np.uint64(0xFF51AFD7ED558CCD)
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
-_mix = hashing.splitmix64_mix  # SplitMix64's finaliser, the hash family's own
 
 
 def new_id_key() -> bytes:
@@ -103,41 +101,14 @@ def string_hashes(offsets: npt.ArrayLike, data: npt.ArrayLike, key: bytes | None
         if key is not None:
             _key_words(key)
         return np.zeros(0, dtype=np.uint64)
+    if key is None:  # ldpflow-idhash-1: the hash family's keyed string hash, public key
+        return hashing.keyed_string_hashes(offsets, data, _GOLDEN)
     lengths = np.diff(offsets)
     padded = np.zeros(int(data.size) + 8, dtype=np.uint8)
     padded[: data.size] = data
     # Unaligned little-endian 8-byte loads at any byte offset.
     words_at = np.ndarray(shape=(data.size + 1,), dtype="<u8", buffer=padded, strides=(1,))
-    if key is not None:
-        return _siphash(offsets[:-1], lengths, words_at, key, rounds)
-    h = _mix(_GOLDEN ^ lengths.astype(np.uint64))
-    num_words = (lengths + 7) // 8
-    fewest, most = int(num_words.min()), int(num_words.max())
-    if fewest == most:  # ids of one word count (the common case): no reordering
-        order = None
-        start, remaining, hs = offsets[:-1], lengths, h
-        active_rows = np.full(most, n)
-    else:  # longest first, so that the rows still active at word j are a prefix
-        order = np.argsort(-num_words, kind="stable")
-        start, remaining, hs = offsets[:-1][order], lengths[order], h[order]
-        active_rows = np.searchsorted(-num_words[order], -np.arange(most), side="left")
-    for j in range(most):
-        active = int(active_rows[j])
-        pos = start[:active] + 8 * j
-        word = words_at[pos]
-        # Zero the bytes past the string's end (an active row has 1 to 8 bytes left here).
-        left = np.minimum(remaining[:active] - 8 * j, 8).astype(np.uint64)
-        word &= _ALL >> (np.uint64(64) - np.uint64(8) * left)
-        with np.errstate(over="ignore"):
-            word += _GOLDEN
-        hs[:active] ^= _mix(word)
-        with np.errstate(over="ignore"):
-            hs[:active] = _mix(hs[:active]) * _M3
-    if order is None:
-        return _mix(hs)
-    out = np.empty(n, dtype=np.uint64)
-    out[order] = _mix(hs)
-    return out
+    return _siphash(offsets[:-1], lengths, words_at, key, rounds)
 
 
 _SIP_INIT = (0x736F6D6570736575, 0x646F72616E646F6D, 0x6C7967656E657261, 0x7465646279746573)
