@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 
 import fastavro
 import numpy as np
@@ -47,6 +48,8 @@ def dask_backend():
 @pytest.fixture(scope="module")
 def spark_backend():
     pytest.importorskip("pyspark", reason="needs the spark extra: pip install 'ldpflow[spark]'")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs a Java runtime (Debian's openjdk-17; .ci/run installs it)")
     from ldpflow.engines.spark_backend import SparkBackend
 
     with SparkBackend(SPARK_MASTER) as backend:

@@ -206,7 +206,9 @@ class OneBitHadamard(FrequencyOracle):
         return self._randomisation_variance(h) + c * np.maximum(1 - f - s2 + f * f, 0.0)
 
     def _variance_terms(self, n: int) -> tuple[float, float]:
-        raise NotImplementedError("the one-bit variance is not linear in f_v: use variance()")
+        # The base's linear model (const + slope f_v) does not hold here: variance() and
+        # _estimate are this oracle's own, so nothing may ask for the linear terms.
+        raise TypeError("the one-bit variance is not linear in f_v: use variance()")
 
     def column_sampling_variance(self, n: int, distribution: npt.ArrayLike) -> np.ndarray:
         """The column-sampling part of :meth:`variance` for values drawn i.i.d. from
