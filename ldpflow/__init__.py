@@ -6,18 +6,29 @@ The top-level package re-exports the core API only and never imports Apache Beam
     reports = oracle.perturb(values, rng=rng)
     est = oracle.estimate(oracle.aggregate(reports))
     consistent = ldpflow.postprocess(est, "norm-sub")
+
+The names are imported when first used (PEP 562), so ``import ldpflow`` (and the command
+line's ``--help``) does not import numpy and the oracles until they are needed.
 """
 
 from importlib import metadata as _metadata
-
-from ldpflow.core.oracles import ORACLES, Accumulator, Estimate, FrequencyOracle, Reports
-from ldpflow.core.oracles import make as oracle
-from ldpflow.core.postprocess import METHODS, postprocess
 
 try:  # the version lives in setup.py only
     __version__ = _metadata.version("ldpflow")
 except _metadata.PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
+
+#: Each re-exported name -> (module, attribute).
+_EXPORTS = {
+    "ORACLES": ("ldpflow.core.oracles", "ORACLES"),
+    "Accumulator": ("ldpflow.core.oracles", "Accumulator"),
+    "Estimate": ("ldpflow.core.oracles", "Estimate"),
+    "FrequencyOracle": ("ldpflow.core.oracles", "FrequencyOracle"),
+    "Reports": ("ldpflow.core.oracles", "Reports"),
+    "oracle": ("ldpflow.core.oracles", "make"),
+    "METHODS": ("ldpflow.core.postprocess", "METHODS"),
+    "postprocess": ("ldpflow.core.postprocess", "postprocess"),
+}
 
 __all__ = [
     "ORACLES",
@@ -30,3 +41,18 @@ __all__ = [
     "postprocess",
     "__version__",
 ]
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'ldpflow' has no attribute {name!r}")
+    import importlib
+
+    module, attribute = _EXPORTS[name]
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value  # once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

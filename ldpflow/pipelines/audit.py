@@ -3,7 +3,7 @@
 ldpflow's own perturbation of an oracle (``--reports`` reports of each of ``--value`` and
 ``--other_value``, drawn from the OS CSPRNG as a client does, or seeded with ``--seed``)::
 
-    ldpflow audit --oracle olh --epsilon 1 --domain_size 1024 --reports 1000000 \\
+    ldpflow audit --oracle olh --expect_epsilon 1 --domain_size 1024 --reports 1000000 \\
         --value 0 --other_value 1
 
 Report files from any client (Swift, Kotlin, JS, ...): the files of ``--input`` hold reports
@@ -42,16 +42,13 @@ from typing import IO, Any
 from ldpflow.core import audit, randomness, validation
 from ldpflow.core.keys import PEM, ProtocolKey
 from ldpflow.core.oracles import FrequencyOracle, registry
-from ldpflow.pipelines.usage import HelpFormatter, usage_error
+from ldpflow.pipelines import options
 
-__all__ = ["run", "build_parser"]
+__all__ = ["run"]
 
 _LOGGER = logging.getLogger(__name__)
 PROG = "ldpflow audit"
-_SUMMARY = ("An empirical lower bound on a client's epsilon (Clopper-Pearson), from reports "
-            "of two known inputs: ldpflow's own perturbation (--oracle ...) or report files "
-            "of any client (--input ... --other_input ...).")
-_ORACLE_FLAGS = ("oracle", "epsilon", "domain_size", "hash_range", "num_hashes", "reports",
+_ORACLE_FLAGS = ("oracle", "expect_epsilon", "domain_size", "hash_range", "num_hashes", "reports",
                  "seed")
 #: The oracles that take --hash_range, and --num_hashes.
 _HASH_RANGE_ORACLES = ("olh", "blh", "cms", "hcms")
@@ -67,60 +64,11 @@ class _NothingToAudit(Exception):
         self.document = document
 
 
-class _Parser(argparse.ArgumentParser):
-    """Errors are one-line usage errors (status 2)."""
-
-    def error(self, message: str):  # type: ignore[override]
-        raise usage_error(self.prog, message)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description=_SUMMARY, formatter_class=HelpFormatter,
-                     allow_abbrev=False)
-    own = parser.add_argument_group("ldpflow's own perturbation")
-    own.add_argument("--oracle", choices=list(audit.AUDITED_ORACLES), default=None,
-                     help="The oracle to perturb with.")
-    own.add_argument("--epsilon", type=float, default=None, help="The claimed epsilon.")
-    own.add_argument("--domain_size", type=int, default=None, help="d.")
-    own.add_argument("--hash_range", type=int, default=None,
-                     help="olh, blh: g, a power of two (default: the optimum for epsilon); "
-                          "cms, hcms: the sketch width m, a power of two (default 1024).")
-    own.add_argument("--num_hashes", type=int, default=None,
-                     help="cms, hcms: k, the number of hash functions (default 256).")
-    own.add_argument("--reports", type=int, default=None,
-                     help="Reports per value (10^6 resolves epsilon to about 0.02, see "
-                          "docs/audit.md).")
-    own.add_argument("--seed", type=int, default=None,
-                     help="Seed a reproducible audit (default: the OS CSPRNG, as a client).")
-    files = parser.add_argument_group("report files of any client")
-    files.add_argument("--input", nargs="+", default=None, metavar="FILES",
-                       help="Report files (globs) the client made from --value.")
-    files.add_argument("--other_input", nargs="+", default=None, metavar="FILES",
-                       help="Report files (globs) the client made from --other_value.")
-    files.add_argument("--format", choices=["avro", "json", "parquet"], default=None,
-                       help="The files' format (default: from each file's name).")
-    parser.add_argument("--value", type=int, default=None,
-                        help="v: the input of the first reports (default 0 for --oracle).")
-    parser.add_argument("--other_value", type=int, default=None,
-                        help="v': the input of the other reports (default 1 for --oracle).")
-    parser.add_argument("--alpha", type=float, default=audit.DEFAULT_ALPHA,
-                        help="The bound holds with probability >= 1 - alpha.")
-    parser.add_argument("--selection_fraction", type=float,
-                        default=audit.DEFAULT_SELECTION_FRACTION,
-                        help="The share of each input's reports that chooses the event; the "
-                             "rest bounds it.")
-    parser.add_argument("--strict", action="store_true",
-                        help="Exit 1 also when the reports contradict the claimed oracle's law, or "
-                             "when some records are refused as invalid.")
-    parser.add_argument("--output", default=None,
-                        help="Write the JSON document here (default: standard output).")
-    return parser
-
-
-def run(argv: Sequence[str] | None = None) -> int:
+def run(argv: Sequence[str] | options.Parsed | None = None) -> int:
     """Run an audit; returns the exit status (0 pass, 1 the bound exceeds the claim, 2 usage)."""
     try:
-        return _run(build_parser(), list(sys.argv[1:] if argv is None else argv))
+        parsed = argv if isinstance(argv, options.Parsed) else options.parse("audit", argv)
+        return _run(parsed.parser, parsed.args)
     except SystemExit as exc:  # usage errors are one line; --help exits 0
         if isinstance(exc.code, str):
             print(exc.code, file=sys.stderr)
@@ -128,8 +76,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
 
 
-def _run(parser: argparse.ArgumentParser, argv: list[str]) -> int:
-    args = parser.parse_args(argv)
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         validation.check_probability(args.alpha, name="--alpha", open_interval=True)
@@ -173,14 +120,14 @@ def _emit(args: argparse.Namespace, verdict: str, document: dict[str, Any]) -> N
 # -- ldpflow's own perturbation -----------------------------------------------------------------
 def _audit_own(parser: argparse.ArgumentParser,
                args: argparse.Namespace) -> tuple[audit.AuditResult, dict[str, Any]]:
-    missing = [f"--{name}" for name in ("oracle", "epsilon", "domain_size", "reports")
+    missing = [f"--{name}" for name in ("oracle", "expect_epsilon", "domain_size", "reports")
                if getattr(args, name) is None]
     if missing:
         parser.error(f"give {', '.join(missing)} (an audit of ldpflow's own perturbation), or "
                      "--input and --other_input (report files of a client)")
     if args.format is not None:
         parser.error("--format applies to --input and --other_input only")
-    params: dict[str, Any] = {"epsilon": args.epsilon, "domain_size": args.domain_size}
+    params: dict[str, Any] = {"epsilon": args.expect_epsilon, "domain_size": args.domain_size}
     if args.hash_range is not None:
         if args.oracle not in _HASH_RANGE_ORACLES:
             parser.error(f"--hash_range applies to {', '.join(_HASH_RANGE_ORACLES)} only, "

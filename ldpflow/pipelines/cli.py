@@ -2,125 +2,62 @@
 
 Commands
 --------
-demo
-    The main job on built-in data: simulate, estimate on Beam, print and plot the top values.
-simulate
-    Synthetic users -> perturbed report files and truth.json.
-estimate
-    Report files -> consistent frequency estimates (Apache Beam).
-stream
-    Reports from Pub/Sub -> windowed consistent estimates (Apache Beam, streaming).
-heavy-hitters
-    Heavy-hitter reports -> the most frequent values of a huge domain (Apache Beam).
-pubsub
-    Pub/Sub emulator helpers: create a topic and subscription, publish report files.
-audit
-    An empirical lower bound on a client's epsilon, from reports of known inputs.
-report
-    An estimates document -> one self-contained HTML page.
-
-Run ``ldpflow COMMAND --help`` for a command's flags.
+demo, simulate, estimate, stream, heavy-hitters, pubsub, audit, report: their one-line
+summaries, option groups and flags are declared once, in :mod:`ldpflow.pipelines.options`,
+which every command parses with (``ldpflow --help`` lists them). Run ``ldpflow COMMAND
+--help`` for a command's flags. Exit status: 0 done, 1 the job failed, 2 a usage error (one
+line).
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 
 __all__ = ["main"]
 
 
-_SUMMARIES = {
-    "demo": "The main job on built-in data: simulate, estimate, print and plot the top values.",
-    "simulate": "Synthetic users -> perturbed report files and truth.json.",
-    "estimate": "Report files -> consistent frequency estimates (Apache Beam).",
-    "stream": "Reports from Pub/Sub -> windowed consistent estimates (Apache Beam).",
-    "heavy-hitters": ("Heavy-hitter reports (pem spm mcm treehist sfp) -> the most frequent "
-                      "values of a huge domain (Apache Beam)."),
-    "pubsub": "Pub/Sub emulator helpers: create a topic and subscription, publish reports.",
-    "audit": "An empirical lower bound on a client's epsilon, from reports of known inputs.",
-    "report": "An estimates document -> one self-contained HTML page.",
-}
-
 # The modules each command needs beyond numpy and scipy, and the extra that installs them.
 _NEEDS = {"apache_beam": "beam", "fastavro": "beam", "pyarrow": "beam", "polars": "beam",
           "cramjam": "beam", "google": "gcp", "matplotlib": "plot"}
 
 
-def _demo(argv: list[str]) -> int:
-    from ldpflow.pipelines import demo
+def _job(command: str, module: str, judged: bool = False):
+    """``ldpflow COMMAND``: parse its flags first (:func:`ldpflow.pipelines.options.parse`:
+    ``--help`` and usage errors import neither the job nor Beam), then run the job module's
+    ``run`` on them. A judged batch job is then judged (``ldpflow.pipelines.verdict``):
+    status 1 and one line when it failed."""
 
-    return demo.run(argv)
+    def run(argv: list[str]) -> int:
+        import importlib
 
+        from ldpflow.pipelines.options import parse
 
-def _simulate(argv: list[str]) -> int:
-    from ldpflow.pipelines import simulate
+        parsed = parse(command, argv)
+        result = importlib.import_module(f"ldpflow.pipelines.{module}").run(parsed)
+        if not judged:
+            return result if isinstance(result, int) else 0
+        from ldpflow.pipelines.verdict import verdict
 
-    simulate.run(argv)
-    return 0
+        failure = verdict(result, parsed.args.max_dead_letter_fraction)
+        if failure:
+            print(f"ldpflow {command}: {failure}", file=sys.stderr)
+            return 1
+        return 0
 
-
-def _judged(job: str, run, argv: list[str]) -> int:
-    """Run a batch job, then judge it (``ldpflow.pipelines.verdict``): status 1 and one line
-    when it failed."""
-    from ldpflow.pipelines.common import job_options
-    from ldpflow.pipelines.verdict import verdict
-
-    summary = run(argv)
-    failure = verdict(summary, job_options(job, argv)[1].max_dead_letter_fraction)
-    if failure:
-        print(f"ldpflow {job}: {failure}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _estimate(argv: list[str]) -> int:
-    from ldpflow.pipelines import estimate
-
-    return _judged("estimate", estimate.run, argv)
-
-
-def _stream(argv: list[str]) -> int:
-    from ldpflow.pipelines import stream
-
-    stream.run(argv)
-    return 0
-
-
-def _heavy_hitters(argv: list[str]) -> int:
-    from ldpflow.pipelines import heavy_hitters
-
-    return _judged("heavy-hitters", heavy_hitters.run, argv)
-
-
-def _pubsub(argv: list[str]) -> int:
-    from ldpflow.pipelines import pubsub
-
-    return pubsub.run(argv)
-
-
-def _report(argv: list[str]) -> int:
-    from ldpflow.pipelines import report
-
-    return report.run(argv)
-
-
-def _audit(argv: list[str]) -> int:
-    from ldpflow.pipelines import audit
-
-    return audit.run(argv)
+    run.__name__ = f"_{module}"
+    return run
 
 
 COMMANDS = {
-    "demo": _demo,
-    "simulate": _simulate,
-    "estimate": _estimate,
-    "stream": _stream,
-    "heavy-hitters": _heavy_hitters,
-    "pubsub": _pubsub,
-    "audit": _audit,
-    "report": _report,
+    "demo": _job("demo", "demo"),
+    "simulate": _job("simulate", "simulate"),
+    "estimate": _job("estimate", "estimate", judged=True),
+    "stream": _job("stream", "stream"),
+    "heavy-hitters": _job("heavy-hitters", "heavy_hitters", judged=True),
+    "pubsub": _job("pubsub", "pubsub"),
+    "audit": _job("audit", "audit"),
+    "report": _job("report", "report"),
 }
 
 
@@ -151,45 +88,48 @@ def _configure_logging() -> None:
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
 
 
-def _top_parser() -> argparse.ArgumentParser:
-    from ldpflow import __version__
+def _top_help() -> str:
+    from ldpflow.pipelines.options import COMMANDS
 
     width = max(map(len, COMMANDS))
-    lines = "\n".join(f"  {name:<{width}}  {_SUMMARIES[name]}" for name in COMMANDS)
-    parser = argparse.ArgumentParser(
-        prog="ldpflow",
-        description="Local differential privacy: frequency estimation and heavy hitters, "
-                    "on Apache Beam.",
-        usage="ldpflow [--version] COMMAND [FLAGS]",
-        epilog=f"commands:\n{lines}\n\nRun 'ldpflow COMMAND --help' for a command's flags.",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"ldpflow {__version__}")
-    parser.add_argument("command", choices=list(COMMANDS), metavar="COMMAND",
-                        help="One of the commands below.")
-    return parser
+    lines = "\n".join(f"  {name:<{width}}  {command.summary}"
+                      for name, command in COMMANDS.items())
+    return ("usage: ldpflow [--version] COMMAND [FLAGS]\n\n"
+            "Local differential privacy: frequency estimation and heavy hitters, on Apache "
+            f"Beam.\n\ncommands:\n{lines}\n\nRun 'ldpflow COMMAND --help' for a command's "
+            "flags.\n")
 
 
 def main(argv: list[str] | None = None) -> int:
     """The ``ldpflow`` command: returns the exit status (0 done, 1 the job failed, 2 usage)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = _top_parser()
     if not argv or argv[0] in ("-h", "--help"):
-        parser.print_help()
+        print(_top_help(), end="")
         return 0 if argv else 2
-    try:
-        args = parser.parse_args(argv[:1])
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    if argv[0] == "--version":
+        from ldpflow import __version__  # the package imports its core API lazily
+
+        print(f"ldpflow {__version__}")
+        return 0
+    command = argv[0]
+    if command not in COMMANDS:
+        import difflib
+
+        close = difflib.get_close_matches(command, list(COMMANDS), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else " (see ldpflow --help)"
+        what = "flag" if command.startswith("-") else "command"
+        print(f"ldpflow: error: unknown {what} {command!r}{hint}", file=sys.stderr)
+        return 2
     _configure_logging()
     from ldpflow.pipelines.usage import JobFailed
 
     try:
-        return COMMANDS[args.command](argv[1:])
+        return COMMANDS[command](argv[1:])
     except JobFailed as exc:
         print(exc, file=sys.stderr)
         return 1
     except ModuleNotFoundError as exc:
-        message = _missing_extra(args.command, exc)
+        message = _missing_extra(command, exc)
         if message is None:
             raise
         print(message, file=sys.stderr)

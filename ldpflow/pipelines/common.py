@@ -1,33 +1,33 @@
 """What the Beam jobs share: flag parsing and checks, the runner, running and counting.
 
-:func:`job_options` is every job's entry: it refuses unknown flags (naming the job's closest
-flag), prints the job's help, checks its required flags, and returns Beam's
-``PipelineOptions``. A usage error is a ``SystemExit`` whose code is one line of text (the
-CLI prints it and exits 2). :func:`run_pipeline` runs a built pipeline and returns the
-job's Beam counters (namespace ``ldpflow``), so a job need not read its output back.
+:func:`job_options` is every job's entry: it parses the job's flags
+(:func:`ldpflow.pipelines.options.parse`: unknown flags refused naming the job's closest
+flag, the help, the required flags) and returns Beam's ``PipelineOptions`` of the flags
+that are not ldpflow's. Importing this module does not import Beam. A usage error is a
+``SystemExit`` whose code is one line of text (the CLI prints it and exits 2).
+:func:`run_pipeline` runs a built pipeline and returns the job's Beam counters (namespace
+``ldpflow``), so a job need not read its output back.
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import logging
 import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-
-from ldpflow.pipelines.options import JOBS, Job
+from ldpflow.pipelines.options import Command, Parsed, help_parser, parse
 from ldpflow.pipelines.usage import (
-    HelpFormatter,
-    Parser,
     check_output,
     check_output_file,
     usage_error,
 )
+
+if TYPE_CHECKING:
+    from apache_beam.options.pipeline_options import PipelineOptions
 
 __all__ = [
     "job_options",
@@ -48,67 +48,24 @@ __all__ = [
 ]
 
 _LOGGER = logging.getLogger(__name__)
-_BEAM_EPILOG = ("Every Apache Beam pipeline option is accepted as well (--runner, --project, "
-                "--region, --temp_location, --setup_file, --direct_num_workers, ...); see "
-                "deploy/README.md.")
 
 
-class _Marking:
-    """A parser (or argument group) view that marks the job's required flags."""
-
-    def __init__(self, target, required: Sequence[str]):
-        self._target = target
-        self._required = set(required)
-
-    def add_argument(self, *names, **kwargs):
-        if any(name.lstrip("-") in self._required for name in names):
-            kwargs["required"] = True
-        return self._target.add_argument(*names, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._target, name)
-
-
-def _title(group: type[PipelineOptions]) -> str:
-    return (group.__doc__ or group.__name__).strip().splitlines()[0].rstrip(".").replace("``", "")
-
-
-def job_help(job: Job) -> argparse.ArgumentParser:
+def job_help(job: Command | str) -> argparse.ArgumentParser:
     """The parser that prints ``ldpflow JOB --help``: the job's groups, defaults shown,
-    required flags marked."""
-    parser = argparse.ArgumentParser(prog=f"ldpflow {job.name}", description=job.summary,
-                                     epilog=_BEAM_EPILOG, formatter_class=HelpFormatter,
-                                     allow_abbrev=False)
-    for group in job.groups:
-        group._add_argparse_args(_Marking(parser.add_argument_group(_title(group)),
-                                          job.required))
-    return parser
+    required flags marked (:func:`ldpflow.pipelines.options.help_parser`)."""
+    return help_parser(job)
 
 
-def _beam_option_classes() -> list[type[PipelineOptions]]:
-    seen: dict[str, type[PipelineOptions]] = {}
-    stack = list(PipelineOptions.__subclasses__())
-    while stack:
-        cls = stack.pop()
-        stack.extend(cls.__subclasses__())
-        if cls.__module__.startswith("apache_beam."):
-            seen.setdefault(f"{cls.__module__}.{cls.__qualname__}", cls)
-    return list(seen.values())
-
-
-def _flags(parser: argparse.ArgumentParser) -> list[str]:
-    return [name for action in parser._actions for name in action.option_strings
-            if name.startswith("--")]
-
-
-def job_options(name: str, argv: Sequence[str] | None
-                ) -> tuple[PipelineOptions, argparse.Namespace]:
-    """Parse a Beam job's flags, as the CLI's conventions say.
+def job_options(name: str, argv: Sequence[str] | Parsed | None
+                ) -> tuple[PipelineOptions | None, argparse.Namespace]:
+    """Parse a Beam job's flags (:func:`ldpflow.pipelines.options.parse`; ``argv`` may be
+    parsed already, so the CLI parses once).
 
     Returns
     -------
     options : PipelineOptions
-        Every flag, for the pipeline and its runner.
+        Beam's flags (those that are not ldpflow's, unchanged), for the pipeline and its
+        runner; ``None`` when the job runs on another ``--engine`` (Beam is not imported).
     args : argparse.Namespace
         The job's own flags (those of its option groups), by name.
 
@@ -119,36 +76,12 @@ def job_options(name: str, argv: Sequence[str] | None
         for an unknown flag (naming the closest flag of the job), a stray argument or a
         missing required flag.
     """
-    job = JOBS[name]
-    argv = list(argv or [])
-    prog = f"ldpflow {name}"
-    help_parser = job_help(job)
-    if {"-h", "--help"} & set(argv):
-        help_parser.print_help()
-        raise SystemExit(0)
-    accepting = Parser(prog=prog, add_help=False, allow_abbrev=False)
-    for cls in _beam_option_classes():
-        cls._add_argparse_args(accepting)
-    own = _flags(help_parser)
-    for group in job.groups:
-        group._add_argparse_args(accepting)
-    _, rest = accepting.parse_known_args(argv)  # a bad value or choice: a usage error
-    for arg in rest:
-        if arg.startswith("-"):
-            flag = arg.split("=", 1)[0]
-            close = (difflib.get_close_matches(flag, own, n=1, cutoff=0.6)
-                     or difflib.get_close_matches(flag, _flags(accepting), n=1, cutoff=0.75))
-            hint = f"; did you mean {close[0]}?" if close else f" (see {prog} --help)"
-            raise usage_error(prog, f"unrecognized flag {flag}{hint}")
-        raise usage_error(prog, f"unexpected argument {arg!r} (flags are --name=value)")
-    options = PipelineOptions(argv)
-    values = options.get_all_options()
-    missing = [f"--{flag}" for flag in job.required if values.get(flag) in (None, "")]
-    if missing:
-        raise usage_error(prog, f"the following flags are required: {', '.join(missing)}")
-    own_dests = {action.dest for action in help_parser._actions if action.option_strings}
-    own_dests.discard("help")
-    return options, argparse.Namespace(**{dest: values.get(dest) for dest in own_dests})
+    parsed = argv if isinstance(argv, Parsed) else parse(name, list(argv or []))
+    if not parsed.command.on_beam(parsed.args):
+        return None, parsed.args
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    return PipelineOptions(parsed.beam_argv), parsed.args
 
 
 def parse_methods(text: str) -> list[str]:
@@ -231,6 +164,8 @@ def check_inputs(pattern: str, fmt: str | None, prog: str) -> int:
 
 def detached(options: PipelineOptions) -> bool:
     """``--no_wait_until_finish``: submit and return (as a Flex Template launcher must)."""
+    from apache_beam.options.pipeline_options import StandardOptions
+
     return bool(options.view_as(StandardOptions).no_wait_until_finish)
 
 
@@ -252,6 +187,8 @@ def batch_runner(options: PipelineOptions, prog: str):
         For a runner known to give wrong results on these jobs (the DaskRunner), saying why
         and what to use instead.
     """
+    from apache_beam.options.pipeline_options import StandardOptions
+
     runner = options.view_as(StandardOptions).runner
     name = runner if isinstance(runner, str) else type(runner).__name__
     if runner is not None and name.rsplit(".", 1)[-1] in _UNSUPPORTED_RUNNERS:

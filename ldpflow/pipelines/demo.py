@@ -11,7 +11,6 @@ true and estimated frequencies per post-processing method and each method's 95% 
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -19,14 +18,11 @@ import time
 
 import numpy as np
 
-from ldpflow.core.oracles import registry
-from ldpflow.pipelines.usage import HelpFormatter
+from ldpflow.pipelines import options
 
 __all__ = ["run"]
 
 _LOGGER = logging.getLogger(__name__)
-_SUMMARY = ("The main job on built-in data: simulate users, estimate their frequencies on "
-            "Beam, print and plot the top values.")
 TABLE_METHODS = ("base", "base-cut", "norm-sub", "power-ns")
 
 
@@ -104,17 +100,8 @@ def _interval_cell(bounds: tuple[np.ndarray, np.ndarray] | None, v: int) -> str:
             else f"{'(none)':^20}")
 
 
-def run(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ldpflow demo", description=_SUMMARY,
-                                     formatter_class=HelpFormatter, allow_abbrev=False)
-    parser.add_argument("--oracle", choices=sorted(registry.ORACLES), default="olh")
-    parser.add_argument("--users", type=int, default=1_000_000)
-    parser.add_argument("--domain_size", type=int, default=1024)
-    parser.add_argument("--epsilon", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=2024)
-    parser.add_argument("--top", type=int, default=10)
-    parser.add_argument("--output", default="demo-output")
-    args = parser.parse_args(argv)
+def run(argv: list[str] | options.Parsed | None = None) -> int:
+    args = (argv if isinstance(argv, options.Parsed) else options.parse("demo", argv)).args
     from ldpflow.pipelines import estimate, simulate
 
     reports_dir = os.path.join(args.output, "reports")

@@ -22,7 +22,7 @@ Both cores of this machine::
 Production (any Beam runner; see ``deploy/README.md``)::
 
     ldpflow heavy-hitters --input 'gs://BUCKET/pem/*.avro' --output gs://BUCKET/hh \\
-        --k 32 --bits 64 --epsilon 4 --runner=DataflowRunner --project=PROJECT \\
+        --k 32 --bits 64 --expect_epsilon 4 --runner=DataflowRunner --project=PROJECT \\
         --region=REGION --temp_location=gs://BUCKET/tmp --setup_file=./setup.py
 
 The configuration fixes the protocol's groups and passes, which the pipeline unrolls. Every
@@ -34,8 +34,8 @@ before any pipeline runs; what they leave unstated (PEM's automatic groups and s
 which the clients chose from their number) is the reports'. Only an input with no valid
 report is configured by the flags alone. Pass ``s`` counts the reports of its groups for what
 pass ``s - 1`` found, which reaches it as a side input. Reports of any other protocol,
-configuration or codec (or epsilon, with ``--epsilon``) are dead letters; without
-``--epsilon`` every epsilon present is identified separately. The server's options
+configuration or codec (or epsilon, with ``--expect_epsilon``) are dead letters; without
+``--expect_epsilon`` every epsilon present is identified separately. The server's options
 (``--survivors``, ``--threshold_sigma``, ``--threshold``, for the protocols that have
 them) and the codec's pruning of impossible strings are not part of the configuration.
 
@@ -96,7 +96,8 @@ __all__ = ["run", "build", "configure", "read_truth", "configuration_of_input"]
 
 _LOGGER = logging.getLogger(__name__)
 _PROG = "ldpflow heavy-hitters"
-_FLAGS = {"top_k": "k", "value_bits": "bits"}  # parameter -> its flag, where they differ
+#: A parameter -> its flag, where they differ.
+_FLAGS = {"top_k": "k", "value_bits": "bits", "epsilon": "expect_epsilon"}
 #: The server-option flags (each is an option of the same name).
 _SERVER_FLAGS = ("survivors", "threshold_sigma", "threshold", "refine_sigma", "significance")
 
@@ -190,7 +191,7 @@ def configure(opts, found: hh.HeavyHitterProtocol | None = None
     that differs is :class:`~ldpflow.pipelines.usage.JobFailed`), and what they do not
     state (PEM's automatic groups and steps, chosen by the clients from their number) is
     the reports'. Only when the input holds no valid report are the flags the whole
-    configuration. Without ``--epsilon`` the configuration's epsilon (and hash range) is
+    configuration. Without ``--expect_epsilon`` the configuration's epsilon (and hash range) is
     a placeholder: the groups and passes do not depend on it, and each epsilon present in
     the input is identified with its own; with it, reports of another epsilon are dead
     letters.
@@ -213,11 +214,11 @@ def configure(opts, found: hh.HeavyHitterProtocol | None = None
     if found is not None:
         _check_agreement(stated, found, opts)
         params: dict[str, Any] = dict(found.parameters)
-        if opts.epsilon is not None and opts.epsilon != found.epsilon:
-            params["epsilon"] = opts.epsilon
+        if opts.expect_epsilon is not None and opts.expect_epsilon != found.epsilon:
+            params["epsilon"] = opts.expect_epsilon
             params.pop("hash_range", None)  # the flags' epsilon: its own default hash range
     elif stated:
-        params = {**stated, "epsilon": 1.0 if opts.epsilon is None else opts.epsilon}
+        params = {**stated, "epsilon": 1.0 if opts.expect_epsilon is None else opts.expect_epsilon}
     else:
         raise usage_error(_PROG, f"--input {opts.input!r} holds no valid {name} report to "
                                  "take the configuration from; pass --k and --bits")
@@ -229,13 +230,13 @@ def configure(opts, found: hh.HeavyHitterProtocol | None = None
         protocol.check_options(options)
     except (TypeError, ValueError) as exc:
         flags = " ".join(f"{_flag(p)} {value}" for p, value in params.items()
-                         if p != "epsilon" or opts.epsilon is not None)
+                         if p != "epsilon" or opts.expect_epsilon is not None)
         raise usage_error(_PROG, f"{exc} (flags: {flags})") from None
     expect: dict[str, Any] = {"oracle": name, **{
         p: v for p, v in protocol.parameters.items() if p not in ("epsilon", "hash_range")}}
     if opts.codec is not None:
         expect["codec"] = opts.codec
-    if opts.epsilon is not None:
+    if opts.expect_epsilon is not None:
         expect["epsilon"] = protocol.epsilon
     return protocol, expect
 
@@ -322,7 +323,7 @@ def _describe(protocol: hh.HeavyHitterProtocol, opts) -> str:
     params = " ".join(f"{_FLAGS.get(p, p)}={v}" for p, v in protocol.parameters.items()
                       if p != "epsilon")
     passes = "; ".join(f"{s}: {protocol.pass_label(s)}" for s in range(protocol.num_passes))
-    eps = "each" if opts.epsilon is None else protocol.epsilon
+    eps = "each" if opts.expect_epsilon is None else protocol.epsilon
     return (f"{protocol.name} epsilon={eps} {params}, {protocol.num_groups} groups, "
             f"{protocol.num_passes} passes ({passes})")
 

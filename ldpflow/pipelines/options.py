@@ -1,279 +1,201 @@
-"""Pipeline options, Beam style: one ``PipelineOptions`` subclass per group of flags.
+"""Every command's flags, declared once, parsed one way, without Apache Beam.
 
-Every flag is defined once, by one group; a job is the list of groups it reads
-(:data:`JOBS`), which is also what its ``--help`` shows and the set of flags it accepts
-(``ldpflow.pipelines.common.job_options``). Flags are snake_case and equal the attribute.
+A flag is a :class:`Flag` (name = attribute, snake_case), a group of flags a :class:`Group`
+(its title is a section of ``--help``), a command a :class:`Command`: its summary (the one
+line of ``ldpflow --help``), its groups in help order and its required flags. Adding a flag
+to a group is one line in that group's tuple; a group is shared by every command that lists
+it, so one concept has one name and one help text.
 
-Required flags are not argparse-required here: Beam parses every registered options class
-for every pipeline, so a required flag would break unrelated pipelines. Each job lists its
-required flags in :data:`JOBS`; ``job_options`` checks them and marks them in the help.
+:func:`parse` is every command's entry: ``-h``/``--help`` prints the groups (exit 0); a bad
+value, a missing required flag, a stray argument or an unknown flag is a one-line usage
+error (a ``SystemExit`` whose code is ``ldpflow COMMAND: error: ...``: the CLI prints it and
+exits 2), naming the closest flag ("did you mean") or pointing at ``--help``. Parsing imports
+neither Beam nor pyarrow: a usage error and ``--help`` cost no more than Python and numpy.
+
+A Beam job (``Command.beam``: estimate, heavy-hitters and stream, when ``--engine`` is beam,
+the default) hands the flags that are not ldpflow's, unchanged and in order, to Beam's
+``PipelineOptions`` (``Parsed.beam_argv``), so every runner's flags keep working
+(``--runner``, ``--project``, ``--region``, ``--temp_location``, Flink's and Spark's, ...).
+An unknown flag is Beam's when the installed Beam's ``pipeline_options`` module names it
+(read as text, not imported); otherwise, if it is close to one of ldpflow's, it is a
+misspelling of that one; otherwise Beam is imported and asked (its plugins' options). A
+Beam flag on a command that does not run on Beam (``--engine local``, simulate, ...) is
+refused, saying so.
+
+Renamed flags keep their old spelling as a deprecated alias (:attr:`Flag.deprecated`): the
+old name is accepted with one warning naming the new one. One name per concept:
+``--epsilon`` is the epsilon a job perturbs with (simulate, demo); ``--expect_epsilon`` (and
+``--expect_*``) what a job checks the reports it reads against (estimate, stream,
+heavy-hitters, audit).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import difflib
+import functools
+import logging
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from apache_beam.options.pipeline_options import PipelineOptions
-
-from ldpflow.core.oracles import registry
+from ldpflow.pipelines.usage import HelpFormatter, Parser, usage_error
 
 __all__ = [
-    "InputOptions",
-    "OutputOptions",
-    "MethodsOptions",
-    "EstimateOptions",
-    "PoisoningOptions",
-    "VerdictOptions",
-    "ContributionOptions",
-    "AcceptanceOptions",
-    "EngineOptions",
-    "ENGINES",
-    "StreamOptions",
-    "HeavyHittersOptions",
-    "Job",
+    "Flag",
+    "Group",
+    "Command",
+    "Parsed",
+    "Inferred",
+    "Lazy",
+    "parse",
+    "help_parser",
+    "protocol_flag_specs",
+    "COMMANDS",
     "JOBS",
+    "ENGINES",
     "DEFAULT_METHODS",
+    "INPUT",
+    "OUTPUT",
+    "METHODS",
+    "ESTIMATE",
+    "POISONING",
+    "VERDICT",
+    "CONTRIBUTION",
+    "ACCEPTANCE",
+    "ENGINE",
+    "STREAM",
+    "HEAVY_HITTERS",
 ]
+
+_LOGGER = logging.getLogger(__name__)
 
 DEFAULT_METHODS = "base,base-pos,base-cut,norm,norm-sub,mle-apx,power-ns"
 
 
-class InputOptions(PipelineOptions):
-    """Where a batch job's reports come from."""
+# -- the declarations --------------------------------------------------------------------------
+class Lazy:
+    """A default computed when first needed (the help, or a parse that leaves it unset), so
+    that declaring it imports nothing: ``Lazy(lambda: AcceptancePolicy().max_keys)``."""
 
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        parser.add_argument("--input", default=None,
-                            help="Report files (a glob): .avro, .jsonl or .parquet, "
-                                 "optionally .gz.")
-        parser.add_argument("--input_format", choices=("avro", "json", "parquet"), default=None,
-                            help="The format of every input file (default: from each file's "
-                                 "name).")
+    def __init__(self, compute: Callable[[], Any]):
+        self._compute = compute
 
+    @functools.cached_property
+    def value(self) -> Any:
+        return self._compute()
 
-class OutputOptions(PipelineOptions):
-    """Where a job writes (a directory, replaced as a whole when the run ends)."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        parser.add_argument("--output", default=None,
-                            help="Output directory: estimates.json and estimates.avro "
-                                 "(heavy-hitters: heavy_hitters.json) and dead_letters/; "
-                                 "stream: one JSON and one Avro file per pane.")
+    def __str__(self) -> str:  # argparse's "%(default)s" in the help
+        return str(self.value)
 
 
-class MethodsOptions(PipelineOptions):
-    """The post-processing methods to apply."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        parser.add_argument("--methods", default=DEFAULT_METHODS,
-                            help="Comma-separated post-processing methods (base: the raw "
-                                 "unbiased estimate).")
+class Inferred(str):
+    """A default that the job infers (``simulate --codec``): told apart from the same value
+    given on the command line by ``isinstance(value, Inferred)``."""
 
 
-class EstimateOptions(PipelineOptions):
-    """What ``ldpflow estimate`` counts and when it fails."""
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """One flag: ``--NAME``, stored as the attribute ``NAME``.
 
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        parser.add_argument("--dedup", choices=("report_id", "none"), default="report_id",
-                            help="report_id: count each report id once, the other copies as "
-                                 "duplicates; none: count every copy.")
-
-
-class VerdictOptions(PipelineOptions):
-    """When a batch job fails (``ldpflow.pipelines.verdict``)."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        parser.add_argument("--max_dead_letter_fraction", type=float, default=0.1,
-                            help="Exit with status 1 when more than this fraction of the "
-                                 "records were refused (parts of files lost whole count by "
-                                 "their bytes), or when no report was counted (the outputs "
-                                 "are written either way).")
-
-
-class PoisoningOptions(PipelineOptions):
-    """The data-poisoning defence."""
-
-    # One group for the jobs that have the flag: Beam gathers every option group into one
-    # parser, so the flag can be defined once only.
-
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        parser.add_argument("--poisoning", choices=("none", "detect"), default="none",
-                            help="detect: test for data poisoning (fake users' crafted "
-                                 "reports) and add a poisoning section to each result. "
-                                 "estimate: each parameter set's reports, with recovered "
-                                 "estimates; heavy-hitters: each configuration's pass counts "
-                                 "(pem: a dispersion test per stage; the other protocols "
-                                 "have no defence, which their results say). "
-                                 "docs/poisoning.md.")
-
-
-class ContributionOptions(PipelineOptions):
-    """What one user may contribute."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        parser.add_argument("--max_reports_per_user", type=int, default=None,
-                            help="Count at most N reports per user id: in a batch run its "
-                                 "earliest by event time, then report-id hash; in a stream "
-                                 "per window, its first to arrive. The others are counted as "
-                                 "capped, so one user's privacy loss is at most N epsilon. "
-                                 "Default: no cap.")
-
-
-class AcceptanceOptions(PipelineOptions):
-    """What the server accepts (``ldpflow.wire.parse.AcceptancePolicy``)."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        from ldpflow.wire.parse import AcceptancePolicy
-
-        defaults = AcceptancePolicy()
-        parser.add_argument("--expect_oracle", choices=sorted(registry.ORACLES), default=None,
-                            help="Refuse (dead-letter) reports of any other oracle.")
-        parser.add_argument("--expect_epsilon", type=float, default=None,
-                            help="Refuse reports made with any other epsilon.")
-        parser.add_argument("--expect_domain_size", type=int, default=None,
-                            help="Refuse reports of any other domain size.")
-        parser.add_argument("--max_domain_size", type=int, default=defaults.max_domain_size,
-                            help="Refuse reports claiming a larger domain (pem: more groups); "
-                                 "a key's counts hold about this many counters.")
-        parser.add_argument("--max_hash_range", type=int, default=defaults.max_hash_range,
-                            help="Refuse local-hashing reports of a larger hash range (given, "
-                                 "or OLH's optimum for their epsilon).")
-        parser.add_argument("--max_epsilon", type=float, default=defaults.max_epsilon,
-                            help="Refuse reports of a larger epsilon.")
-        parser.add_argument("--max_keys", type=int, default=defaults.max_keys,
-                            help="The most parameter sets one chunk of a file may hold (the "
-                                 "largest are kept).")
-        parser.add_argument("--max_counters", type=int, default=defaults.max_counters,
-                            help="The most counters (8 bytes each) the parameter sets of one "
-                                 "chunk may need together (the largest sets first).")
-        parser.add_argument("--max_key_bytes", type=int, default=defaults.max_key_bytes,
-                            help="The most memory (bytes) one parameter set may need: its "
-                                 "accumulator and its estimates, about 4 KiB a domain value; "
-                                 "a report claiming more is refused before anything is "
-                                 "allocated.")
-
-
-#: The engines of ``--engine``: beam (the Beam job, any Beam runner) and the job plan's
-#: (``ldpflow.plan``; ``docs/engines.md``).
-ENGINES = ("beam", "dask", "spark", "local")
-
-
-class EngineOptions(PipelineOptions):
-    """The engine that runs the job (``docs/engines.md``)."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        parser.add_argument("--engine", choices=ENGINES, default="beam",
-                            help="beam: Apache Beam (--runner and the Beam flags); dask: Dask "
-                                 "distributed; spark: PySpark; local: the job plan in this "
-                                 "process.")
-        parser.add_argument("--dask_scheduler", default=None,
-                            help="dask: the scheduler's address (tcp://HOST:8786); default: "
-                                 "a LocalCluster of --workers worker processes.")
-        parser.add_argument("--workers", type=int, default=None,
-                            help="dask without --dask_scheduler: worker processes of the "
-                                 "LocalCluster (default: one per core).")
-        parser.add_argument("--spark_master", default=None,
-                            help="spark: the master URL (local[N], local-cluster[N,C,MB], "
-                                 "spark://HOST:7077, yarn, ...; default: spark-submit's "
-                                 "--master, else local[*]).")
-
-
-class StreamOptions(PipelineOptions):
-    """Sources, sinks and windows of ``ldpflow stream``."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        parser.add_argument("--subscription", default=None,
-                            help="Pub/Sub subscription: projects/P/subscriptions/S.")
-        parser.add_argument("--output_topic", default=None,
-                            help="Pub/Sub topic for estimates (JSON, one message per window, "
-                                 "key and pane).")
-        parser.add_argument("--dead_letter_topic", default=None,
-                            help="Pub/Sub topic for refused messages and reports, with "
-                                 "reasons.")
-        parser.add_argument("--dead_letter_output", default=None,
-                            help="Directory for dead letters as JSON lines.")
-        parser.add_argument("--window_size", type=float, default=60.0,
-                            help="Window length in seconds.")
-        parser.add_argument("--window_period", type=float, default=None,
-                            help="Sliding windows: a new window every PERIOD seconds "
-                                 "(default: fixed windows).")
-        parser.add_argument("--allowed_lateness", type=float, default=0.0,
-                            help="Seconds after a window's end during which late reports "
-                                 "still update it (a late pane each).")
-        parser.add_argument("--early_firing", type=float, default=0.0,
-                            help="Emit an early pane every N seconds of processing time while "
-                                 "a window is open (0: none).")
-        parser.add_argument("--timestamp_attribute", default=None,
-                            help="Take event time from this message attribute (milliseconds "
-                                 "since the epoch or RFC 3339) instead of the reports.")
-        parser.add_argument("--allow_production", nargs="?", const="true", default=None,
-                            choices=("true", "false"),
-                            help="Work on real Pub/Sub: needed on a remote runner (Dataflow) "
-                                 "and, on a local one, without PUBSUB_EMULATOR_HOST; refused "
-                                 "without it (true or no value: allowed).")
-
-
-class HeavyHittersOptions(PipelineOptions):
-    """The protocol, its configuration and the server options of ``ldpflow heavy-hitters``.
-
-    The configuration (``--k``, ``--bits`` and the protocol's own parameter flags) fixes the
-    groups and passes when the pipeline is built; without ``--k`` and ``--bits`` it is read
-    from the first report of the input. Reports of any other protocol or configuration are
-    dead letters. ``--survivors``, ``--threshold_sigma`` and ``--threshold`` are server
-    options (of pem, treehist and sfp): clients do not depend on them.
+    ``deprecated`` lists old spellings, still accepted with a warning naming this one.
     """
 
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        parser.add_argument("--protocol", choices=("mcm", "pem", "sfp", "spm", "treehist"),
-                            default="pem",
-                            help="The heavy-hitter protocol of the reports.")
-        parser.add_argument("--k", type=int, default=None,
-                            help="Top-k size of the configuration (default: from the input).")
-        parser.add_argument("--bits", type=int, default=None,
-                            help="m: the width of the values, in [1, 64] (default: from the "
-                                 "input).")
-        for flag, protocols, text in _SHAPE_HELP:
-            parser.add_argument(f"--{flag}", type=int, default=None,
-                                help=f"{protocols}: {text}")
-        parser.add_argument("--survivors", type=int, default=None,
-                            help="pem, treehist, sfp: candidates each pass keeps (pem: "
-                                 "default 2k, or as many as Q allows; treehist, sfp: 4k).")
-        parser.add_argument("--threshold_sigma", type=float, default=None,
-                            help="pem, treehist, sfp: keep only candidates estimated at "
-                                 "THRESHOLD_SIGMA standard deviations or more (treehist, sfp: "
-                                 "default 3).")
-        parser.add_argument("--threshold", type=float, default=None,
-                            help="pem, treehist, sfp: keep only candidates of estimated "
-                                 "frequency >= THRESHOLD.")
-        parser.add_argument("--significance", default=None,
-                            help="pem: keep only candidates significantly above zero among "
-                                 "each stage's candidates, family-wise at this level "
-                                 "(Bonferroni; default 0.05); off: no such test (the paper).")
-        parser.add_argument("--refine_sigma", default=None,
-                            help="pem: z of the combined ranking of a stage's candidates with "
-                                 "the earlier stages' estimates (default 3); off: each "
-                                 "stage's own estimates (the paper's ranking).")
-        parser.add_argument("--codec", choices=("int", "string"), default=None,
-                            help="Refuse reports of the other codec (default: each report's "
-                                 "own); the output decodes the values.")
-        parser.add_argument("--epsilon", type=float, default=None,
-                            help="Refuse (dead-letter) reports made with any other epsilon "
-                                 "(default: each epsilon in the input is its own result).")
-        parser.add_argument("--truth", default=None,
-                            help="A truth file (ldpflow simulate's truth.json, or one value "
-                                 "per line, most frequent first): the output adds precision, "
-                                 "recall, F1 and NCR of every result.")
+    name: str
+    type: Callable[[str], Any] | None = None
+    default: Any = None
+    help: str = ""
+    choices: Sequence[Any] | None = None
+    action: str | None = None  # "store_true"
+    nargs: str | None = None
+    const: Any = None
+    metavar: str | None = None
+    deprecated: tuple[str, ...] = ()
 
+    def add_to(self, target, *, required: bool = False) -> None:
+        kwargs: dict[str, Any] = {"help": self.help, "default": self.default}
+        if required:
+            kwargs["required"] = True
+        if self.deprecated:
+            old = ", ".join(f"--{name}" for name in self.deprecated)
+            kwargs["help"] = f"{self.help} (formerly {old}, deprecated)".strip()
+        if self.action is not None:
+            kwargs["action"] = self.action
+        else:
+            for key in ("type", "choices", "nargs", "const", "metavar"):
+                value = getattr(self, key)
+                if value is not None:
+                    kwargs[key] = value
+        target.add_argument(f"--{self.name}", **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """Flags that belong together; ``title`` heads them in ``--help``."""
+
+    title: str
+    flags: tuple[Flag, ...]
+    description: str | None = None
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(flag.name for flag in self.flags)
+
+    def but(self, *names: str, title: str | None = None, **changes: Mapping[str, Any]) -> Group:
+        """This group without the flags ``names``, with ``changes`` (``{flag: {field:
+        value}}``) made to others: a command's variant of a shared group."""
+        unknown = (set(names) | set(changes)) - set(self.names())
+        if unknown:
+            raise KeyError(f"group {self.title!r} has no flags {sorted(unknown)}")
+        flags = tuple(dataclasses.replace(flag, **changes.get(flag.name, {}))
+                      for flag in self.flags if flag.name not in names)
+        return dataclasses.replace(self, flags=flags, title=title or self.title)
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """A command of ``ldpflow``: its one-line summary, option groups (help order) and
+    required flags. ``beam``: a Beam job, whose other flags go to Beam's
+    ``PipelineOptions`` (unless its ``--engine`` names another engine). ``commands``:
+    subcommands (``ldpflow pubsub create``), which take the groups too."""
+
+    name: str
+    summary: str
+    groups: tuple[Group, ...] = ()
+    required: tuple[str, ...] = ()
+    beam: bool = False
+    description: str | None = None
+    epilog: str | None = None
+    commands: Mapping[str, Command] = dataclasses.field(default_factory=dict)
+
+    @property
+    def prog(self) -> str:
+        return f"ldpflow {self.name}"
+
+    def flags(self) -> dict[str, Flag]:
+        return {flag.name: flag for group in self.groups for flag in group.flags}
+
+    def on_beam(self, args: argparse.Namespace) -> bool:
+        """Whether this run is a Beam pipeline (so Beam's flags are accepted)."""
+        return self.beam and getattr(args, "engine", "beam") == "beam"
+
+
+@dataclasses.dataclass
+class Parsed:
+    """A parsed command line: ``args`` (ldpflow's flags, by name), ``beam_argv`` (the
+    others, for Beam's ``PipelineOptions``), the ``command`` and its ``parser``, whose
+    ``error`` raises a one-line usage error."""
+
+    command: Command
+    args: argparse.Namespace
+    beam_argv: list[str]
+    parser: argparse.ArgumentParser
+
+
+# -- the protocol flags ------------------------------------------------------------------------
+#: The heavy-hitter protocols (``--protocol``; ``ldpflow.core.heavy_hitters.PROTOCOLS``).
+_HEAVY_HITTER_PROTOCOLS = ("mcm", "pem", "sfp", "spm", "treehist")
 
 #: The protocols' parameter flags: (flag, protocols, help), the protocols' own parameters
 #: (``ldpflow.core.heavy_hitters.shape_parameters``; a test keeps the two in step).
@@ -298,29 +220,703 @@ _SHAPE_HELP = (
 
 
 @dataclasses.dataclass(frozen=True)
-class Job:
-    """A Beam job of the CLI: its option groups (in help order) and required flags."""
+class ProtocolFlagSpecs:
+    """What the command line knows of the protocols: the heavy-hitter protocol names and
+    their parameter flags (``Flag`` each, ``help`` starting with the protocols that take
+    it)."""
 
-    name: str
-    summary: str
-    groups: tuple[type[PipelineOptions], ...]
-    required: tuple[str, ...] = ()
+    heavy_hitters: tuple[str, ...]
+    flags: tuple[Flag, ...]
 
 
-JOBS = {
-    "estimate": Job("estimate", "Report files -> consistent frequency estimates.",
-                    (InputOptions, OutputOptions, MethodsOptions, EstimateOptions,
-                     PoisoningOptions, VerdictOptions, ContributionOptions,
-                     AcceptanceOptions, EngineOptions),
-                    ("input", "output")),
-    "stream": Job("stream", "Reports from Pub/Sub -> windowed consistent estimates.",
-                  (StreamOptions, OutputOptions, MethodsOptions, ContributionOptions,
-                   AcceptanceOptions),
-                  ("subscription",)),
-    "heavy-hitters": Job("heavy-hitters",
-                         "Heavy-hitter reports (pem, spm, mcm, treehist, sfp) -> the most "
-                         "frequent values of a huge domain.",
-                         (InputOptions, OutputOptions, HeavyHittersOptions,
-                          PoisoningOptions, VerdictOptions),
-                         ("input", "output")),
+@functools.cache
+def protocol_flag_specs() -> ProtocolFlagSpecs:
+    """The per-protocol flags of every command, in one place (the protocol registry's
+    ``protocol_flags()`` will be read here when it lands)."""
+    return ProtocolFlagSpecs(
+        heavy_hitters=_HEAVY_HITTER_PROTOCOLS,
+        flags=tuple(Flag(flag, int, help=f"{protocols}: {text}")
+                    for flag, protocols, text in _SHAPE_HELP))
+
+
+@functools.cache
+def _oracle_keys() -> tuple[str, ...]:
+    from ldpflow.core.oracles import registry
+
+    return tuple(sorted(registry.ORACLES))
+
+
+class _Choices(Sequence):
+    """Choices computed when first used (the oracle keys import the oracles)."""
+
+    def __init__(self, compute: Callable[[], Sequence[str]]):
+        self._compute = compute
+
+    @functools.cached_property
+    def _items(self) -> tuple[str, ...]:
+        return tuple(self._compute())
+
+    def __getitem__(self, index):
+        return self._items[index]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, item) -> bool:
+        return item in self._items
+
+    def __iter__(self):
+        return iter(self._items)
+
+
+def _policy_default(name: str) -> Lazy:
+    def compute():
+        from ldpflow.wire.parse import AcceptancePolicy
+
+        return getattr(AcceptancePolicy(), name)
+
+    return Lazy(compute)
+
+
+# -- the shared groups -------------------------------------------------------------------------
+INPUT = Group("Where a batch job's reports come from", (
+    Flag("input", help="Report files (a glob): .avro, .jsonl or .parquet, optionally .gz."),
+    Flag("input_format", choices=("avro", "json", "parquet"),
+         help="The format of every input file (default: from each file's name)."),
+))
+
+OUTPUT = Group("Where a job writes (a directory, replaced as a whole when the run ends)", (
+    Flag("output", help="Output directory: estimates.json and estimates.avro (heavy-hitters: "
+                        "heavy_hitters.json) and dead_letters/; stream: one JSON and one Avro "
+                        "file per pane."),
+))
+
+METHODS = Group("The post-processing methods to apply", (
+    Flag("methods", default=DEFAULT_METHODS,
+         help="Comma-separated post-processing methods (base: the raw unbiased estimate)."),
+))
+
+ESTIMATE = Group("What ldpflow estimate counts", (
+    Flag("dedup", choices=("report_id", "none"), default="report_id",
+         help="report_id: count each report id once, the other copies as duplicates; none: "
+              "count every copy."),
+))
+
+VERDICT = Group("When a batch job fails (ldpflow.pipelines.verdict)", (
+    Flag("max_dead_letter_fraction", float, 0.1,
+         help="Exit with status 1 when more than this fraction of the records were refused "
+              "(parts of files lost whole count by their bytes), or when no report was "
+              "counted (the outputs are written either way)."),
+))
+
+POISONING = Group("The data-poisoning defence", (
+    Flag("poisoning", choices=("none", "detect"), default="none",
+         help="detect: test for data poisoning (fake users' crafted reports) and add a "
+              "poisoning section to each result. estimate: each parameter set's reports, "
+              "with recovered estimates; heavy-hitters: each configuration's pass counts "
+              "(pem: a dispersion test per stage; the other protocols have no defence, which "
+              "their results say). docs/poisoning.md."),
+))
+
+CONTRIBUTION = Group("What one user may contribute", (
+    Flag("max_reports_per_user", int,
+         help="Count at most N reports per user id: in a batch run its earliest by event "
+              "time, then report-id hash; in a stream per window, its first to arrive. The "
+              "others are counted as capped, so one user's privacy loss is at most N "
+              "epsilon. Default: no cap."),
+))
+
+#: What the reports read are checked against (``--expect_*``); heavy-hitters and audit take
+#: ``--expect_epsilon`` alone (their protocol and parameters have flags of their own).
+EXPECT_EPSILON = Flag("expect_epsilon", float, deprecated=("epsilon",),
+                      help="Refuse (dead-letter) reports made with any other epsilon.")
+
+ACCEPTANCE = Group("What the server accepts (ldpflow.wire.parse.AcceptancePolicy)", (
+    Flag("expect_oracle", choices=_Choices(_oracle_keys),
+         help="Refuse (dead-letter) reports of any other oracle."),
+    dataclasses.replace(EXPECT_EPSILON, deprecated=()),
+    Flag("expect_domain_size", int, help="Refuse reports of any other domain size."),
+    Flag("max_domain_size", int, _policy_default("max_domain_size"),
+         help="Refuse reports claiming a larger domain (pem: more groups); a key's counts "
+              "hold about this many counters."),
+    Flag("max_hash_range", int, _policy_default("max_hash_range"),
+         help="Refuse local-hashing reports of a larger hash range (given, or OLH's optimum "
+              "for their epsilon)."),
+    Flag("max_epsilon", float, _policy_default("max_epsilon"),
+         help="Refuse reports of a larger epsilon."),
+    Flag("max_keys", int, _policy_default("max_keys"),
+         help="The most parameter sets one chunk of a file may hold (the largest are kept)."),
+    Flag("max_counters", int, _policy_default("max_counters"),
+         help="The most counters (8 bytes each) the parameter sets of one chunk may need "
+              "together (the largest sets first)."),
+    Flag("max_key_bytes", int, _policy_default("max_key_bytes"),
+         help="The most memory (bytes) one parameter set may need: its accumulator and its "
+              "estimates, about 4 KiB a domain value; a report claiming more is refused "
+              "before anything is allocated."),
+))
+
+#: The engines of ``--engine``: beam (the Beam job, any Beam runner) and the job plan's
+#: (``ldpflow.plan``; ``docs/engines.md``).
+ENGINES = ("beam", "dask", "spark", "local")
+
+ENGINE = Group("The engine that runs the job (docs/engines.md)", (
+    Flag("engine", choices=ENGINES, default="beam",
+         help="beam: Apache Beam (--runner and the Beam flags); dask: Dask distributed; "
+              "spark: PySpark; local: the job plan in this process (the fastest start)."),
+    Flag("dask_scheduler",
+         help="dask: the scheduler's address (tcp://HOST:8786); default: a LocalCluster of "
+              "--workers worker processes."),
+    Flag("workers", int,
+         help="dask without --dask_scheduler: worker processes of the LocalCluster (default: "
+              "one per core)."),
+    Flag("spark_master",
+         help="spark: the master URL (local[N], local-cluster[N,C,MB], spark://HOST:7077, "
+              "yarn, ...; default: spark-submit's --master, else local[*])."),
+))
+
+STREAM = Group("Sources, sinks and windows of ldpflow stream", (
+    Flag("subscription", help="Pub/Sub subscription: projects/P/subscriptions/S."),
+    Flag("output_topic", help="Pub/Sub topic for estimates (JSON, one message per window, key "
+                              "and pane)."),
+    Flag("dead_letter_topic", help="Pub/Sub topic for refused messages and reports, with "
+                                   "reasons."),
+    Flag("dead_letter_output", help="Directory for dead letters as JSON lines."),
+    Flag("window_size", float, 60.0, help="Window length in seconds."),
+    Flag("window_period", float, help="Sliding windows: a new window every PERIOD seconds "
+                                      "(default: fixed windows)."),
+    Flag("allowed_lateness", float, 0.0,
+         help="Seconds after a window's end during which late reports still update it (a "
+              "late pane each)."),
+    Flag("early_firing", float, 0.0,
+         help="Emit an early pane every N seconds of processing time while a window is open "
+              "(0: none)."),
+    Flag("timestamp_attribute",
+         help="Take event time from this message attribute (milliseconds since the epoch or "
+              "RFC 3339) instead of the reports."),
+    Flag("allow_production", nargs="?", const="true", choices=("true", "false"),
+         help="Work on real Pub/Sub: needed on a remote runner (Dataflow) and, on a local "
+              "one, without PUBSUB_EMULATOR_HOST; refused without it (true or no value: "
+              "allowed)."),
+))
+
+
+def _heavy_hitters_group() -> Group:
+    specs = protocol_flag_specs()
+    return Group(
+        "The protocol, its configuration and the server options of ldpflow heavy-hitters", (
+            Flag("protocol", choices=specs.heavy_hitters, default="pem",
+                 help="The heavy-hitter protocol of the reports."),
+            Flag("k", int, help="Top-k size of the configuration (default: from the input)."),
+            Flag("bits", int, help="m: the width of the values, in [1, 64] (default: from the "
+                                   "input)."),
+            *specs.flags,
+            Flag("survivors", int,
+                 help="pem, treehist, sfp: candidates each pass keeps (pem: default 2k, or as "
+                      "many as Q allows; treehist, sfp: 4k)."),
+            Flag("threshold_sigma", float,
+                 help="pem, treehist, sfp: keep only candidates estimated at THRESHOLD_SIGMA "
+                      "standard deviations or more (treehist, sfp: default 3)."),
+            Flag("threshold", float,
+                 help="pem, treehist, sfp: keep only candidates of estimated frequency >= "
+                      "THRESHOLD."),
+            Flag("significance",
+                 help="pem: keep only candidates significantly above zero among each stage's "
+                      "candidates, family-wise at this level (Bonferroni; default 0.05); off: "
+                      "no such test (the paper)."),
+            Flag("refine_sigma",
+                 help="pem: z of the combined ranking of a stage's candidates with the "
+                      "earlier stages' estimates (default 3); off: each stage's own estimates "
+                      "(the paper's ranking)."),
+            Flag("codec", choices=("int", "string"),
+                 help="Refuse reports of the other codec (default: each report's own); the "
+                      "output decodes the values."),
+            dataclasses.replace(
+                EXPECT_EPSILON,
+                help="Refuse (dead-letter) reports made with any other epsilon (default: each "
+                     "epsilon in the input is its own result)."),
+            Flag("truth",
+                 help="A truth file (ldpflow simulate's truth.json, or one value per line, "
+                      "most frequent first): the output adds precision, recall, F1 and NCR of "
+                      "every result."),
+        ),
+        description="The configuration (--k, --bits and the protocol's own parameter flags) "
+                    "fixes the groups and passes when the pipeline is built; without --k and "
+                    "--bits it is read from the first report of the input. Reports of any "
+                    "other protocol or configuration are dead letters. --survivors, "
+                    "--threshold_sigma and --threshold are server options (of pem, treehist "
+                    "and sfp): clients do not depend on them.")
+
+
+HEAVY_HITTERS = _heavy_hitters_group()
+
+
+# -- simulate, audit, report, demo, pubsub -----------------------------------------------------
+_SIMULATE_FORMATS = ("avro", "json", "parquet")
+DEFAULT_START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+def _simulate_groups() -> tuple[Group, ...]:
+    specs = protocol_flag_specs()
+    shape = {flag.name: flag for flag in specs.flags}
+    protocol = Group("The protocol and its privacy", (
+        Flag("oracle", choices=_Choices(lambda: (*_oracle_keys(), *specs.heavy_hitters)),
+             help="The oracle (or heavy-hitter protocol) that perturbs."),
+        Flag("epsilon", float, help="The epsilon to perturb with."),
+        Flag("domain_size", int,
+             help="The domain size; heavy hitters: the number N of distinct values (not "
+                  "needed with --values_file)."),
+        dataclasses.replace(shape["hash_range"], help="olh, pem, treehist: g, the hash range "
+                                                      "(a power of two)."),
+        Flag("max_domain_size", int, _policy_default("max_domain_size"),
+             help="Refuse a larger --domain_size (memory grows with it); the default is "
+                  "ldpflow estimate's --max_domain_size."),
+    ))
+    from_hh = HEAVY_HITTERS.flags
+    heavy = Group("heavy hitters (pem spm mcm treehist sfp)", (
+        Flag("bits", int, help="m: the width of the values (default with --values_file: from "
+                               "the data, see --coverage)."),
+        Flag("k", int, help="The top-k size."),
+        *(flag for flag in from_hh if flag.name in shape and flag.name != "hash_range"),
+        Flag("max_candidates", int, Lazy(_default_max_candidates),
+             help="The automatic configuration's compute budget: the most candidates one "
+                  "stage may estimate."),
+        Flag("codec", choices=("int", "string"), default=Inferred("int"),
+             help="int: values are integers; string: --values_file holds strings (default: "
+                  "int, or with --values_file string unless every line of it is an "
+                  "integer)."),
+        Flag("truncate", action="store_true",
+             help="string codec: keep the leading bytes of longer strings (whole UTF-8 "
+                  "characters) instead of refusing them (implied when --bits is chosen from "
+                  "the data)."),
+        Flag("coverage", float, 0.99,
+             help="string codec without --bits: the share of the values that must fit whole "
+                  "in m/8 bytes."),
+        Flag("truth_top", int, 1000, help="How many of the most frequent values truth.json "
+                                          "lists."),
+    ), description="pem: without --query_limit, --start_bits, --step_bits, --num_groups and "
+                   "--hash_range the configuration is chosen automatically from --users, "
+                   "--epsilon, --k and --bits (ldpflow.core.heavy_hitters.configure); the "
+                   "other protocols take their defaults. The log names the heavy-hitters "
+                   "flags of the configuration.")
+    users = Group("The users and their values", (
+        Flag("users", int, help="Number of users (required unless --values_file is given)."),
+        Flag("distribution", default="zipf:1.1",
+             help="zipf:S | uniform | geometric:P over the domain (rank r = value r)."),
+        Flag("values_file",
+             help="Raw values instead of a distribution, one per line: integers in [0, "
+                  "--domain_size) for a frequency oracle; for heavy hitters integers, or "
+                  "strings (see --codec)."),
+        Flag("seed", int, 0, help="The seed of the simulation."),
+        Flag("start_time_ms", int, DEFAULT_START_MS,
+             help="Event times are uniform over [start, start + duration)."),
+        Flag("duration_s", float, 3600.0, help="The event times' span, in seconds."),
+    ))
+    files = Group("The report files", (
+        Flag("output", help="Output directory: the report files and truth.json."),
+        Flag("shards", int, 4, help="The number of report files."),
+        Flag("format", choices=_SIMULATE_FORMATS, default="avro",
+             help="The report files' format."),
+    ))
+    return protocol, heavy, users, files
+
+
+def _default_max_candidates() -> int:
+    from ldpflow.core import heavy_hitters as hh
+
+    return hh.config.DEFAULT_MAX_CANDIDATES
+
+
+def _audit_groups() -> tuple[Group, ...]:
+    own = Group("ldpflow's own perturbation", (
+        Flag("oracle", choices=_Choices(_audited_oracles), help="The oracle to perturb with."),
+        dataclasses.replace(
+            EXPECT_EPSILON,
+            help="The claimed epsilon, which the bound is checked against (the oracle "
+                 "perturbs with it)."),
+        Flag("domain_size", int, help="d."),
+        Flag("hash_range", int,
+             help="olh, blh: g, a power of two (default: the optimum for epsilon); cms, hcms: "
+                  "the sketch width m, a power of two (default 1024)."),
+        Flag("num_hashes", int, help="cms, hcms: k, the number of hash functions (default "
+                                     "256)."),
+        Flag("reports", int, help="Reports per value (10^6 resolves epsilon to about 0.02, "
+                                  "see docs/audit.md)."),
+        Flag("seed", int, help="Seed a reproducible audit (default: the OS CSPRNG, as a "
+                               "client)."),
+    ))
+    files = Group("report files of any client", (
+        Flag("input", nargs="+", metavar="FILES",
+             help="Report files (globs) the client made from --value."),
+        Flag("other_input", nargs="+", metavar="FILES",
+             help="Report files (globs) the client made from --other_value."),
+        Flag("format", choices=("avro", "json", "parquet"),
+             help="The files' format (default: from each file's name)."),
+    ))
+    test = Group("The test", (
+        Flag("value", int, help="v: the input of the first reports (default 0 for --oracle)."),
+        Flag("other_value", int, help="v': the input of the other reports (default 1 for "
+                                      "--oracle)."),
+        Flag("alpha", float, Lazy(lambda: _audit_module().DEFAULT_ALPHA),
+             help="The bound holds with probability >= 1 - alpha."),
+        Flag("selection_fraction", float,
+             Lazy(lambda: _audit_module().DEFAULT_SELECTION_FRACTION),
+             help="The share of each input's reports that chooses the event; the rest bounds "
+                  "it."),
+        Flag("strict", action="store_true",
+             help="Exit 1 also when the reports contradict the claimed oracle's law, or when "
+                  "some records are refused as invalid."),
+        Flag("output", help="Write the JSON document here (default: standard output)."),
+    ))
+    return own, files, test
+
+
+def _audit_module():
+    from ldpflow.core import audit
+
+    return audit
+
+
+def _audited_oracles() -> tuple[str, ...]:
+    return tuple(_audit_module().AUDITED_ORACLES)
+
+
+REPORT = Group("The document and the page", (
+    Flag("input", help="An ldpflow estimate output directory or its estimates.json; or an "
+                       "ldpflow heavy-hitters output or its heavy_hitters.json, for a "
+                       "heavy-hitter page alone."),
+    Flag("output", help="The HTML file to write."),
+    Flag("heavy_hitters", help="An ldpflow heavy-hitters output directory or its "
+                               "heavy_hitters.json, shown on the same page as the estimates."),
+    Flag("truth", help="truth.json of ldpflow simulate: true frequencies beside the "
+                       "estimates, and each method's error."),
+    Flag("top", int, 20, help="How many top values to show."),
+    Flag("title", help="The page's title (default: ldpflow estimates, or ldpflow heavy hitters "
+                       "for a heavy-hitter page)."),
+))
+
+DEMO = Group("The demo", (
+    Flag("oracle", choices=_Choices(_oracle_keys), default="olh",
+         help="The oracle that perturbs."),
+    Flag("users", int, 1_000_000, help="Number of users."),
+    Flag("domain_size", int, 1024, help="The domain size."),
+    Flag("epsilon", float, 1.0, help="The epsilon to perturb with."),
+    Flag("seed", int, 2024, help="The seed of the simulation."),
+    Flag("top", int, 10, help="How many top values to print."),
+    Flag("output", default="demo-output", help="Output directory (reports, estimates, plot)."),
+))
+
+PUBSUB_WHERE = Group("where", (
+    Flag("emulator_host", help="HOST:PORT of the Pub/Sub emulator (default: "
+                               "$PUBSUB_EMULATOR_HOST)."),
+    Flag("allow_production", action="store_true",
+         help="Work on real Pub/Sub (Google Cloud credentials) when no emulator is given; "
+              "refused without this flag."),
+))
+
+#: The default of `ldpflow pubsub publish --event_times`.
+DEFAULT_EVENT_TIMES = "window:60"
+
+_PUBSUB = {
+    "create": Command(
+        "pubsub create", "Create the topic and subscriptions (kept if they exist).",
+        (PUBSUB_WHERE, Group("create", (
+            Flag("topic", help="The reports topic: projects/PROJECT/topics/NAME."),
+            Flag("subscription", help="A subscription to --topic (the one ldpflow stream "
+                                      "reads): projects/PROJECT/subscriptions/NAME."),
+            Flag("output_topic", help="The topic ldpflow stream publishes estimates to."),
+            Flag("output_subscription", help="A subscription to --output_topic, to pull the "
+                                             "estimates from."),
+            Flag("dead_letter_topic", help="The topic ldpflow stream publishes dead letters "
+                                           "to."),
+            Flag("ack_deadline_seconds", int, 60,
+                 help="Acknowledgement deadline of the subscriptions created."),
+        ))),
+        required=("topic",),
+        description="Create a topic and a subscription to it (and the job's output topic and "
+                    "a subscription to that); resources that exist already are kept."),
+    "publish": Command(
+        "pubsub publish",
+        "Publish report files as messages, their event times spread over this window.",
+        (PUBSUB_WHERE, Group("publish", (
+            Flag("topic", help="The topic to publish to: projects/PROJECT/topics/NAME."),
+            dataclasses.replace(INPUT.flags[0], help="Report files (a glob): .avro, "
+                                                     ".jsonl/.json, .parquet (.gz ok)."),
+            dataclasses.replace(INPUT.flags[1], help="The files' format (default: from their "
+                                                     "names)."),
+            Flag("batch_size", int, 1000, help="Reports per message (a batch over 10 MB is "
+                                               "split)."),
+            Flag("event_times", default=DEFAULT_EVENT_TIMES, metavar="MODE",
+                 help="window:SECONDS: the files' times, in their order, spread over the "
+                      "current window of SECONDS (aligned to the epoch); spread:SECONDS: over "
+                      "the last SECONDS up to now (a stream of windows; the earlier ones "
+                      "late); now: every report at now; from_file: as they are (a backlog: "
+                      "the job needs --allowed_lateness to count it)."),
+            Flag("message_format", choices=("avro", "json"), default="avro",
+                 help="Message body: an Avro container or JSON lines."),
+            Flag("timestamp_attribute",
+                 help="Also set this attribute of each message to its earliest event time "
+                      "(ms since the epoch), for ldpflow stream --timestamp_attribute."),
+        ))),
+        required=("topic", "input"),
+        description="Publish report files (read into memory) as messages of --batch_size "
+                    "reports (an Avro container each, as collectors send them). Event times "
+                    "are rewritten (--event_times) so that the job's windows fire: by "
+                    "default the files' times, in their order, spread over the current "
+                    "60-second window (aligned to the epoch, as the job's windows are), so a "
+                    "job with --window_size 60 holds every report in one window, whose final "
+                    "pane equals a batch estimate of the files. Reports that reach the job "
+                    "after their window's end are late: give the job an --allowed_lateness "
+                    "longer than publishing takes."),
+    "pull": Command(
+        "pubsub pull", "Print the messages of a subscription (e.g. the estimates).",
+        (PUBSUB_WHERE, Group("pull", (
+            Flag("subscription", help="projects/PROJECT/subscriptions/NAME."),
+            Flag("max_messages", int, help="Stop after this many messages (default: 10, or no "
+                                           "limit with --until_reports)."),
+            Flag("until_reports", int, metavar="N",
+                 help="Pull estimates until their windows' latest panes hold N reports in all "
+                      "(e.g. the number published: one window's final pane then holds every "
+                      "report); exit 1 if --timeout passes first."),
+            Flag("final_only", action="store_true",
+                 help="With --until_reports: print only each window's final pane (the one "
+                      "holding the most reports), when done."),
+            Flag("timeout", float, 60.0, help="Stop after this many seconds (with "
+                                              "--until_reports: fail)."),
+            Flag("wake_topic",
+                 help="The job's input topic: while pulling, send it an empty message "
+                      "(ldpflow ignores it) every --wake_seconds. Beam's direct runner reads "
+                      "an idle subscription for up to 30 s before its watermark moves on, so "
+                      "without this a window's panes can come that late."),
+            Flag("wake_seconds", float, 2.0, help="How often to wake the job (with "
+                                                  "--wake_topic)."),
+        ))),
+        required=("subscription",),
+        description="Pull, print (one line each: the text, or the size of a binary body) and "
+                    "acknowledge messages until --max_messages arrived, or with "
+                    "--until_reports until the estimates' panes hold that many reports; "
+                    "--timeout is an error then (exit 1)."),
 }
+
+_BEAM_EPILOG = ("Every Apache Beam pipeline option is accepted as well (--runner, --project, "
+                "--region, --temp_location, --setup_file, --direct_num_workers, ...; with "
+                "--engine beam); see deploy/README.md.")
+
+
+# -- the commands ------------------------------------------------------------------------------
+COMMANDS: dict[str, Command] = {
+    "demo": Command("demo", "The main job on built-in data: simulate, estimate, print and "
+                            "plot the top values.", (DEMO,)),
+    "simulate": Command("simulate", "Synthetic users -> perturbed report files (sharded) and "
+                                    "truth.json; seeded, for evaluation.",
+                        _simulate_groups(), ("oracle", "epsilon", "output")),
+    "estimate": Command("estimate", "Report files -> consistent frequency estimates (Apache "
+                                    "Beam, or --engine dask|spark|local).",
+                        (INPUT, OUTPUT, METHODS, ESTIMATE, POISONING, VERDICT, CONTRIBUTION,
+                         ACCEPTANCE, ENGINE),
+                        ("input", "output"), beam=True, epilog=_BEAM_EPILOG),
+    "stream": Command("stream", "Reports from Pub/Sub -> windowed consistent estimates (Apache "
+                                "Beam, streaming).",
+                      (STREAM, OUTPUT, METHODS, CONTRIBUTION, ACCEPTANCE),
+                      ("subscription",), beam=True, epilog=_BEAM_EPILOG),
+    "heavy-hitters": Command("heavy-hitters", "Heavy-hitter reports (pem spm mcm treehist "
+                                              "sfp) -> the most frequent values of a huge "
+                                              "domain (Apache Beam).",
+                             (INPUT, OUTPUT, HEAVY_HITTERS, POISONING, VERDICT),
+                             ("input", "output"), beam=True, epilog=_BEAM_EPILOG),
+    "pubsub": Command("pubsub", "Pub/Sub emulator helpers: create a topic and subscription, "
+                                "publish reports, pull messages.",
+                      commands=_PUBSUB,
+                      epilog="Run 'ldpflow pubsub COMMAND --help' for a command's flags; the "
+                             "local recipe is in docs/streaming.md."),
+    "audit": Command("audit", "An empirical lower bound on a client's epsilon, from reports "
+                              "of known inputs.", _audit_groups(),
+                     description="An empirical lower bound on a client's epsilon "
+                                 "(Clopper-Pearson), from reports of two known inputs: "
+                                 "ldpflow's own perturbation (--oracle ...) or report files "
+                                 "of any client (--input ... --other_input ...)."),
+    "report": Command("report", "An estimates document -> one self-contained HTML page.",
+                      (REPORT,), ("input", "output")),
+}
+
+#: The Beam jobs (their flag files and templates in ``deploy/``).
+JOBS = {name: command for name, command in COMMANDS.items() if command.beam}
+
+
+# -- parsing -----------------------------------------------------------------------------------
+def _command(name: str | Command) -> Command:
+    if isinstance(name, Command):
+        return name
+    head, _, sub = name.partition(" ")
+    command = COMMANDS[head]
+    return command.commands[sub] if sub else command
+
+
+def help_parser(name: str | Command, *, mark_required: bool = True
+                ) -> argparse.ArgumentParser:
+    """The parser of ``ldpflow NAME`` (``"pubsub create"`` for a subcommand): its groups,
+    defaults shown, required flags marked (``mark_required``: :func:`parse` checks them
+    itself, after the unknown flags); its errors are one-line usage errors."""
+    command = _command(name)
+    parser = Parser(prog=command.prog, description=command.description or command.summary,
+                    epilog=command.epilog, formatter_class=HelpFormatter, allow_abbrev=False)
+    required = set(command.required) if mark_required else set()
+    for group in command.groups:
+        target = parser.add_argument_group(group.title, group.description)
+        for flag in group.flags:
+            flag.add_to(target, required=flag.name in required)
+    return parser
+
+
+def _command_help(command: Command) -> str:
+    width = max(map(len, command.commands))
+    lines = "\n".join(f"  {name:<{width}}  {sub.summary}" for name, sub in
+                      command.commands.items())
+    return (f"usage: {command.prog} COMMAND [FLAGS]\n\n{command.description or command.summary}"
+            f"\n\ncommands:\n{lines}\n\n{command.epilog or ''}\n")
+
+
+def _closest(flag: str, names: Sequence[str], cutoff: float) -> str | None:
+    close = difflib.get_close_matches(flag, names, n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
+@functools.cache
+def _beam_flags_from_source() -> frozenset[str]:
+    """The flags the installed Beam's ``pipeline_options`` module defines, read as text
+    (importing Beam takes about a second); empty without Beam."""
+    import importlib.util
+    import os
+
+    try:
+        spec = importlib.util.find_spec("apache_beam")
+    except (ImportError, ValueError):
+        return frozenset()
+    if spec is None or not spec.submodule_search_locations:
+        return frozenset()
+    for folder in spec.submodule_search_locations:
+        path = os.path.join(folder, "options", "pipeline_options.py")
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError:
+            continue
+        return frozenset(re.findall(r"""['"](--[A-Za-z][\w-]*)['"]""", text))
+    return frozenset()
+
+
+def _beam_flags_imported() -> frozenset[str]:
+    """Every flag of Beam's ``PipelineOptions`` classes (Beam imported: its plugins too)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    flags: set[str] = set()
+    stack = list(PipelineOptions.__subclasses__())
+    seen = set()
+    while stack:
+        cls = stack.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        stack.extend(cls.__subclasses__())
+        collect = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+        try:
+            cls._add_argparse_args(collect)
+        except (argparse.ArgumentError, TypeError, ValueError):
+            continue
+        flags.update(name for action in collect._actions for name in action.option_strings)
+    return frozenset(flags)
+
+
+def _undeprecate(command: Command, argv: list[str]) -> list[str]:
+    """Old spellings -> their new names, one warning each."""
+    renames = {f"--{old}": f"--{flag.name}" for flag in command.flags().values()
+               for old in flag.deprecated}
+    if not renames:
+        return argv
+    out = []
+    for token in argv:
+        name, eq, value = token.partition("=")
+        if name in renames:
+            _LOGGER.warning("%s: %s is deprecated: use %s", command.prog, name, renames[name])
+            token = f"{renames[name]}{eq}{value}"
+        out.append(token)
+    return out
+
+
+def _resolve_lazy(args: argparse.Namespace) -> None:
+    for dest, value in vars(args).items():
+        if isinstance(value, Lazy):
+            setattr(args, dest, value.value)
+
+
+def parse(name: str | Command, argv: Sequence[str] | None = None) -> Parsed:
+    """Parse ``ldpflow NAME``'s command line (see the module docstring).
+
+    Raises
+    ------
+    SystemExit
+        Code 0 after printing the help; a one-line message for a usage error.
+    """
+    command = _command(name)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if command.commands:  # ldpflow pubsub COMMAND ...
+        if not argv or argv[0] in ("-h", "--help"):
+            if argv:
+                print(_command_help(command), end="")
+                raise SystemExit(0)
+            raise usage_error(command.prog, f"give a command: {', '.join(command.commands)} "
+                                            f"(see {command.prog} --help)")
+        sub = command.commands.get(argv[0])
+        if sub is None:
+            close = _closest(argv[0], list(command.commands), 0.6)
+            hint = f"; did you mean {close}?" if close else f" (see {command.prog} --help)"
+            raise usage_error(command.prog, f"unknown command {argv[0]!r}{hint}")
+        parsed = parse(sub, argv[1:])
+        parsed.args.command = argv[0]
+        return parsed
+    if {"-h", "--help"} & set(argv):
+        help_parser(command).print_help()
+        raise SystemExit(0)
+    parser = help_parser(command, mark_required=False)
+    argv = _undeprecate(command, argv)
+    args, rest = parser.parse_known_args(argv)  # a bad value: a usage error
+    beam_argv = _check_rest(command, args, rest, parser)
+    missing = [f"--{flag}" for flag in command.required if getattr(args, flag) in (None, "")]
+    if missing:
+        parser.error(f"the following flags are required: {', '.join(missing)}")
+    _resolve_lazy(args)
+    return Parsed(command, args, beam_argv, parser)
+
+
+def _check_rest(command: Command, args: argparse.Namespace, rest: list[str],
+                parser: argparse.ArgumentParser) -> list[str]:
+    """The tokens that are not ldpflow's: Beam's flags (and their values) on a Beam run;
+    anything else is a usage error."""
+    ours = [f"--{flag}" for flag in command.flags()]
+    on_beam = command.on_beam(args)
+    imported: frozenset[str] | None = None
+    after_flag = False
+    for token in rest:
+        if not token.startswith("-") or token == "-":
+            if on_beam and after_flag:  # the value of the Beam flag before it
+                after_flag = False
+                continue
+            parser.error(f"unexpected argument {token!r} (flags are --name=value)")
+        flag = token.split("=", 1)[0]
+        after_flag = "=" not in token
+        if flag in _beam_flags_from_source():
+            if on_beam:
+                continue
+            if command.beam:
+                parser.error(f"{flag} is an Apache Beam flag: it applies with --engine beam "
+                             f"only, not --engine {args.engine}")
+        close = _closest(flag, ours, 0.75) or (
+            _closest(flag, sorted(_beam_flags_from_source()), 0.75) if command.beam else None)
+        if close is None and on_beam:  # Beam's plugins' flags: ask Beam itself
+            if imported is None:
+                imported = _beam_flags_imported()
+            if flag in imported:
+                continue
+            close = _closest(flag, sorted(imported), 0.75)
+        close = close or _closest(flag, ours, 0.6)
+        parser.error(f"unrecognized flag {flag}" + (f"; did you mean {close}?" if close else ""))
+    return list(rest) if on_beam else []

@@ -50,11 +50,10 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 
-from ldpflow.pipelines.usage import HelpFormatter, Parser
+from ldpflow.pipelines import options
 
 __all__ = [
     "run",
-    "build_parser",
     "PubSubFailure",
     "check_name",
     "check_job_resources",
@@ -152,7 +151,7 @@ _NO_CREDENTIALS = (
 
 
 def _check_emulator(host: str, variable: str = "PUBSUB_EMULATOR_HOST") -> None:
-    from ldpflow.testing.pubsub import emulator_answers
+    from ldpflow.pipelines.pubsub_client import emulator_answers
 
     if not emulator_answers(host, timeout=3.0):
         raise PubSubFailure(f"no Pub/Sub emulator answers at {variable}={host}: start one "
@@ -188,7 +187,7 @@ def check_job_resources(subscription: str, topics: Mapping[str, str | None]) -> 
     from google.api_core import exceptions
     from google.cloud import pubsub_v1
 
-    from ldpflow.testing.pubsub import subscriber_client
+    from ldpflow.pipelines.pubsub_client import subscriber_client
 
     host = os.environ.get("PUBSUB_EMULATOR_HOST")
     if host:
@@ -221,106 +220,6 @@ def check_job_resources(subscription: str, topics: Mapping[str, str | None]) -> 
 
 
 # -- the command line --------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``ldpflow pubsub``: subcommands ``create``, ``publish`` and ``pull``."""
-    target = Parser(add_help=False)
-    group = target.add_argument_group("where")
-    group.add_argument("--emulator_host", default=None,
-                       help="HOST:PORT of the Pub/Sub emulator (default: $PUBSUB_EMULATOR_HOST).")
-    group.add_argument("--allow_production", action="store_true",
-                       help="Work on real Pub/Sub (Google Cloud credentials) when no emulator "
-                            "is given; refused without this flag.")
-    parser = Parser(prog=_PROG, description=__doc__.split("\n")[0].replace("``", ""),
-                     epilog="Run 'ldpflow pubsub COMMAND --help' for a command's flags; the "
-                            "local recipe is in docs/streaming.md.",
-                     formatter_class=HelpFormatter, allow_abbrev=False)
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    commands.required = True
-
-    create = commands.add_parser(
-        "create", parents=[target], formatter_class=HelpFormatter, allow_abbrev=False,
-        help="Create the topic and subscriptions (kept if they exist).",
-        description="Create a topic and a subscription to it (and the job's output topic and a "
-                    "subscription to that); resources that exist already are kept.")
-    create.add_argument("--topic", required=True,
-                        help="The reports topic: projects/PROJECT/topics/NAME.")
-    create.add_argument("--subscription", default=None,
-                        help="A subscription to --topic (the one ldpflow stream reads): "
-                             "projects/PROJECT/subscriptions/NAME.")
-    create.add_argument("--output_topic", default=None,
-                        help="The topic ldpflow stream publishes estimates to.")
-    create.add_argument("--output_subscription", default=None,
-                        help="A subscription to --output_topic, to pull the estimates from.")
-    create.add_argument("--dead_letter_topic", default=None,
-                        help="The topic ldpflow stream publishes dead letters to.")
-    create.add_argument("--ack_deadline_seconds", type=int, default=60,
-                        help="Acknowledgement deadline of the subscriptions created.")
-
-    publish = commands.add_parser(
-        "publish", parents=[target], formatter_class=HelpFormatter, allow_abbrev=False,
-        help="Publish report files as messages, their event times spread over this window.",
-        description="Publish report files (read into memory) as messages of --batch_size "
-                    "reports (an Avro container each, as collectors send them). Event times "
-                    "are rewritten (--event_times) so that the job's windows fire: by "
-                    "default the files' times, in their order, spread over the current "
-                    "60-second window (aligned to the epoch, as the job's windows are), so a "
-                    "job with --window_size 60 holds every report in one window, whose final "
-                    "pane equals a batch estimate of the files. Reports that reach the job "
-                    "after their window's end are late: give the job an --allowed_lateness "
-                    "longer than publishing takes.")
-    publish.add_argument("--topic", required=True,
-                         help="The topic to publish to: projects/PROJECT/topics/NAME.")
-    publish.add_argument("--input", required=True,
-                         help="Report files (a glob): .avro, .jsonl/.json, .parquet (.gz ok).")
-    publish.add_argument("--input_format", choices=("avro", "json", "parquet"), default=None,
-                         help="The files' format (default: from their names).")
-    publish.add_argument("--batch_size", type=int, default=1000,
-                         help="Reports per message (a batch over 10 MB is split).")
-    publish.add_argument("--event_times", default=DEFAULT_EVENT_TIMES, metavar="MODE",
-                         help="window:SECONDS: the files' times, in their order, spread over "
-                              "the current window of SECONDS (aligned to the epoch); "
-                              "spread:SECONDS: over the last SECONDS up to now (a stream of "
-                              "windows; the earlier ones late); now: every report at now; "
-                              "from_file: as they are (a backlog: the job needs "
-                              "--allowed_lateness to count it).")
-    publish.add_argument("--message_format", choices=("avro", "json"), default="avro",
-                         help="Message body: an Avro container or JSON lines.")
-    publish.add_argument("--timestamp_attribute", default=None,
-                         help="Also set this attribute of each message to its earliest event "
-                              "time (ms since the epoch), for ldpflow stream "
-                              "--timestamp_attribute.")
-
-    pull = commands.add_parser(
-        "pull", parents=[target], formatter_class=HelpFormatter, allow_abbrev=False,
-        help="Print the messages of a subscription (e.g. the estimates).",
-        description="Pull, print (one line each: the text, or the size of a binary body) and "
-                    "acknowledge messages until --max_messages arrived, or with "
-                    "--until_reports until the estimates' panes hold that many reports; "
-                    "--timeout is an error then (exit 1).")
-    pull.add_argument("--subscription", required=True,
-                      help="projects/PROJECT/subscriptions/NAME.")
-    pull.add_argument("--max_messages", type=int, default=None,
-                      help="Stop after this many messages (default: 10, or no limit with "
-                           "--until_reports).")
-    pull.add_argument("--until_reports", type=int, default=None, metavar="N",
-                      help="Pull estimates until their windows' latest panes hold N reports "
-                           "in all (e.g. the number published: one window's final pane then "
-                           "holds every report); exit 1 if --timeout passes first.")
-    pull.add_argument("--final_only", action="store_true",
-                      help="With --until_reports: print only each window's final pane (the "
-                           "one holding the most reports), when done.")
-    pull.add_argument("--timeout", type=float, default=60.0,
-                      help="Stop after this many seconds (with --until_reports: fail).")
-    pull.add_argument("--wake_topic", default=None,
-                      help="The job's input topic: while pulling, send it an empty message "
-                           "(ldpflow ignores it) every --wake_seconds. Beam's direct runner "
-                           "reads an idle subscription for up to 30 s before its watermark "
-                           "moves on, so without this a window's panes can come that late.")
-    pull.add_argument("--wake_seconds", type=float, default=2.0,
-                      help="How often to wake the job (with --wake_topic).")
-    return parser
-
-
 def _event_times_ok(args: argparse.Namespace) -> bool:
     try:
         parse_event_times(args.event_times)
@@ -394,15 +293,10 @@ def _connect(args: argparse.Namespace) -> str:
     return "Pub/Sub (production)"
 
 
-def run(argv: Sequence[str] | None = None) -> int:
+def run(argv: Sequence[str] | options.Parsed | None = None) -> int:
     """``ldpflow pubsub COMMAND [flags]``: returns 0 when done, 1 on a run-time failure (one
     line on stderr); a usage error raises ``SystemExit`` with one line of text."""
-    parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv:
-        raise SystemExit(f"{_PROG}: error: give a command: create, publish or pull (see "
-                         f"{_PROG} --help)")
-    args = parser.parse_args(argv)
+    args = (argv if isinstance(argv, options.Parsed) else options.parse("pubsub", argv)).args
     _check_args(args)
     previous = os.environ.get("PUBSUB_EMULATOR_HOST")
     prog = f"{_PROG} {args.command}"
@@ -425,7 +319,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 # -- create ------------------------------------------------------------------------------------
 def _create(args: argparse.Namespace, where: str) -> int:
-    from ldpflow.testing.pubsub import ensure_subscription, ensure_topic
+    from ldpflow.pipelines.pubsub_client import ensure_subscription, ensure_topic
 
     def say(created: bool, path: str) -> None:
         print(f"{'created' if created else 'exists '} {path}")
@@ -486,7 +380,7 @@ def _read_table(path: str, fmt: str):
 
 
 #: ``publish --event_times`` unless given: every report in the current 60-second window.
-DEFAULT_EVENT_TIMES = "window:60"
+DEFAULT_EVENT_TIMES = options.DEFAULT_EVENT_TIMES
 
 
 def parse_event_times(text: str) -> tuple[str, float]:
@@ -652,7 +546,7 @@ def _pull(args: argparse.Namespace, where: str) -> int:
     from google.api_core import exceptions
     from google.cloud import pubsub_v1
 
-    from ldpflow.testing.pubsub import subscriber_client  # takes 10 MB messages
+    from ldpflow.pipelines.pubsub_client import subscriber_client  # takes 10 MB messages
 
     limit = args.max_messages or (10 if args.until_reports is None else float("inf"))
     finals: dict[tuple, dict] = {}  # per window and parameter set: the pane with most reports

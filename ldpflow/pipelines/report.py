@@ -21,7 +21,6 @@ and their code points. Every string from the input is escaped.
 
 from __future__ import annotations
 
-import argparse
 import html
 import json
 import math
@@ -30,7 +29,8 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ldpflow.pipelines.usage import HelpFormatter, check_output_file, usage_error
+from ldpflow.pipelines import options
+from ldpflow.pipelines.usage import check_output_file, usage_error
 
 __all__ = ["run", "render", "is_heavy_hitters"]
 
@@ -477,27 +477,8 @@ def _load(path: str, names: Sequence[str], flag: str) -> dict:
     return document
 
 
-def run(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=_PROG, formatter_class=HelpFormatter,
-                                     allow_abbrev=False,
-                                     description="An estimates document -> one self-contained "
-                                                 "HTML page.")
-    parser.add_argument("--input", required=True,
-                        help="An ldpflow estimate output directory or its estimates.json; or "
-                             "an ldpflow heavy-hitters output or its heavy_hitters.json, for a "
-                             "heavy-hitter page alone.")
-    parser.add_argument("--output", required=True, help="The HTML file to write.")
-    parser.add_argument("--heavy_hitters", default=None,
-                        help="An ldpflow heavy-hitters output directory or its "
-                             "heavy_hitters.json, shown on the same page as the estimates.")
-    parser.add_argument("--truth", default=None,
-                        help="truth.json of ldpflow simulate: true frequencies beside the "
-                             "estimates, and each method's error.")
-    parser.add_argument("--top", type=int, default=20, help="How many top values to show.")
-    parser.add_argument("--title", default=None,
-                        help="The page's title (default: ldpflow estimates, or ldpflow heavy "
-                             "hitters for a heavy-hitter page).")
-    args = parser.parse_args(argv)
+def run(argv: list[str] | options.Parsed | None = None) -> int:
+    args = (argv if isinstance(argv, options.Parsed) else options.parse("report", argv)).args
     if args.top < 1:
         raise usage_error(_PROG, f"--top must be a positive integer, got {args.top}")
     check_output_file(args.output, _PROG)  # before the inputs are read and the page made

@@ -52,101 +52,15 @@ import numpy as np
 from ldpflow.core import codecs, simulation, validation
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.core.oracles import FrequencyOracle, registry
-from ldpflow.pipelines.usage import HelpFormatter, Parser, check_output
+from ldpflow.pipelines import options
+from ldpflow.pipelines.usage import check_output
 from ldpflow.wire import formats
 
-__all__ = ["run", "build_parser"]
+__all__ = ["run"]
 
 _LOGGER = logging.getLogger(__name__)
-_SUMMARY = ("Synthetic users -> perturbed report files (sharded) and truth.json; seeded, for "
-            "evaluation.")
 _SUFFIX = {"avro": ".avro", "json": ".jsonl", "parquet": ".parquet"}
-DEFAULT_START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
-
-
-class _Default(str):
-    """A flag's default, told apart from the same value given on the command line."""
-
-
-_INFERRED = _Default("int")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from ldpflow.wire.parse import AcceptancePolicy
-
-    parser = Parser(prog="ldpflow simulate", description=_SUMMARY,
-                    formatter_class=HelpFormatter, allow_abbrev=False)
-    parser.add_argument("--oracle", required=True,
-                        choices=[*sorted(registry.ORACLES), *sorted(hh.PROTOCOLS)])
-    parser.add_argument("--epsilon", type=float, required=True)
-    parser.add_argument("--domain_size", type=int, default=None,
-                        help="(required) The domain size; heavy hitters: the number N of "
-                             "distinct values (not needed with --values_file).")
-    parser.add_argument("--hash_range", type=int, default=None,
-                        help="olh, pem, treehist: g (a power of two).")
-    parser.add_argument("--max_domain_size", type=int,
-                        default=AcceptancePolicy().max_domain_size,
-                        help="Refuse a larger --domain_size (memory grows with it); the "
-                             "default is ldpflow estimate's --max_domain_size.")
-    hh_group = parser.add_argument_group(
-        "heavy hitters (pem spm mcm treehist sfp)",
-        "pem: without --query_limit, --start_bits, --step_bits, --num_groups and --hash_range "
-        "the configuration is chosen automatically from --users, --epsilon, --k and --bits "
-        "(ldpflow.core.heavy_hitters.configure); the other protocols take their defaults. The "
-        "log names the heavy-hitters flags of the configuration.")
-    hh_group.add_argument("--bits", type=int, default=None,
-                     help="m: the width of the values (default with --values_file: from the "
-                          "data, see --coverage).")
-    hh_group.add_argument("--k", type=int, default=None, help="The top-k size.")
-    hh_group.add_argument("--query_limit", type=int, default=None,
-                     help="pem, spm, mcm, sfp: Q (default 2**20).")
-    hh_group.add_argument("--start_bits", type=int, default=None,
-                     help="pem: gamma (default ceil(log2 k)).")
-    hh_group.add_argument("--step_bits", type=int, default=None,
-                     help="pem: eta (default the largest with k * 2**eta <= Q); treehist: "
-                          "bits per level (default 8).")
-    hh_group.add_argument("--num_groups", type=int, default=None,
-                     help="pem: g (must agree if given).")
-    for flag, text in (("num_segments", "spm: t, the segments of a value"),
-                       ("segment_top", "spm: values kept per segment and pairs per pair"),
-                       ("num_channels", "mcm: T, the channels (default 4k)"),
-                       ("channel_seed", "mcm: the key of the value-to-channel hash"),
-                       ("fragment_bits", "sfp: the width of a fragment (default 16)"),
-                       ("hash_bits", "sfp: the width of the gluing hash (default 6)"),
-                       ("hash_seed", "sfp: the key of that hash")):
-        hh_group.add_argument(f"--{flag}", type=int, default=None, help=f"{text}.")
-    hh_group.add_argument("--max_candidates", type=int, default=hh.config.DEFAULT_MAX_CANDIDATES,
-                     help="The automatic configuration's compute budget: the most candidates "
-                          "one stage may estimate.")
-    hh_group.add_argument("--codec", choices=sorted(codecs.CODECS), default=_INFERRED,
-                     help="int: values are integers; string: --values_file holds strings "
-                          "(default: int, or with --values_file string unless every line of "
-                          "it is an integer).")
-    hh_group.add_argument("--truncate", action="store_true",
-                     help="string codec: keep the leading bytes of longer strings (whole "
-                          "UTF-8 characters) instead of refusing them (implied when --bits "
-                          "is chosen from the data).")
-    hh_group.add_argument("--coverage", type=float, default=0.99,
-                     help="string codec without --bits: the share of the values that must "
-                          "fit whole in m/8 bytes.")
-    hh_group.add_argument("--truth_top", type=int, default=1000,
-                     help="How many of the most frequent values truth.json lists.")
-    parser.add_argument("--users", type=int, default=None,
-                        help="Number of users (required unless --values_file is given).")
-    parser.add_argument("--distribution", default="zipf:1.1",
-                        help="zipf:S | uniform | geometric:P over the domain (rank r = value r).")
-    parser.add_argument("--values_file", default=None,
-                        help="Raw values instead of a distribution, one per line: integers in "
-                             "[0, --domain_size) for a frequency oracle; for heavy hitters "
-                             "integers, or strings (see --codec).")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", required=True, help="Output directory.")
-    parser.add_argument("--shards", type=int, default=4)
-    parser.add_argument("--format", choices=sorted(_SUFFIX), default="avro")
-    parser.add_argument("--start_time_ms", type=int, default=DEFAULT_START_MS,
-                        help="Event times are uniform over [start, start + duration).")
-    parser.add_argument("--duration_s", type=float, default=3600.0)
-    return parser
+DEFAULT_START_MS = options.DEFAULT_START_MS
 
 
 def _oracle(args: argparse.Namespace) -> FrequencyOracle:
@@ -329,9 +243,9 @@ def _user_ids(start: int, stop: int) -> list[str]:
 _HEAVY_HITTER_ONLY = ("bits", "k", *sorted(hh.SHAPE_FLAGS - {"hash_range"}))
 
 
-def run(argv: list[str] | None = None) -> dict:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def run(argv: list[str] | options.Parsed | None = None) -> dict:
+    parsed = argv if isinstance(argv, options.Parsed) else options.parse("simulate", argv)
+    parser, args = parsed.parser, parsed.args
     if args.oracle in hh.PROTOCOLS:
         return _run_heavy_hitters(parser, args)
     given = [f"--{name}" for name in _HEAVY_HITTER_ONLY if getattr(args, name) is not None]
@@ -439,7 +353,7 @@ def _heavy_hitter_file_values(parser: argparse.ArgumentParser, args: argparse.Na
     with open(args.values_file, encoding="utf-8") as f:
         lines = [line.rstrip("\r\n") for line in f]
     name = args.codec
-    if isinstance(name, _Default):
+    if isinstance(name, options.Inferred):
         name = codecs.infer_codec(line for line in lines if line.strip())
         _LOGGER.info("--values_file holds %s values: codec %s", "integer" if name == "int"
                      else "non-integer", name)
@@ -474,7 +388,7 @@ def _run_heavy_hitters(parser: argparse.ArgumentParser, args: argparse.Namespace
             parser.error("--values_file holds no values")
         protocol = _heavy_hitter_config(parser, args, codec.bits, values.size)
     else:
-        if args.codec == "string" and not isinstance(args.codec, _Default):
+        if args.codec == "string" and not isinstance(args.codec, options.Inferred):
             parser.error("--codec string needs --values_file (one string per line)")
         if args.bits is None:
             parser.error(f"--oracle {args.oracle} needs --bits (or --values_file)")

@@ -113,7 +113,7 @@ def build(pipeline: beam.Pipeline, opts, methods: list[str], messages=None):
     ``job_options``). ``messages`` replaces the Pub/Sub source."""
     policy = acceptance_policy(opts, _PROG)
     if messages is None:
-        from ldpflow.testing.pubsub import allow_large_pulls
+        from ldpflow.pipelines.pubsub_client import allow_large_pulls
 
         allow_large_pulls()  # the emulator's pulls take 10 MB messages, as the service's do
         # The timestamp attribute is read by EstimateStream, not by Beam's reader: a value

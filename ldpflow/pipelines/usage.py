@@ -49,9 +49,12 @@ def check_output_file(path: str, prog: str, *, flag: str = "--output") -> None:
 
 
 class Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one-line usage errors (see module docstring)."""
+    """An argument parser whose errors are one-line usage errors (see module docstring),
+    ending with a pointer to ``--help`` unless they name the flag meant."""
 
     def error(self, message):
+        if "did you mean" not in message and "--help" not in message:
+            message = f"{message} (see {self.prog} --help)"
         raise usage_error(self.prog, message)
 
 

@@ -1,4 +1,4 @@
-"""The Pub/Sub emulator for tests, benchmarks and local development.
+"""The Pub/Sub emulator for tests, benchmarks and local development (not used by the jobs).
 
     with PubSubEmulator() as emulator:          # starts the emulator on a free port
         emulator.create_topic("reports")        # projects/<project>/topics/reports
@@ -6,18 +6,8 @@
 
 The emulator is Google's Java emulator (Debian package ``google-cloud-cli-pubsub-emulator``;
 ``gcloud beta emulators pubsub start`` runs the same). It is started in its own process
-group and stopped with it; its state lives in memory only.
-
-:func:`subscriber_client` is a subscriber that takes Pub/Sub's largest messages (10 MB) on
-the emulator too: the client library opens the emulator's channel with gRPC's default 4 MiB
-receive limit (the real service's channel has none), so one large message, or a pull of
-many panes, failed with ``ResourceExhausted``. :func:`allow_large_pulls` makes every
-``SubscriberClient`` made afterwards in this process (Beam's direct-runner reader's too)
-such a subscriber; the emulator harness calls it.
-
-:func:`ensure_topic` and :func:`ensure_subscription` create resources by their full names and
-accept ones that already exist (``ldpflow pubsub create`` uses them); :func:`emulator_answers`
-tells whether an emulator listens at a host.
+group and stopped with it; its state lives in memory only. The clients it uses are the
+jobs' own (:mod:`ldpflow.pipelines.pubsub_client`).
 """
 
 from __future__ import annotations
@@ -29,68 +19,20 @@ import socket
 import subprocess
 import tempfile
 import time
-import urllib.request
+
+from ldpflow.pipelines.pubsub_client import (
+    allow_large_pulls,
+    emulator_answers,
+    ensure_subscription,
+    ensure_topic,
+)
 
 __all__ = [
     "EmulatorUnavailable",
     "PubSubEmulator",
     "find_emulator",
-    "emulator_answers",
-    "ensure_topic",
-    "ensure_subscription",
     "cancel_streaming",
-    "subscriber_client",
-    "allow_large_pulls",
 ]
-
-#: gRPC channel options of the emulator's subscriber: no receive limit below Pub/Sub's own
-#: (10 MB a message; a pull answers with several), as the client library sets for the service.
-CHANNEL_OPTIONS = (("grpc.max_receive_message_length", -1),
-                   ("grpc.max_send_message_length", -1))
-
-
-def _large_message_subscriber_class():
-    from google.cloud import pubsub_v1
-
-    base = getattr(pubsub_v1.SubscriberClient, "_ldpflow_base", pubsub_v1.SubscriberClient)
-
-    class LargeMessageSubscriberClient(base):
-        """A ``SubscriberClient`` whose emulator channel takes messages over 4 MiB."""
-
-        _ldpflow_base = base
-
-        def __init__(self, *args, **kwargs):
-            host = os.environ.get("PUBSUB_EMULATOR_HOST")
-            if host and "transport" not in kwargs:
-                import grpc
-                from google.pubsub_v1.services.subscriber.transports import (
-                    SubscriberGrpcTransport,
-                )
-
-                channel = grpc.insecure_channel(host, options=list(CHANNEL_OPTIONS))
-                kwargs["transport"] = SubscriberGrpcTransport(channel=channel)
-            super().__init__(*args, **kwargs)
-
-    return LargeMessageSubscriberClient
-
-
-def subscriber_client():
-    """A Pub/Sub ``SubscriberClient`` that accepts messages up to Pub/Sub's 10 MB limit,
-    on the emulator (``PUBSUB_EMULATOR_HOST``) as on the service. Use it as a context."""
-    return _large_message_subscriber_class()()
-
-
-def allow_large_pulls() -> None:
-    """Make ``google.cloud.pubsub.SubscriberClient`` (which Beam's direct runner builds for
-    its Pub/Sub reads) a :func:`subscriber_client` class in this process. Idempotent; off
-    the emulator the class behaves as the library's own."""
-    from google.cloud import pubsub, pubsub_v1
-
-    if hasattr(pubsub_v1.SubscriberClient, "_ldpflow_base"):
-        return
-    cls = _large_message_subscriber_class()
-    pubsub_v1.SubscriberClient = cls
-    pubsub.SubscriberClient = cls
 
 _CANDIDATES = (
     "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator",
@@ -111,42 +53,6 @@ def find_emulator() -> str:
     raise EmulatorUnavailable(
         "the Pub/Sub emulator is not installed (Debian package "
         "google-cloud-cli-pubsub-emulator; or set LDPFLOW_PUBSUB_EMULATOR to its launcher)")
-
-
-def emulator_answers(host: str, timeout: float = 1.0) -> bool:
-    """Whether a Pub/Sub emulator answers at ``host`` (``HOST:PORT``; it serves ``Ok`` on /)."""
-    try:
-        with urllib.request.urlopen(f"http://{host}/", timeout=timeout) as response:
-            return response.status == 200
-    except (OSError, ValueError):  # refused, timed out, or not a host:port
-        return False
-
-
-def ensure_topic(path: str) -> bool:
-    """Create the topic ``projects/P/topics/T`` unless it exists; returns whether it was
-    created."""
-    from google.api_core import exceptions
-    from google.cloud import pubsub_v1
-
-    try:
-        pubsub_v1.PublisherClient().create_topic(name=path, timeout=30)
-    except exceptions.AlreadyExists:
-        return False
-    return True
-
-
-def ensure_subscription(path: str, topic: str, ack_deadline_seconds: int = 60) -> bool:
-    """Create the subscription ``path`` to ``topic`` (full names) unless it exists; returns
-    whether it was created. An existing subscription is left as it is, whatever its topic."""
-    from google.api_core import exceptions
-
-    with subscriber_client() as client:
-        try:
-            client.create_subscription(name=path, topic=topic,
-                                       ack_deadline_seconds=ack_deadline_seconds, timeout=30)
-        except exceptions.AlreadyExists:
-            return False
-    return True
 
 
 def _free_port() -> int:
