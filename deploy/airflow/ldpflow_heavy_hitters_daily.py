@@ -49,7 +49,7 @@ COMMAND = [
     "--output='{{ " + CONFIG + ".output }}/dt=" + DAY + "'",
     "--k={{ " + CONFIG + ".k }}",
     "--bits={{ " + CONFIG + ".bits }}",
-    "--epsilon={{ " + CONFIG + ".epsilon }}",
+    "--expect_epsilon={{ " + CONFIG + ".epsilon }}",
     "--codec={{ " + CONFIG + ".codec }}",
     "{{ " + CONFIG + ".runner_flags }}",
 ]

@@ -45,13 +45,13 @@ def reports(tmp_path_factory):
 def pem_reports(tmp_path_factory):
     """One day of PEM reports under ``ROOT/dt=PEM_DAY/``: epsilon 4 (the result), a few of
     epsilon 2 and another configuration, and broken records (dead letters for
-    ``--epsilon=4.0``); returns ROOT."""
+    ``--expect_epsilon=4.0``); returns ROOT."""
     root = tmp_path_factory.mktemp("pem")
     day = root / f"dt={PEM_DAY}"
-    # The clients use the configuration the job derives from --k, --bits and --epsilon alone
+    # The clients use the configuration the job derives from --k, --bits and --expect_epsilon alone
     # (as the scheduled job is given them).
     _, args = common.job_options("heavy-hitters", ["--input=-", "--output=-", *PEM_FLAGS,
-                                                   "--epsilon=4.0"])
+                                                   "--expect_epsilon=4.0"])
     pem, _ = heavy_hitters.configure(args)
     shape = [f"--{name}={getattr(pem, name)}"
              for name in ("query_limit", "start_bits", "step_bits", "num_groups", "hash_range")]

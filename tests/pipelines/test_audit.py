@@ -38,7 +38,7 @@ def client_files(tmp_path, oracle, n=40_000, fmt="avro", suffix=".avro"):
 
 def test_own_perturbation_passes_and_writes_the_document(tmp_path, capsys):
     out = tmp_path / "audit.json"
-    status = audit_job.run(["--oracle", "olh", "--epsilon", "1", "--domain_size", "1024",
+    status = audit_job.run(["--oracle", "olh", "--expect_epsilon", "1", "--domain_size", "1024",
                             "--reports", "50000", "--seed", "3", "--output", str(out)])
     verdict = capsys.readouterr().out.strip()
     document = json.loads(out.read_text())
@@ -63,7 +63,7 @@ def test_own_perturbation_passes_and_writes_the_document(tmp_path, capsys):
 ])
 def test_own_perturbation_of_the_sketches_and_pgr_passes(tmp_path, capsys, name, extra):
     out = tmp_path / "audit.json"
-    status = audit_job.run(["--oracle", name, "--epsilon", "1", "--domain_size", "256",
+    status = audit_job.run(["--oracle", name, "--expect_epsilon", "1", "--domain_size", "256",
                             "--reports", "20000", "--seed", "4", "--output", str(out), *extra])
     assert status == 0
     assert capsys.readouterr().out.startswith(f"PASS: {name} epsilon lower bound ")
@@ -76,7 +76,7 @@ def test_own_perturbation_of_the_sketches_and_pgr_passes(tmp_path, capsys, name,
 
 
 def test_the_json_goes_to_stdout_and_the_verdict_to_stderr_without_output(capsys):
-    status = cli.main(["audit", "--oracle", "grr", "--epsilon", "2", "--domain_size", "4",
+    status = cli.main(["audit", "--oracle", "grr", "--expect_epsilon", "2", "--domain_size", "4",
                        "--reports", "2000"])  # unseeded: the OS CSPRNG
     captured = capsys.readouterr()
     document = json.loads(captured.out)
@@ -167,22 +167,22 @@ def test_simulated_files_of_one_value_can_be_audited(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--oracle", "grr", "--epsilon", "1", "--reports", "100"],
+    (["--oracle", "grr", "--expect_epsilon", "1", "--reports", "100"],
      "give --domain_size (an audit of ldpflow's own perturbation)"),
-    (["--oracle", "grr", "--epsilon", "1", "--domain_size", "4", "--reports", "100",
+    (["--oracle", "grr", "--expect_epsilon", "1", "--domain_size", "4", "--reports", "100",
       "--value", "2", "--other_value", "2"], "value and other_value must differ"),
-    (["--oracle", "grr", "--epsilon", "1", "--domain_size", "4", "--reports", "10"],
+    (["--oracle", "grr", "--expect_epsilon", "1", "--domain_size", "4", "--reports", "10"],
      "--reports must be >= 20, got 10"),
-    (["--oracle", "oue", "--epsilon", "1", "--domain_size", "4", "--reports", "100",
+    (["--oracle", "oue", "--expect_epsilon", "1", "--domain_size", "4", "--reports", "100",
       "--hash_range", "4"], "--hash_range applies to olh, blh, cms, hcms only"),
-    (["--oracle", "olh", "--epsilon", "1", "--domain_size", "4", "--reports", "100",
+    (["--oracle", "olh", "--expect_epsilon", "1", "--domain_size", "4", "--reports", "100",
       "--num_hashes", "4"], "--num_hashes applies to cms, hcms only"),
-    (["--oracle", "grr", "--epsilon", "1", "--domain_size", "4", "--reports", "100",
+    (["--oracle", "grr", "--expect_epsilon", "1", "--domain_size", "4", "--reports", "100",
       "--alpha", "1.5"], "--alpha"),
     (["--input", "x.avro", "--other_input", "y.avro", "--other_value", "1"],
      "--value and --other_value are required"),
     (["--input", "x.avro", "--value", "0", "--other_input", "y.avro", "--other_value", "1",
-      "--epsilon", "1"], "--epsilon do not apply to report files"),
+      "--expect_epsilon", "1"], "--expect_epsilon do not apply to report files"),
     (["--input", "/nonexistent/*.avro", "--value", "0", "--other_input", "y.avro",
       "--other_value", "1"], "--input '/nonexistent/*.avro' matched no files"),
 ])

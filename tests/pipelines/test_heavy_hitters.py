@@ -76,7 +76,7 @@ def test_document_shape(tmp_path):
     simulate_pem(tmp_path / "reports", users=5000)
     # 1,000 users a group: without the significance test, to fill all 8 places
     doc = run_job([f"--input={tmp_path}/reports/*.avro", f"--output={tmp_path}/hh",
-                             *FLAGS, "--epsilon", "4", "--significance", "off"])
+                             *FLAGS, "--expect_epsilon", "4", "--significance", "off"])
     assert set(doc) >= {"top_k", "configuration", "n", "group_sizes", "stages", "results",
                         "records", "reports", "dead_letters", "elapsed_seconds"}
     assert doc["error"] is None and len(doc["results"]) == 1
@@ -194,7 +194,7 @@ def test_each_epsilon_is_its_own_result_unless_one_is_expected(tmp_path):
     assert warning.startswith("the input holds 2 PEM configurations (epsilon 2.0, 4.0)")
     assert all(": found " in line and "heavy hitters asked for" in line for line in shortfalls)
     doc = run_job([f"--input={tmp_path}/[ab]/*.avro", f"--output={tmp_path}/hh2",
-                             *FLAGS, "--epsilon", "2"])
+                             *FLAGS, "--expect_epsilon", "2"])
     assert [(r["configuration"]["epsilon"], r["n"], r["dead_letters"])
             for r in doc["results"]] == [(2.0, 2000, 0), (4.0, 0, 3000)]
     assert doc["dead_letters"]["by_reason"] == {"parameter mismatch: epsilon 4.0, expected 2.0":
@@ -305,7 +305,7 @@ def test_every_protocol_runs_from_simulate_through_the_job_as_in_core(tmp_path, 
     doc = run_job([f"--input={tmp_path}/r/*.avro", f"--output={tmp_path}/hh",
                    f"--protocol={name}", f"--truth={tmp_path}/r/truth.json"])
     flagged = run_job([f"--input={tmp_path}/r/*.avro", f"--output={tmp_path}/hh2",
-                       f"--protocol={name}", *flags, "--epsilon", "4"])
+                       f"--protocol={name}", *flags, "--expect_epsilon", "4"])
     assert flagged["top_k"] == doc["top_k"] and doc["error"] is None
     batches, dead = parse_records(read_records(f"{tmp_path}/r/*.avro"), trusted=True,
                                   expect={"oracle": name})
@@ -359,9 +359,12 @@ def test_repeated_reports_are_identified_once_and_counted(tmp_path):
 
 
 def test_the_job_has_one_flag_per_protocol_parameter_naming_its_protocols():
-    from ldpflow.pipelines.options import _SHAPE_HELP
+    from ldpflow.pipelines.options import protocol_flag_specs
 
-    assert {flag for flag, _, _ in _SHAPE_HELP} == hh.SHAPE_FLAGS
-    for flag, protocols, _ in _SHAPE_HELP:
+    specs = protocol_flag_specs()
+    assert set(specs.heavy_hitters) == set(hh.PROTOCOLS)
+    assert {flag.name for flag in specs.flags} == hh.SHAPE_FLAGS
+    for flag in specs.flags:
+        protocols = flag.help.split(": ", 1)[0]
         assert set(protocols.split(", ")) == {
-            name for name in hh.PROTOCOLS if flag in hh.shape_parameters(name)}, flag
+            name for name in hh.PROTOCOLS if flag.name in hh.shape_parameters(name)}, flag

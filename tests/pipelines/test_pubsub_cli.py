@@ -78,7 +78,7 @@ def test_bad_resource_name_is_a_one_line_usage_error(argv, flag):
     (["pull", "--subscription", SUBSCRIPTION, "--wake_seconds", "0"], "--wake_seconds"),
     (["pull", "--subscription", SUBSCRIPTION, "--wake_topic", SUBSCRIPTION], "--wake_topic"),
     (["publish", "--topic", TOPIC], "--input"),
-    (["push", "--topic", TOPIC], "invalid choice"),
+    (["push", "--topic", TOPIC], "unknown command 'push'; did you mean publish?"),
 ])
 def test_bad_arguments_are_one_line_usage_errors(argv, message):
     with pytest.raises(SystemExit) as excinfo:

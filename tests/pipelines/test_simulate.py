@@ -57,7 +57,7 @@ def test_a_bad_flag_is_one_line_not_argparse_usage(tmp_path, capsys):
     status = cli.main(["simulate", "--oracle=grr", "--epsilon=x", f"--output={tmp_path}/o"])
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and err == ["ldpflow simulate: error: argument --epsilon: invalid "
-                                   "float value: 'x'"]
+                                   "float value: 'x' (see ldpflow simulate --help)"]
 
 
 def test_max_domain_size_lets_a_larger_domain_through(tmp_path):

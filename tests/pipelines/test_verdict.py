@@ -131,7 +131,7 @@ def test_heavy_hitters_exits_non_zero_when_every_record_is_refused(tmp_path, cap
                   "--users", "2000", "--seed", "3", "--output", str(tmp_path / "r"),
                   "--shards", "1"])
     status = cli.main(["heavy-hitters", f"--input={tmp_path}/r/*.avro",
-                       f"--output={tmp_path}/hh", *flags, "--epsilon", "3.0"])
+                       f"--output={tmp_path}/hh", *flags, "--expect_epsilon", "3.0"])
     err = capsys.readouterr().err
     assert status == 1
     (line,) = [x for x in err.splitlines() if x.startswith("ldpflow heavy-hitters:")]
