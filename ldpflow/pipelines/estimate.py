@@ -36,8 +36,7 @@ reasons under ``OUTPUT/dead_letters/``.
 from __future__ import annotations
 
 import logging
-
-import apache_beam as beam
+from typing import TYPE_CHECKING
 
 from ldpflow.pipelines.common import (
     acceptance_policy,
@@ -50,22 +49,10 @@ from ldpflow.pipelines.common import (
     usage_error,
 )
 from ldpflow.pipelines.verdict import dead_letter_counts, input_bytes, verdict
-from ldpflow.transforms.caps import CAP_KEEP
-from ldpflow.transforms.dedup import RepeatedIds
-from ldpflow.transforms.estimate import (
-    CountDeadLettersFn,
-    DeadLetterSummaryFn,
-    EstimateReports,
-)
-from ldpflow.transforms.io import (
-    CommitOutputs,
-    ReadReports,
-    WriteDeadLetters,
-    WriteEstimates,
-    staging_folder,
-)
-from ldpflow.transforms.poisoning import AttachPoisoning, DetectPoisoning
 from ldpflow.wire.results import run_metadata, utc_now
+
+if TYPE_CHECKING:
+    import apache_beam as beam
 
 __all__ = ["run", "build", "verdict"]
 
@@ -79,6 +66,25 @@ def build(pipeline: beam.Pipeline, args, methods: list[str], policy=None, run=No
     ``--output`` once both writers are done). ``run``: the run's metadata
     (:func:`~ldpflow.wire.results.run_metadata`, which :func:`run` passes) for
     ``estimates.json`` and the Avro records; ``None`` leaves it out."""
+    # Beam is imported here, not with the module: --engine dask|spark|local never needs it.
+    import apache_beam as beam
+
+    from ldpflow.transforms.caps import CAP_KEEP
+    from ldpflow.transforms.dedup import RepeatedIds
+    from ldpflow.transforms.estimate import (
+        CountDeadLettersFn,
+        DeadLetterSummaryFn,
+        EstimateReports,
+    )
+    from ldpflow.transforms.io import (
+        CommitOutputs,
+        ReadReports,
+        WriteDeadLetters,
+        WriteEstimates,
+        staging_folder,
+    )
+    from ldpflow.transforms.poisoning import AttachPoisoning, DetectPoisoning
+
     if policy is None:  # run() checks the flags first, before any pipeline exists
         policy = acceptance_policy(args, _PROG)
     dedup = args.dedup != "none"
@@ -192,6 +198,8 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
     metadata = run_metadata(inputs=args.input, files=files, policy=policy, methods=methods,
                             runner=runner if isinstance(runner, str) else type(runner).__name__,
                             started=utc_now())
+    import apache_beam as beam
+
     pipeline = beam.Pipeline(runner=runner, options=options)
     build(pipeline, args, methods, policy, metadata)
     ran = run_pipeline(pipeline, options, _PROG)

@@ -44,7 +44,16 @@ def dead_letter_counts(counters: Mapping[str, int]) -> dict[str, Any]:
 
 
 def input_bytes(pattern: str) -> int | None:
-    """The bytes of the files ``pattern`` matches (None if they cannot be listed)."""
+    """The bytes of the files ``pattern`` matches (None if they cannot be listed): a local
+    pattern without Beam (the plan's engines never import it), a remote one by Beam's file
+    systems."""
+    if "://" not in pattern or pattern.startswith("file://"):
+        from ldpflow.plan.files import match
+
+        try:
+            return sum(size for _, size in match(pattern))
+        except (OSError, ValueError):
+            return None
     from apache_beam.io.filesystems import FileSystems
 
     try:
