@@ -1,0 +1,201 @@
+"""One options system for every command (``ldpflow.pipelines.options``): the same usage
+errors, help and Beam hand-off everywhere, without importing Beam to parse."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+import pytest
+
+from ldpflow.pipelines import cli, options
+from ldpflow.pipelines.options import COMMANDS, Flag, Group, parse
+
+#: A command line each command accepts as far as parsing goes, and one of its flags misspelt.
+VALID = {
+    "demo": (["--users=10"], "--user=10", "--users"),
+    "simulate": (["--oracle=olh", "--epsilon=1", "--output=o"], "--domain_sise=4",
+                 "--domain_size"),
+    "estimate": (["--input=i", "--output=o"], "--expect_epsilom=1", "--expect_epsilon"),
+    "stream": (["--subscription=projects/p/subscriptions/s"], "--window_sise=5",
+               "--window_size"),
+    "heavy-hitters": (["--input=i", "--output=o"], "--protocl=pem", "--protocol"),
+    "pubsub": (["create", "--topic=projects/p/topics/t"], "--subscriptoin=x",
+               "--subscription"),
+    "audit": (["--oracle=olh"], "--other_valeu=1", "--other_value"),
+    "report": (["--input=i", "--output=o.html"], "--titel=x", "--title"),
+}
+
+
+def test_every_command_is_declared_and_checked_here():
+    assert set(VALID) == set(COMMANDS) == set(cli.COMMANDS)
+
+
+@pytest.mark.parametrize("command", sorted(VALID))
+def test_a_misspelt_flag_is_one_line_naming_the_closest_with_status_2(command, capsys):
+    argv, wrong, meant = VALID[command]
+    status = cli.main([command, *argv, wrong])
+    err = capsys.readouterr().err.strip().splitlines()
+    prog = f"ldpflow {command}" + (f" {argv[0]}" if command == "pubsub" else "")
+    assert status == 2
+    assert err == [f"{prog}: error: unrecognized flag {wrong.split('=')[0]}; "
+                   f"did you mean {meant}?"]
+
+
+@pytest.mark.parametrize("command", sorted(VALID))
+def test_an_unknown_flag_far_from_any_points_at_help(command, capsys):
+    argv, _, _ = VALID[command]
+    status = cli.main([command, *argv, "--zzzzzzzz=1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    prog = f"ldpflow {command}" + (f" {argv[0]}" if command == "pubsub" else "")
+    assert status == 2 and len(err) == 1
+    assert err[0] == f"{prog}: error: unrecognized flag --zzzzzzzz (see {prog} --help)"
+
+
+@pytest.mark.parametrize("command", sorted(VALID))
+def test_help_lists_every_group_and_flag_of_the_command(command, capsys):
+    argv = ["create"] if command == "pubsub" else []
+    assert cli.main([command, *argv, "--help"]) == 0
+    out = capsys.readouterr().out
+    declared = options._command(f"{command} {argv[0]}" if argv else command)
+    assert out.startswith(f"usage: {declared.prog}")
+    for group in declared.groups:
+        assert f"{group.title}:" in out
+        for flag in group.flags:
+            assert f"--{flag.name}" in out
+    assert "``" not in out
+
+
+def test_pubsub_help_lists_its_commands(capsys):
+    assert cli.main(["pubsub", "--help"]) == 0
+    out = capsys.readouterr().out
+    for name, sub in COMMANDS["pubsub"].commands.items():
+        assert f"  {name}" in out and sub.summary in out
+
+
+def test_a_misspelt_command_names_the_closest(capsys):
+    assert cli.main(["estimat", "--input=x"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "ldpflow: error: unknown command 'estimat'; did you mean estimate?")
+
+
+def test_beam_flags_go_to_beam_unchanged_and_in_order():
+    parsed = parse("estimate", ["--input=i", "--runner", "DataflowRunner", "--output=o",
+                                "--project=p", "--region=europe-west1",
+                                "--temp_location=gs://b/t", "--experiments=use_runner_v2",
+                                "--flink_master=localhost:8081"])
+    assert parsed.args.input == "i" and parsed.args.output == "o"
+    assert parsed.beam_argv == ["--runner", "DataflowRunner", "--project=p",
+                                "--region=europe-west1", "--temp_location=gs://b/t",
+                                "--experiments=use_runner_v2", "--flink_master=localhost:8081"]
+    assert not hasattr(parsed.args, "runner")
+
+
+def test_a_misspelt_beam_flag_names_the_beam_flag():
+    with pytest.raises(SystemExit, match=r"unrecognized flag --tmp_location; did you mean "
+                                         r"--temp_location\?$"):
+        parse("estimate", ["--input=i", "--output=o", "--tmp_location=gs://b/t"])
+
+
+def test_beam_flags_are_refused_off_beam_saying_why():
+    with pytest.raises(SystemExit, match="--runner is an Apache Beam flag: it applies with "
+                                         "--engine beam only, not --engine local"):
+        parse("estimate", ["--input=i", "--output=o", "--engine=local", "--runner=Direct"])
+    with pytest.raises(SystemExit, match="unrecognized flag --runner"):
+        parse("simulate", ["--oracle=olh", "--epsilon=1", "--output=o", "--runner=Direct"])
+    parsed = parse("estimate", ["--input=i", "--output=o", "--engine=local"])
+    assert parsed.beam_argv == []
+
+
+def test_a_stray_argument_is_refused_but_a_beam_flags_value_is_not():
+    with pytest.raises(SystemExit, match=r"unexpected argument 'extra'"):
+        parse("report", ["--input=i", "--output=o", "extra"])
+    with pytest.raises(SystemExit, match=r"unexpected argument 'extra'"):
+        parse("estimate", ["--input=i", "--output=o", "--runner=X", "extra"])
+    assert parse("stream", ["--subscription=s", "--streaming", "--job_name", "j"]
+                 ).beam_argv == ["--streaming", "--job_name", "j"]
+
+
+def test_required_flags_are_checked_after_unknown_ones():
+    with pytest.raises(SystemExit, match=r"unrecognized flag --inptu; did you mean --input\?$"):
+        parse("estimate", ["--inptu=i", "--output=o"])
+    with pytest.raises(SystemExit, match=r"required: --input, --output \(see ldpflow estimate "
+                                         r"--help\)$"):
+        parse("estimate", [])
+
+
+@pytest.mark.parametrize("command", ["heavy-hitters", "audit"])
+def test_the_old_epsilon_is_a_deprecated_alias_of_expect_epsilon(command, caplog):
+    argv = (["--input=i", "--output=o"] if command == "heavy-hitters" else ["--oracle=olh"])
+    with caplog.at_level(logging.WARNING, logger="ldpflow.pipelines.options"):
+        args = parse(command, [*argv, "--epsilon=2.5"]).args
+    assert args.expect_epsilon == 2.5 and not hasattr(args, "epsilon")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"ldpflow {command}: --epsilon is deprecated: use --expect_epsilon"]
+    assert parse(command, [*argv, "--expect_epsilon", "3"]).args.expect_epsilon == 3.0
+
+
+def test_epsilon_means_perturb_with_and_expect_epsilon_check_against():
+    perturbing = {name for name, command in COMMANDS.items() if "epsilon" in command.flags()}
+    checking = {name for name, command in COMMANDS.items()
+                if "expect_epsilon" in command.flags()}
+    assert perturbing == {"simulate", "demo"}
+    assert checking == {"estimate", "stream", "heavy-hitters", "audit"}
+
+
+def test_lazy_defaults_are_the_acceptance_policys():
+    from ldpflow.wire.parse import AcceptancePolicy
+
+    args = parse("estimate", ["--input=i", "--output=o"]).args
+    policy = AcceptancePolicy()
+    for name in ("max_domain_size", "max_hash_range", "max_epsilon", "max_keys",
+                 "max_counters", "max_key_bytes"):
+        assert getattr(args, name) == getattr(policy, name), name
+    assert parse("simulate", ["--oracle=olh", "--epsilon=1", "--output=o"]
+                 ).args.max_domain_size == policy.max_domain_size
+
+
+def test_the_protocol_flags_are_one_table_for_simulate_and_heavy_hitters():
+    specs = options.protocol_flag_specs()
+    heavy_hitters = COMMANDS["heavy-hitters"].flags()
+    simulate = COMMANDS["simulate"].flags()
+    for flag in specs.flags:
+        assert heavy_hitters[flag.name] == flag
+        if flag.name != "hash_range":  # simulate's is olh's too
+            assert simulate[flag.name] == flag
+    assert tuple(heavy_hitters["protocol"].choices) == specs.heavy_hitters
+    assert set(specs.heavy_hitters) <= set(simulate["oracle"].choices)
+
+
+def test_a_groups_variant_and_a_new_flag_are_one_declaration():
+    group = Group("g", (Flag("a", int, 1, help="A."), Flag("b", help="B.")))
+    variant = group.but("b", a={"default": 2})
+    assert variant.names() == ("a",) and variant.flags[0].default == 2
+    with pytest.raises(KeyError):
+        group.but("c")
+    extended = Group(group.title, (*group.flags, Flag("c", float, help="C.")))
+    command = options.Command("x", "X.", (extended,))
+    assert parse(command, ["--c=0.5"]).args.c == 0.5
+
+
+@pytest.mark.parametrize("argv", [
+    ["estimate", "--help"], ["simulate", "--help"], ["heavy-hitters", "--help"],
+    ["stream", "--help"], ["estimate", "--input=x", "--method=base"],
+    ["estimate", "--input=x", "--output=y", "--runer=Direct"], ["audit", "--orcale=olh"],
+    ["pubsub", "publish", "--topic=t"],
+])
+def test_help_and_usage_errors_do_not_import_beam(argv):
+    code = ("import sys\nfrom ldpflow.pipelines.cli import main\nstatus = main(sys.argv[1:])\n"
+            "sys.exit(10 + status if 'apache_beam' in sys.modules else status)")
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode in (0, 2), done.stderr
+
+
+def test_the_top_level_help_imports_neither_numpy_nor_beam():
+    code = ("import sys\nfrom ldpflow.pipelines.cli import main\nmain(['--help'])\n"
+            "sys.exit(bool({'numpy', 'apache_beam'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
