@@ -30,7 +30,8 @@ rule of the batch jobs, re-exported here). Writes ``OUTPUT/estimates.json``
 "estimates": {METHOD: [...]}, "standard_errors", "intervals", "top", "significant", ...}],
 "records", "duplicates", "dead_letters": {...}, "run": {...}}``; ``docs/uncertainty.md``),
 ``OUTPUT/estimates.avro`` (``schemas/estimate.avsc``) and the refused records with their
-reasons under ``OUTPUT/dead_letters/``.
+reasons under ``OUTPUT/dead_letters/``; ``--format csv`` adds ``OUTPUT/estimates.csv`` and
+``--value_labels FILE`` labels the values in all of them (docs/pipeline.md).
 """
 
 from __future__ import annotations
@@ -144,12 +145,30 @@ def _run_plan(args, methods: list[str], backend=None) -> dict:
         return run_estimate(backend, _plan_job(args, methods, policy, tasks, backend))
 
 
+def _labels_and_formats(args) -> dict:
+    """``run_metadata``'s ``value_labels`` and ``formats`` of ``--value_labels`` and
+    ``--format`` (docs/pipeline.md), checked: a one-line usage error (exit 2) if not."""
+    from ldpflow.wire.labels import LabelsError, load_value_labels
+    from ldpflow.wire.results import FORMATS
+
+    if args.format not in FORMATS:
+        raise usage_error(_PROG, f"--format must be one of {', '.join(FORMATS)}, got "
+                                 f"{args.format!r}")
+    labels = None
+    if args.value_labels is not None:
+        try:
+            labels = load_value_labels(args.value_labels, args.expect_domain_size)
+        except LabelsError as exc:
+            raise usage_error(_PROG, f"--value_labels {exc}") from None
+    return {"value_labels": labels, "formats": (args.format,)}
+
+
 def _plan_job(args, methods, policy, tasks, backend):
     from ldpflow.plan.job import EstimateJob
 
     metadata = run_metadata(inputs=args.input, files=len({task.path for task in tasks}),
                             policy=policy, methods=methods, runner=backend.description,
-                            started=utc_now())
+                            started=utc_now(), **_labels_and_formats(args))
     return EstimateJob(input=args.input, output=args.output, methods=tuple(methods),
                        policy=policy, fmt=args.input_format, dedup=args.dedup != "none",
                        max_reports_per_user=args.max_reports_per_user, run=metadata,
@@ -183,6 +202,7 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
     fraction = args.max_dead_letter_fraction
     if not 0 <= fraction <= 1:
         raise usage_error(_PROG, f"--max_dead_letter_fraction must be in [0, 1], got {fraction}")
+    labelling = _labels_and_formats(args)  # checked before anything runs
     if args.engine != "beam":
         return _run_plan(args, methods, backend)
     files = check_inputs(args.input, args.input_format, _PROG)
@@ -191,7 +211,7 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
     check_output(output, _PROG)  # the last check (it creates the folder): one line, exit 2
     metadata = run_metadata(inputs=args.input, files=files, policy=policy, methods=methods,
                             runner=runner if isinstance(runner, str) else type(runner).__name__,
-                            started=utc_now())
+                            started=utc_now(), **labelling)
     pipeline = beam.Pipeline(runner=runner, options=options)
     build(pipeline, args, methods, policy, metadata)
     ran = run_pipeline(pipeline, options, _PROG)

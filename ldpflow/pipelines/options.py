@@ -20,6 +20,7 @@ from ldpflow.core.oracles import registry
 __all__ = [
     "InputOptions",
     "OutputOptions",
+    "LabelOptions",
     "MethodsOptions",
     "EstimateOptions",
     "PoisoningOptions",
@@ -60,6 +61,22 @@ class OutputOptions(PipelineOptions):
                             help="Output directory: estimates.json and estimates.avro "
                                  "(heavy-hitters: heavy_hitters.json) and dead_letters/; "
                                  "stream: one JSON and one Avro file per pane.")
+
+
+class LabelOptions(PipelineOptions):
+    """Value labels and the extra output formats of ``ldpflow estimate`` (docs/pipeline.md)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument("--value_labels", default=None,
+                            help="A label file (CSV value,label or JSON {\"value\": "
+                                 "\"label\"}): labels in the outputs, and its version "
+                                 "(a content hash) in the run block.")
+        # No argparse choices: Beam parses every options class for every pipeline, and
+        # another job's --format (audit's parquet) must not fail here; estimate checks it.
+        parser.add_argument("--format", default="json",
+                            help="json: estimates.json and estimates.avro; csv: also "
+                                 "estimates.csv (one row per value and method).")
 
 
 class MethodsOptions(PipelineOptions):
@@ -311,7 +328,7 @@ JOBS = {
     "estimate": Job("estimate", "Report files -> consistent frequency estimates.",
                     (InputOptions, OutputOptions, MethodsOptions, EstimateOptions,
                      PoisoningOptions, VerdictOptions, ContributionOptions,
-                     AcceptanceOptions, EngineOptions),
+                     AcceptanceOptions, EngineOptions, LabelOptions),
                     ("input", "output")),
     "stream": Job("stream", "Reports from Pub/Sub -> windowed consistent estimates.",
                   (StreamOptions, OutputOptions, MethodsOptions, ContributionOptions,
