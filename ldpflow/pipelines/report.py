@@ -32,7 +32,8 @@ from typing import Any
 
 from ldpflow.pipelines.usage import HelpFormatter, check_output_file, usage_error
 
-__all__ = ["run", "render", "is_heavy_hitters", "document_labels", "check_labels"]
+__all__ = ["run", "render", "is_heavy_hitters", "document_labels", "check_labels", "visible",
+           "shown_label"]
 
 _PROG = "ldpflow report"
 _Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
@@ -138,7 +139,7 @@ def _bars(rows: list[tuple], interval_of: str = "") -> str:
     tooltip)."""
     if not rows:
         return ""
-    names = [_shown_label(str(row[0])) for row in rows]
+    names = [shown_label(str(row[0])) for row in rows]
     label, height, plot = _label_width(names), 22, 640
     width = label + plot + 24
     values = [v for row in rows for v in row[1:5] if v is not None and math.isfinite(v)]
@@ -163,7 +164,7 @@ def _bars(rows: list[tuple], interval_of: str = "") -> str:
     for i, ((_, est, low, high, truth), name) in enumerate(zip(rows, names, strict=True)):
         y = i * height
         left, right = sorted((x(0), x(est)))
-        full = _visible(str(rows[i][0]))
+        full = visible(str(rows[i][0]))
         parts.append(f'<text x="{label - 6}" y="{y + 15}" text-anchor="end">{_e(name)}'
                      f'<title>{_e(full)}</title></text>')
         parts.append(f'<g class="bar"><rect x="{left:.1f}" y="{y + 4}" '
@@ -200,7 +201,7 @@ def _code_points(text: str) -> str:
     return " ".join(f"U+{ord(c):04X}" for c in text)
 
 
-def _visible(text: str) -> str:
+def visible(text: str) -> str:
     """``text`` with its invisible characters (controls, format characters such as
     zero-width joiners, non-ASCII spaces) written as ``\\u`` escapes, so they show."""
     out = []
@@ -213,14 +214,15 @@ def _visible(text: str) -> str:
     return "".join(out)
 
 
-def _shown_label(text: str) -> str:
-    """At most ``_MAX_LABEL`` characters: a longer label keeps its start and its end (a
-    URL's last part, the ``(VALUE)`` after a value's label) around an ellipsis."""
-    shown = _visible(text)
-    if len(shown) <= _MAX_LABEL:
+def shown_label(text: str, limit: int = _MAX_LABEL) -> str:
+    """At most ``limit`` characters, invisible ones escaped: a longer label keeps its start
+    and its end (a URL's last part, the ``(VALUE)`` after a value's label) around an
+    ellipsis."""
+    shown = visible(text)
+    if len(shown) <= limit:
         return shown
-    tail = 16
-    return shown[: _MAX_LABEL - tail - 1] + "…" + shown[-tail:]
+    tail = min(16, (limit - 1) // 3)
+    return shown[: limit - tail - 1] + "…" + shown[-tail:]
 
 
 def _twins(labels: Sequence[Any]) -> dict[str, str]:
@@ -250,7 +252,7 @@ def _label_cell(value: Any, notes: Mapping[str, str]) -> str:
     look-alike twin a visible mark, its code points and a tooltip."""
     if not isinstance(value, str):
         return _e(value)
-    cell = _e(_visible(value))
+    cell = _e(visible(value))
     if value in notes:
         cell = (f'<span class="twin" title="{_e(notes[value])}">⚠ {cell}</span>'
                 f'<br><small class="muted">{_e(_code_points(value))}</small>')
@@ -266,7 +268,7 @@ def _value_name(value: int, labels: Any) -> str:
 def _label_text(value: int, labels: Any) -> str:
     """A label's table cell (escaped, invisible characters shown), or the integer."""
     label = labels.get(value) if labels is not None else None
-    return _e(_visible(label)) if label is not None else _e(value)
+    return _e(visible(label)) if label is not None else _e(value)
 
 
 def _result_section(result: Mapping[str, Any], top: int, truth: Sequence[float] | None,
@@ -341,7 +343,7 @@ def _result_section(result: Mapping[str, Any], top: int, truth: Sequence[float] 
     if raw is not None and "base" in estimates:
         significant = [v for v in range(len(raw[0])) if raw[0][v] > 0]
         named = [str(v) if labels is None or labels.get(v) is None
-                 else f"{v} ({_visible(labels.get(v))})" for v in significant[:50]]
+                 else f"{v} ({visible(labels.get(v))})" for v in significant[:50]]
         out.append(f"<p>{len(significant)} values have a raw interval above 0"
                    f"{': ' + _e(', '.join(named)) if significant else ''}"
                    f"{' …' if len(significant) > 50 else ''}.</p>")
