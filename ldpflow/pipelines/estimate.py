@@ -160,6 +160,15 @@ def _labels_and_formats(args) -> dict:
             labels = load_value_labels(args.value_labels, args.expect_domain_size)
         except LabelsError as exc:
             raise usage_error(_PROG, f"--value_labels {exc}") from None
+    expected = args.expect_value_labels
+    if expected is not None and labels is None:
+        raise usage_error(_PROG, "--expect_value_labels needs --value_labels (the label file "
+                                 "of that version)")
+    if expected is not None and expected != labels.version:
+        raise usage_error(_PROG, f"--value_labels {args.value_labels} is the dictionary "
+                                 f"{labels.version}, but the clients encoded with "
+                                 f"{expected} (--expect_value_labels): their values would "
+                                 "be named by the wrong labels")
     return {"value_labels": labels, "formats": (args.format,)}
 
 

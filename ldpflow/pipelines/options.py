@@ -72,6 +72,10 @@ class LabelOptions(PipelineOptions):
                             help="A label file (CSV value,label or JSON {\"value\": "
                                  "\"label\"}): labels in the outputs, and its version "
                                  "(a content hash) in the run block.")
+        parser.add_argument("--expect_value_labels", default=None,
+                            help="The dictionary version the clients encoded with "
+                                 "(blake2b-128:...; the JS client's ValueLabels.version): "
+                                 "a --value_labels of another version is refused.")
         # No argparse choices: Beam parses every options class for every pipeline, and
         # another job's --format (audit's parquet) must not fail here; estimate checks it.
         parser.add_argument("--format", default="json",

@@ -112,7 +112,9 @@ class ValueLabels:
         return self.labels.get(int(value))
 
     def value_of(self, label: str) -> int:
-        """The value a label encodes (what a client sends for it).
+        """The value a label encodes (what a client sends for it). The label is looked up
+        in its NFC form, so an NFD ``café`` finds ``café`` (a dictionary has no two labels
+        of one NFC form).
 
         Raises
         ------
@@ -120,6 +122,7 @@ class ValueLabels:
             If the dictionary has no such label.
         """
         index = self._index()
+        label = unicodedata.normalize("NFC", label)
         if label not in index:
             raise KeyError(f"no value has the label {_quote(label)} in the dictionary "
                            f"{self.version}")
@@ -128,7 +131,8 @@ class ValueLabels:
     def _index(self) -> dict[str, int]:
         index = self.__dict__.get("_by_label")
         if index is None:
-            index = {label: value for value, label in self.labels.items()}
+            index = {unicodedata.normalize("NFC", label): value
+                     for value, label in self.labels.items()}
             object.__setattr__(self, "_by_label", index)
         return index
 

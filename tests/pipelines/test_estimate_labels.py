@@ -55,6 +55,8 @@ def test_labelled_csv_is_byte_identical_across_runs_and_engines(reports):
     ("0,a\n1,\n", [], "the label of value 1 is empty"),
     (None, [], "not UTF-8"),
     ("0,a\n", ["--format=xml"], "--format must be one of json, csv, got 'xml'"),
+    ("0,a\n", ["--expect_value_labels=blake2b-128:00"], "but the clients encoded with "
+                                                        "blake2b-128:00"),
 ])
 def test_a_bad_label_file_or_format_is_a_usage_error(reports, tmp_path, capsys, content, extra,
                                                      message):
