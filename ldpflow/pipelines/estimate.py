@@ -115,7 +115,7 @@ def build(pipeline: beam.Pipeline, args, methods: list[str], policy=None, run=No
     return written | "CommitOutputs" >> CommitOutputs(output, staging)
 
 
-def _run_plan(args, methods: list[str], backend=None) -> dict:
+def _run_plan(args, methods: list[str], backend=None, labelling=None) -> dict:
     """The job plan (``ldpflow.plan``) on ``--engine`` dask, spark or local (or on
     ``backend``, an engine already running)."""
     from ldpflow.engines import make_backend
@@ -134,7 +134,8 @@ def _run_plan(args, methods: list[str], backend=None) -> dict:
         raise usage_error(_PROG, f"--input {args.input!r} matched no files")
     policy = acceptance_policy(args, _PROG)
     if backend is not None:
-        return run_estimate(backend, _plan_job(args, methods, policy, tasks, backend))
+        return run_estimate(backend, _plan_job(args, methods, policy, tasks, backend,
+                                               labelling))
     try:
         backend = make_backend(args.engine, dask_scheduler=args.dask_scheduler,
                                workers=args.workers, spark_master=args.spark_master)
@@ -142,7 +143,8 @@ def _run_plan(args, methods: list[str], backend=None) -> dict:
         raise usage_error(_PROG, f"--engine {args.engine} needs {exc.name}: pip install "
                                  f"'ldpflow[{args.engine}]'") from None
     with backend:
-        return run_estimate(backend, _plan_job(args, methods, policy, tasks, backend))
+        return run_estimate(backend, _plan_job(args, methods, policy, tasks, backend,
+                                               labelling))
 
 
 def _labels_and_formats(args) -> dict:
@@ -172,12 +174,14 @@ def _labels_and_formats(args) -> dict:
     return {"value_labels": labels, "formats": (args.format,)}
 
 
-def _plan_job(args, methods, policy, tasks, backend):
+def _plan_job(args, methods, policy, tasks, backend, labelling=None):
     from ldpflow.plan.job import EstimateJob
 
+    if labelling is None:
+        labelling = _labels_and_formats(args)
     metadata = run_metadata(inputs=args.input, files=len({task.path for task in tasks}),
                             policy=policy, methods=methods, runner=backend.description,
-                            started=utc_now(), **_labels_and_formats(args))
+                            started=utc_now(), **labelling)
     return EstimateJob(input=args.input, output=args.output, methods=tuple(methods),
                        policy=policy, fmt=args.input_format, dedup=args.dedup != "none",
                        max_reports_per_user=args.max_reports_per_user, run=metadata,
@@ -213,7 +217,7 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
         raise usage_error(_PROG, f"--max_dead_letter_fraction must be in [0, 1], got {fraction}")
     labelling = _labels_and_formats(args)  # checked before anything runs
     if args.engine != "beam":
-        return _run_plan(args, methods, backend)
+        return _run_plan(args, methods, backend, labelling)
     files = check_inputs(args.input, args.input_format, _PROG)
     policy = acceptance_policy(args, _PROG)
     runner = batch_runner(options, _PROG)

@@ -318,8 +318,16 @@ def _method_bounds(result: Mapping[str, Any], method: str):
     return None
 
 
-def _csv_number(x: Any) -> str:
-    return repr(float(x))  # the shortest text that reads back as the same double
+def _csv_numbers(values: Sequence[Any]) -> list[str]:
+    """Each number as the shortest text that reads back as the same double."""
+    return list(map(repr, map(float, values)))
+
+
+def _csv_field(value: Any) -> str:
+    """One field as :mod:`csv` (RFC 4180, minimal quoting) writes it."""
+    text = io.StringIO(newline="")
+    csv.writer(text, lineterminator="\r\n").writerow([value])  # \r and \n are special
+    return text.getvalue()[:-2]
 
 
 def estimates_csv(document: Mapping[str, Any]) -> bytes:
@@ -330,28 +338,39 @@ def estimates_csv(document: Mapping[str, Any]) -> bytes:
     ``standard_error``, ``low`` and ``high`` (empty for a method without intervals) and
     which ``interval`` they are (``normal``: the raw estimate's; ``bootstrap``: the method's
     own). UTF-8 without a byte-order mark, RFC 4180 quoting (a label with a comma, a quote
-    or a newline is quoted), ``\r\n`` line ends, numbers as Python's shortest round-trip
+    or a newline is quoted), ``\\r\\n`` line ends, numbers as Python's shortest round-trip
     text: the same document gives the same bytes.
+
+    The fields are what :mod:`csv`'s writer makes of them: the key and each label are
+    quoted once by it, and the numbers (which need no quoting) are formatted per column.
     """
     labels = _run_labels(document.get("run"))
-    text = io.StringIO(newline="")
-    writer = csv.writer(text, lineterminator="\r\n")
-    writer.writerow(CSV_COLUMNS)
+    quoted = ({v: _csv_field(label) for v, label in labels.labels.items()}
+              if labels is not None else {})
+    lines = [",".join(CSV_COLUMNS)]
     for result in document.get("results", []):
         estimates = result.get("estimates") or {}
-        key = [result["oracle"], _csv_number(result["epsilon"]), int(result["domain_size"]),
-               json.dumps(result["parameters"], sort_keys=True, separators=(",", ":"))]
-        bounds = {m: _method_bounds(result, m) for m in estimates}
+        key = ",".join(_csv_field(x) for x in (
+            result["oracle"], repr(float(result["epsilon"])), int(result["domain_size"]),
+            json.dumps(result["parameters"], sort_keys=True, separators=(",", ":"))))
+        columns = []
+        for method, freqs in estimates.items():
+            bounds = _method_bounds(result, method)
+            tail = [_csv_numbers(freqs)]
+            if bounds:
+                tail += [_csv_numbers(bounds[0]), _csv_numbers(bounds[1]),
+                         _csv_numbers(bounds[2])]
+            columns.append((_csv_field(method), tail, bounds[3] if bounds else ""))
         size = len(next(iter(estimates.values()), []))
         for value in range(size):
-            label = labels.get(value) if labels is not None else None
-            for method, freqs in estimates.items():
-                row = [*key, value, label or "", method, _csv_number(freqs[value])]
-                b = bounds[method]
-                row += ([_csv_number(b[0][value]), _csv_number(b[1][value]),
-                         _csv_number(b[2][value]), b[3]] if b else ["", "", "", ""])
-                writer.writerow(row)
-    return text.getvalue().encode("utf-8")
+            head = f"{key},{value},{quoted.get(value, '')},"
+            for method, tail, kind in columns:
+                if len(tail) == 4:
+                    lines.append(f"{head}{method},{tail[0][value]},{tail[1][value]},"
+                                 f"{tail[2][value]},{tail[3][value]},{kind}")
+                else:
+                    lines.append(f"{head}{method},{tail[0][value]},,,,")
+    return ("\r\n".join(lines) + "\r\n").encode("utf-8")
 
 
 def estimates_document(results: list[Mapping[str, Any]], dead_letters: Mapping[str, Any],

@@ -129,3 +129,35 @@ def test_a_run_without_csv_removes_the_previous_runs_csv(tmp_path):
         plan_outputs.write_staged(staging, name, data)
     plan_outputs.commit_outputs(str(out), staging)
     assert (out / "estimates.csv").read_text() == "mine"
+
+
+def test_estimates_csv_is_what_the_csv_module_writes_row_by_row():
+    """The per-column formatting quotes exactly as :mod:`csv` does (``\\r``, leading
+    spaces, quotes, commas), so any CSV reader reads the labels back."""
+    import csv
+    import io
+
+    from ldpflow.wire.labels import ValueLabels
+    from ldpflow.wire.results import CSV_COLUMNS, estimates_csv, run_metadata
+
+    document, _ = _labelled_document()
+    hostile = ValueLabels({0: "a,b", 1: 'q"x', 2: "l\nn", 3: " sp ", 4: "x\ry", 5: "é\t"})
+    document["run"] = run_metadata(inputs="x", files=1, runner="t", policy=None,
+                                   methods=["base"], started="", value_labels=hostile)
+    expected = io.StringIO(newline="")
+    writer = csv.writer(expected, lineterminator="\r\n")
+    writer.writerow(CSV_COLUMNS)
+    (result,) = document["results"]
+    key = [result["oracle"], repr(float(result["epsilon"])), result["domain_size"],
+           json.dumps(result["parameters"], sort_keys=True, separators=(",", ":"))]
+    bounds = {"base": (result["standard_errors"], result["intervals"]["low"],
+                       result["intervals"]["high"], "normal"),
+              "norm-sub": (*(result["method_intervals"]["norm-sub"][k]
+                             for k in ("standard_errors", "low", "high")), "bootstrap")}
+    for v in range(16):
+        for method, freqs in result["estimates"].items():
+            b = bounds.get(method)
+            writer.writerow([*key, v, hostile.get(v) or "", method, repr(float(freqs[v])),
+                             *([repr(float(b[0][v])), repr(float(b[1][v])),
+                                repr(float(b[2][v])), b[3]] if b else ["", "", "", ""])])
+    assert estimates_csv(document) == expected.getvalue().encode("utf-8")
