@@ -89,3 +89,23 @@ def test_a_tampered_label_block_is_refused():
     document["run"]["value_labels"]["labels"]["2"] = "changed"
     with pytest.raises(LabelsError, match="not to the version it records"):
         report.document_labels(document)
+
+
+def test_a_headless_browser_shows_the_labels_as_text(tmp_path):
+    """Chromium's DOM of a labelled page: the labels are text (the hostile one makes no
+    element), whole in the table and in the chart's tooltips."""
+    import shutil
+    import subprocess
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("Chromium is not installed (Debian package chromium; .ci/run installs it)")
+    page = tmp_path / "labels.html"
+    page.write_text(report.render(_document(LABELS), top=5), encoding="utf-8")
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                          "--dump-dom", page.as_uri()], capture_output=True, timeout=120,
+                         text=True).stdout
+    assert "</svg>" in dom and "<script" not in dom
+    assert "&lt;script&gt;alert(\"x\")&lt;/script&gt; (0)" in dom  # text in the chart
+    assert f"<title>{LONG} (1)</title>" in dom  # the whole label in the tooltip
+    assert f'<span class="label">{LONG}</span>' in dom  # and in the table
