@@ -70,3 +70,25 @@ def test_a_bad_label_file_or_format_is_a_usage_error(reports, tmp_path, capsys, 
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and message in err[-1], err
     assert not (tmp_path / "out" / "estimates.json").exists()
+
+
+def test_simulate_draws_values_by_label_and_estimate_names_them_back(tmp_path, capsys):
+    (tmp_path / "labels.csv").write_text(LABELS, encoding="utf-8")
+    # one label per line; "café" written decomposed (NFD) finds the NFC label
+    lines = ["red, bright"] * 300 + ["cafe\u0301"] * 200 + ['say "hi"'] * 100
+    (tmp_path / "values.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    truth = simulate.run(["--oracle", "grr", "--epsilon", "4", "--domain_size", "8",
+                          "--values_file", str(tmp_path / "values.txt"), "--value_labels",
+                          str(tmp_path / "labels.csv"), "--output", str(tmp_path / "r"),
+                          "--shards", "1"])
+    assert truth["counts"][:6] == [300, 100, 0, 0, 0, 200]
+    estimate.run([f"--input={tmp_path}/r/*.avro", f"--output={tmp_path}/est",
+                  "--methods=base", f"--value_labels={tmp_path}/labels.csv",
+                  f"--expect_value_labels={truth['value_labels']}"])
+    document = json.loads((tmp_path / "est" / "estimates.json").read_text(encoding="utf-8"))
+    assert [e["label"] for e in document["results"][0]["top"][:2]] == ["red, bright", "café"]
+    (tmp_path / "values.txt").write_text("red, bright\nblue\n", encoding="utf-8")
+    assert cli.main(["simulate", "--oracle", "grr", "--epsilon", "4", "--domain_size", "8",
+                     "--values_file", str(tmp_path / "values.txt"), "--value_labels",
+                     str(tmp_path / "labels.csv"), "--output", str(tmp_path / "r2")]) == 2
+    assert "line 2: 'blue' is not a label" in capsys.readouterr().err
