@@ -51,6 +51,42 @@ export declare const CODECS: readonly Codec[];
 export declare function encodeValue(codec: Codec, value: number | bigint | string, bits: number,
   options?: { truncate?: boolean }): bigint;
 
+// ---------------------------------------------------------------- value labels
+
+/** `"blake2b-128:"`, the prefix of a dictionary's version. */
+export declare const VALUE_LABELS_VERSION_PREFIX: string;
+/** The bytes a dictionary's version hashes: compact JSON `[[value, label], ...]` by value. */
+export declare function canonicalLabelBytes(pairs: Iterable<[number, string]>): Uint8Array;
+/** The version of a dictionary: `blake2b-128:` and 32 hex digits (ldpflow's, for equal labels). */
+export declare function labelsVersion(pairs: Iterable<[number, string]>): string;
+/**
+ * A label dictionary shared with the server (`ldpflow estimate --value_labels FILE`): a
+ * categorical string is sent as the value its label has.
+ */
+export declare class ValueLabels {
+  /** From `[value, label]` pairs, an object `{"3": "red"}`, a Map, or an array of labels. */
+  constructor(source: Array<[number | string, string]> | Record<string, string>
+    | Map<number, string> | Array<string | null>);
+  /** The content hash naming the dictionary, as ldpflow records it in the run block. */
+  readonly version: string;
+  /** How many values have a label. */
+  readonly size: number;
+  /** The largest labelled value + 1. */
+  readonly minDomainSize: number;
+  /** The value of a label (looked up in NFC form); a RangeError if none has it. */
+  encode(label: string): number;
+  /** The label of a value, or its integer as text. */
+  decode(value: number): string;
+  /** The label of a value, or undefined. */
+  labelOf(value: number): string | undefined;
+  /** Throws a RangeError if a labelled value is outside [0, domainSize). */
+  checkDomain(domainSize: number): this;
+  /** The `[value, label]` pairs in value order. */
+  entries(): Array<[number, string]>;
+  /** `{"VALUE": label}`: a label file's JSON. */
+  toJSON(): Record<string, string>;
+}
+
 // ---------------------------------------------------------------- frequency oracles
 
 /** The payload of one frequency-oracle report (the fields its oracle sends). */

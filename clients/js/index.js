@@ -3,7 +3,8 @@
  *
  * Perturb a true value on the device with one of the frequency oracles (`grr oue sue olh blh
  * hr ss onebit cms hcms pgr`) or with a heavy-hitter protocol (`pem spm mcm treehist sfp`),
- * wrap the report in ldpflow's envelope and send it as one JSON line. Randomness comes from `crypto.getRandomValues`
+ * wrap the report in ldpflow's envelope and send it as one JSON line. A categorical string is
+ * encoded to its value through a `ValueLabels` dictionary shared with the server. Randomness comes from `crypto.getRandomValues`
  * unless a test passes a seeded `SplitMix64TestingRandom`.
  *
  * @module ldpflow-client
@@ -35,6 +36,9 @@ export { MultipleChannelMethod } from "./src/mcm.js";
 export { TreeHist } from "./src/treehist.js";
 export { SequenceFragmentPuzzle } from "./src/sfp.js";
 export { encodeValue, CODECS } from "./src/codecs.js";
+export {
+  VALUE_LABELS_VERSION_PREFIX, ValueLabels, canonicalLabelBytes, labelsVersion,
+} from "./src/labels.js";
 export {
   hashValue, optimalHashRange, splitmix64Mix, splitmix64Stream,
 } from "./src/hashing.js";

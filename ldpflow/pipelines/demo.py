@@ -6,7 +6,11 @@ true and estimated frequencies per post-processing method and each method's 95% 
 (``docs/uncertainty.md``), plots them with the intervals as bands
 (``OUTPUT/top_values.png``) and writes ``OUTPUT/report.html`` (``ldpflow report``)::
 
-    ldpflow demo [--oracle olh] [--users 1000000] [--epsilon 1.0] [--output demo-output]
+    ldpflow demo [--oracle olh] [--users 1000000] [--epsilon 1.0] [--output demo-output] \\
+        [--value_labels labels.csv]
+
+``--value_labels`` (CSV ``value,label`` or JSON; ``docs/pipeline.md``) names the values in
+the table, under the plot's x axis and in the report.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import time
 import numpy as np
 
 from ldpflow.pipelines import options
+from ldpflow.pipelines.usage import usage_error
 
 __all__ = ["run"]
 
@@ -38,7 +43,7 @@ def _bounds(result: dict, method: str) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def _plot(path: str, truth: np.ndarray, result: dict, methods: tuple[str, ...],
-          top: np.ndarray, title: str) -> bool:
+          top: np.ndarray, title: str, labels=None) -> bool:
     try:
         import matplotlib
 
@@ -47,20 +52,35 @@ def _plot(path: str, truth: np.ndarray, result: dict, methods: tuple[str, ...],
     except ImportError:
         _LOGGER.warning("matplotlib is not installed (pip install ldpflow[plot]): no plot")
         return False
-    fig = _figure(truth, result, methods, top, title)
+    fig = _figure(truth, result, methods, top, title, labels)
     fig.savefig(path, dpi=110, metadata={"Software": None})
     plt.close(fig)
     return True
 
 
+#: The most characters of a value's label under the plot's x axis.
+TICK_LABEL = 20
+
+
+def _tick_labels(top: np.ndarray, labels) -> list[str]:
+    """The x tick texts of the plotted values: each one's label (invisible characters
+    escaped, cut in the middle past :data:`TICK_LABEL` characters), or its integer."""
+    from ldpflow.pipelines.report import shown_label
+
+    return [shown_label(labels.get(int(v)), TICK_LABEL) if labels.get(int(v)) is not None
+            else str(int(v)) for v in top]
+
+
 def _figure(truth: np.ndarray, result: dict, methods: tuple[str, ...], top: np.ndarray,
-            title: str):
+            title: str, labels=None):
     """The plot of the top values: true frequencies, each method's estimates and its 95%
-    interval as a band, on a y axis with labelled ticks wherever the data reach."""
+    interval as a band, on a y axis with labelled ticks wherever the data reach. With
+    ``labels`` (a :class:`~ldpflow.wire.labels.ValueLabels`), each value's label (or its
+    integer) is written under the x axis, as text (a ``$`` is no formula)."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FixedLocator, FuncFormatter
 
-    fig, ax = plt.subplots(figsize=(9, 4.8))
+    fig, ax = plt.subplots(figsize=(9, 4.8 if labels is None else 6.0))
     x = np.arange(top.size)
     linthresh = 1e-3
     ax.plot(x, truth[top], "k-", lw=2.5, label="true", zorder=5)
@@ -74,7 +94,15 @@ def _figure(truth: np.ndarray, result: dict, methods: tuple[str, ...], top: np.n
                             alpha=0.15, lw=0, zorder=2)
             lowest = min(lowest, float(bounds[0][top].min()))
         lowest = min(lowest, float(freqs.min()))
-    ax.set_xlabel("value, by true rank (bands: each method's 95% interval)")
+    if labels is None:
+        ax.set_xlabel("value, by true rank (bands: each method's 95% interval)")
+    else:
+        ax.set_xticks(x)
+        ax.set_xticklabels(_tick_labels(top, labels), rotation=60, ha="right",
+                           fontsize=6 if top.size > 25 else 8)
+        for text in ax.get_xticklabels():
+            text.set_parse_math(False)  # a label is text, whatever it holds
+        ax.set_xlabel("value (its label), by true rank (bands: each method's 95% interval)")
     ax.set_ylabel("frequency")
     # Logarithmic above 1e-3, linear through 0 and below: every region the estimates or
     # their intervals reach has labelled ticks, negative values included.
@@ -103,6 +131,14 @@ def _interval_cell(bounds: tuple[np.ndarray, np.ndarray] | None, v: int) -> str:
 def run(argv: list[str] | options.Parsed | None = None) -> int:
     args = (argv if isinstance(argv, options.Parsed) else options.parse("demo", argv)).args
     from ldpflow.pipelines import estimate, simulate
+    from ldpflow.wire.labels import LabelsError, load_value_labels
+
+    labels = None
+    if args.value_labels is not None:  # checked before anything runs
+        try:
+            labels = load_value_labels(args.value_labels, args.domain_size)
+        except LabelsError as exc:
+            raise usage_error("ldpflow demo", f"--value_labels {exc}") from None
 
     reports_dir = os.path.join(args.output, "reports")
     estimates_dir = os.path.join(args.output, "estimates")
@@ -118,6 +154,7 @@ def run(argv: list[str] | options.Parsed | None = None) -> int:
     estimate.run([
         f"--input={reports_dir}/reports-*.avro", f"--output={estimates_dir}",
         f"--methods={methods}",
+        *([f"--value_labels={args.value_labels}"] if labels is not None else []),
     ])
     with open(os.path.join(estimates_dir, "estimates.json"), encoding="utf-8") as f:
         document = json.load(f)
@@ -130,10 +167,13 @@ def run(argv: list[str] | options.Parsed | None = None) -> int:
     print(f"\n{args.users} users, Zipf(1.1) over {args.domain_size} values, {args.oracle}, "
           f"epsilon = {args.epsilon}: {result['n']} reports estimated, "
           f"{result['dead_letters']} dead letters")
-    print("value     true  " + "  ".join(f"{m:>9}" for m in TABLE_METHODS))
+    named = labels is not None
+    print("value" + (f"  {'label':<{TICK_LABEL}}" if named else "") + "     true  "
+          + "  ".join(f"{m:>9}" for m in TABLE_METHODS))
     for v in top:
         cells = "  ".join(f"{result['estimates'][m][v]:9.5f}" for m in TABLE_METHODS)
-        print(f"{v:5d}  {truth[v]:7.5f}  {cells}")
+        name = f"  {_tick_labels(np.array([v]), labels)[0]:<{TICK_LABEL}}" if named else ""
+        print(f"{v:5d}{name}  {truth[v]:7.5f}  {cells}")
     bounds = {m: _bounds(result, m) for m in TABLE_METHODS}
     print("\n95% intervals of each method's estimate (base: normal; the others: bootstrap)")
     print("value     true  " + "  ".join(f"{m:^20}" for m in TABLE_METHODS))
@@ -154,7 +194,8 @@ def run(argv: list[str] | options.Parsed | None = None) -> int:
     plot = os.path.join(args.output, "top_values.png")
     shown = np.argsort(-truth, kind="stable")[:50]
     if _plot(plot, truth, result, TABLE_METHODS, shown,
-             f"{args.oracle}, epsilon={args.epsilon}, n={args.users}: top 50 values"):
+             f"{args.oracle}, epsilon={args.epsilon}, n={args.users}: top 50 values",
+             labels):
         print(f"\nplot: {plot}")
     page = os.path.join(args.output, "report.html")
     from ldpflow.pipelines import report

@@ -30,7 +30,8 @@ rule of the batch jobs, re-exported here). Writes ``OUTPUT/estimates.json``
 "estimates": {METHOD: [...]}, "standard_errors", "intervals", "top", "significant", ...}],
 "records", "duplicates", "dead_letters": {...}, "run": {...}}``; ``docs/uncertainty.md``),
 ``OUTPUT/estimates.avro`` (``schemas/estimate.avsc``) and the refused records with their
-reasons under ``OUTPUT/dead_letters/``.
+reasons under ``OUTPUT/dead_letters/``; ``--format csv`` adds ``OUTPUT/estimates.csv`` and
+``--value_labels FILE`` labels the values in all of them (docs/pipeline.md).
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ def build(pipeline: beam.Pipeline, args, methods: list[str], policy=None, run=No
     return written | "CommitOutputs" >> CommitOutputs(output, staging)
 
 
-def _run_plan(args, methods: list[str], backend=None) -> dict:
+def _run_plan(args, methods: list[str], backend=None, labelling=None) -> dict:
     """The job plan (``ldpflow.plan``) on ``--engine`` dask, spark or local (or on
     ``backend``, an engine already running)."""
     from ldpflow.engines import make_backend
@@ -139,7 +140,8 @@ def _run_plan(args, methods: list[str], backend=None) -> dict:
         raise usage_error(_PROG, f"--input {args.input!r} matched no files")
     policy = acceptance_policy(args, _PROG)
     if backend is not None:
-        return run_estimate(backend, _plan_job(args, methods, policy, tasks, backend))
+        return run_estimate(backend, _plan_job(args, methods, policy, tasks, backend,
+                                               labelling))
     try:
         backend = make_backend(args.engine, dask_scheduler=args.dask_scheduler,
                                workers=args.workers, spark_master=args.spark_master)
@@ -147,15 +149,45 @@ def _run_plan(args, methods: list[str], backend=None) -> dict:
         raise usage_error(_PROG, f"--engine {args.engine} needs {exc.name}: pip install "
                                  f"'ldpflow[{args.engine}]'") from None
     with backend:
-        return run_estimate(backend, _plan_job(args, methods, policy, tasks, backend))
+        return run_estimate(backend, _plan_job(args, methods, policy, tasks, backend,
+                                               labelling))
 
 
-def _plan_job(args, methods, policy, tasks, backend):
+def _labels_and_formats(args) -> dict:
+    """``run_metadata``'s ``value_labels`` and ``formats`` of ``--value_labels`` and
+    ``--format`` (docs/pipeline.md), checked: a one-line usage error (exit 2) if not."""
+    from ldpflow.wire.labels import LabelsError, load_value_labels
+    from ldpflow.wire.results import FORMATS
+
+    if args.format not in FORMATS:
+        raise usage_error(_PROG, f"--format must be one of {', '.join(FORMATS)}, got "
+                                 f"{args.format!r}")
+    labels = None
+    if args.value_labels is not None:
+        try:
+            labels = load_value_labels(args.value_labels, args.expect_domain_size)
+        except LabelsError as exc:
+            raise usage_error(_PROG, f"--value_labels {exc}") from None
+    expected = args.expect_value_labels
+    if expected is not None and labels is None:
+        raise usage_error(_PROG, "--expect_value_labels needs --value_labels (the label file "
+                                 "of that version)")
+    if expected is not None and expected != labels.version:
+        raise usage_error(_PROG, f"--value_labels {args.value_labels} is the dictionary "
+                                 f"{labels.version}, but the clients encoded with "
+                                 f"{expected} (--expect_value_labels): their values would "
+                                 "be named by the wrong labels")
+    return {"value_labels": labels, "formats": (args.format,)}
+
+
+def _plan_job(args, methods, policy, tasks, backend, labelling=None):
     from ldpflow.plan.job import EstimateJob
 
+    if labelling is None:
+        labelling = _labels_and_formats(args)
     metadata = run_metadata(inputs=args.input, files=len({task.path for task in tasks}),
                             policy=policy, methods=methods, runner=backend.description,
-                            started=utc_now())
+                            started=utc_now(), **labelling)
     return EstimateJob(input=args.input, output=args.output, methods=tuple(methods),
                        policy=policy, fmt=args.input_format, dedup=args.dedup != "none",
                        max_reports_per_user=args.max_reports_per_user, run=metadata,
@@ -189,15 +221,16 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
     fraction = args.max_dead_letter_fraction
     if not 0 <= fraction <= 1:
         raise usage_error(_PROG, f"--max_dead_letter_fraction must be in [0, 1], got {fraction}")
+    labelling = _labels_and_formats(args)  # checked before anything runs
     if args.engine != "beam":
-        return _run_plan(args, methods, backend)
+        return _run_plan(args, methods, backend, labelling)
     files = check_inputs(args.input, args.input_format, _PROG)
     policy = acceptance_policy(args, _PROG)
     runner = batch_runner(options, _PROG)
     check_output(output, _PROG)  # the last check (it creates the folder): one line, exit 2
     metadata = run_metadata(inputs=args.input, files=files, policy=policy, methods=methods,
                             runner=runner if isinstance(runner, str) else type(runner).__name__,
-                            started=utc_now())
+                            started=utc_now(), **labelling)
     import apache_beam as beam
 
     pipeline = beam.Pipeline(runner=runner, options=options)

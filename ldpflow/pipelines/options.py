@@ -68,6 +68,8 @@ __all__ = [
     "ENGINE",
     "STREAM",
     "HEAVY_HITTERS",
+    "LABELS",
+    "VALUE_LABELS",
 ]
 
 _LOGGER = logging.getLogger(__name__)
@@ -506,6 +508,10 @@ def _simulate_groups() -> tuple[Group, ...]:
              help="Raw values instead of a distribution, one per line: integers in [0, "
                   "--domain_size) for a frequency oracle; for heavy hitters integers, or "
                   "strings (see --codec)."),
+        dataclasses.replace(VALUE_LABELS, help="A label file (CSV value,label or JSON; "
+                                               "frequency oracles): --values_file then holds "
+                                               "one label per line, each sent as its value "
+                                               "(docs/pipeline.md)."),
         Flag("seed", int, 0, help="The seed of the simulation."),
         Flag("start_time_ms", int, DEFAULT_START_MS,
              help="Event times are uniform over [start, start + duration)."),
@@ -580,6 +586,24 @@ def _audited_oracles() -> tuple[str, ...]:
     return tuple(_audit_module().AUDITED_ORACLES)
 
 
+#: ``--value_labels``: a label file naming the values (``ldpflow.wire.labels``).
+VALUE_LABELS = Flag("value_labels", metavar="FILE",
+                    help="A label file (CSV value,label or JSON {\"value\": \"label\"}) "
+                         "naming the values: labels in the outputs, and its version (a "
+                         "content hash) in the run block.")
+
+LABELS = Group("Value labels and output formats (docs/pipeline.md)", (
+    VALUE_LABELS,
+    Flag("expect_value_labels",
+         help="The dictionary version the clients encoded with (blake2b-128:...; the JS "
+              "client's ValueLabels.version): a --value_labels of another version is "
+              "refused."),
+    Flag("format", choices=("json", "csv"), default="json",
+         help="json: estimates.json and estimates.avro; csv: also estimates.csv (one row per "
+              "value and method)."),
+))
+
+
 REPORT = Group("The document and the page", (
     Flag("input", help="An ldpflow estimate output directory or its estimates.json; or an "
                        "ldpflow heavy-hitters output or its heavy_hitters.json, for a "
@@ -590,6 +614,11 @@ REPORT = Group("The document and the page", (
     Flag("truth", help="truth.json of ldpflow simulate: true frequencies beside the "
                        "estimates, and each method's error."),
     Flag("top", int, 20, help="How many top values to show."),
+    dataclasses.replace(VALUE_LABELS, help="A label file (CSV value,label or JSON "
+                                           "{\"value\": \"label\"}) naming the values "
+                                           "(default: the labels the estimates record); "
+                                           "refused if the estimates record another "
+                                           "dictionary."),
     Flag("title", help="The page's title (default: ldpflow estimates, or ldpflow heavy hitters "
                        "for a heavy-hitter page)."),
 ))
@@ -603,6 +632,9 @@ DEMO = Group("The demo", (
     Flag("seed", int, 2024, help="The seed of the simulation."),
     Flag("top", int, 10, help="How many top values to print."),
     Flag("output", default="demo-output", help="Output directory (reports, estimates, plot)."),
+    dataclasses.replace(VALUE_LABELS, help="A label file (CSV value,label or JSON {\"value\": "
+                                           "\"label\"}) naming the values in the table, the "
+                                           "plot and the report."),
 ))
 
 PUBSUB_WHERE = Group("where", (
@@ -712,7 +744,7 @@ COMMANDS: dict[str, Command] = {
     "estimate": Command("estimate", "Report files -> consistent frequency estimates (Apache "
                                     "Beam, or --engine dask|spark|local).",
                         (INPUT, OUTPUT, METHODS, ESTIMATE, POISONING, VERDICT, CONTRIBUTION,
-                         ACCEPTANCE, ENGINE),
+                         ACCEPTANCE, ENGINE, LABELS),
                         ("input", "output"), beam=True, epilog=_BEAM_EPILOG),
     "stream": Command("stream", "Reports from Pub/Sub -> windowed consistent estimates (Apache "
                                 "Beam, streaming).",

@@ -32,7 +32,8 @@ from typing import Any
 from ldpflow.pipelines import options
 from ldpflow.pipelines.usage import check_output_file, usage_error
 
-__all__ = ["run", "render", "is_heavy_hitters"]
+__all__ = ["run", "render", "is_heavy_hitters", "document_labels", "check_labels", "visible",
+           "shown_label"]
 
 _PROG = "ldpflow report"
 _Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
@@ -44,6 +45,7 @@ table{border-collapse:collapse;margin:.6em 0}td,th{padding:.25em .7em;text-align
 border-bottom:1px solid #eaeef2}th{background:#f6f8fa}td.l,th.l{text-align:left}
 .muted{color:#57606a}.bad{color:#cf222e}svg text{font:12px system-ui,sans-serif}
 svg text.tick{fill:#57606a;font-size:11px}.twin{color:#9a6700;font-weight:600}
+td.label{max-width:28em;overflow-wrap:anywhere;white-space:pre-wrap}
 """
 _PREFERRED = ("norm-sub", "base-cut", "power-ns", "mle-apx", "norm", "base-pos", "base")
 
@@ -69,10 +71,17 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 1,
     head = "".join(f'<th class="l">{_e(h)}</th>' if i < left else f"<th>{_e(h)}</th>"
                    for i, h in enumerate(header))
     body = "".join(
-        "<tr>" + "".join((f'<td class="l">{c if markup_left else _e(c)}</td>' if i < left
+        "<tr>" + "".join((_left_cell(c, markup_left) if i < left
                           else f"<td>{c}</td>") for i, c in enumerate(row)) + "</tr>"
         for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _left_cell(cell: Any, markup: bool) -> str:
+    text = cell if markup else _e(cell)
+    if markup and isinstance(cell, str) and cell.startswith('<span class="label">'):
+        return f'<td class="l label">{text}</td>'  # a label: wrapped wherever it must be
+    return f'<td class="l">{text}</td>'
 
 
 def _intervals(result: Mapping[str, Any], method: str
@@ -126,10 +135,11 @@ def _bars(rows: list[tuple], interval_of: str = "") -> str:
     """Horizontal bars (estimate) with the interval of that same estimate as a whisker
     through a dot at the bar's end, true-value marks, and an x axis with ticks, as SVG;
     rows ``(name, estimate, low, high, truth)``, ``name`` shown whole (up to 56
-    characters; longer ones are cut with their whole text in the tooltip)."""
+    characters; longer ones are cut in the middle, with their whole text in the
+    tooltip)."""
     if not rows:
         return ""
-    names = [_shown_label(str(row[0])) for row in rows]
+    names = [shown_label(str(row[0])) for row in rows]
     label, height, plot = _label_width(names), 22, 640
     width = label + plot + 24
     values = [v for row in rows for v in row[1:5] if v is not None and math.isfinite(v)]
@@ -154,7 +164,7 @@ def _bars(rows: list[tuple], interval_of: str = "") -> str:
     for i, ((_, est, low, high, truth), name) in enumerate(zip(rows, names, strict=True)):
         y = i * height
         left, right = sorted((x(0), x(est)))
-        full = _visible(str(rows[i][0]))
+        full = visible(str(rows[i][0]))
         parts.append(f'<text x="{label - 6}" y="{y + 15}" text-anchor="end">{_e(name)}'
                      f'<title>{_e(full)}</title></text>')
         parts.append(f'<g class="bar"><rect x="{left:.1f}" y="{y + 4}" '
@@ -191,7 +201,7 @@ def _code_points(text: str) -> str:
     return " ".join(f"U+{ord(c):04X}" for c in text)
 
 
-def _visible(text: str) -> str:
+def visible(text: str) -> str:
     """``text`` with its invisible characters (controls, format characters such as
     zero-width joiners, non-ASCII spaces) written as ``\\u`` escapes, so they show."""
     out = []
@@ -204,9 +214,15 @@ def _visible(text: str) -> str:
     return "".join(out)
 
 
-def _shown_label(text: str) -> str:
-    shown = _visible(text)
-    return shown if len(shown) <= _MAX_LABEL else shown[: _MAX_LABEL - 1] + "…"
+def shown_label(text: str, limit: int = _MAX_LABEL) -> str:
+    """At most ``limit`` characters, invisible ones escaped: a longer label keeps its start
+    and its end (a URL's last part, the ``(VALUE)`` after a value's label) around an
+    ellipsis."""
+    shown = visible(text)
+    if len(shown) <= limit:
+        return shown
+    tail = min(16, (limit - 1) // 3)
+    return shown[: limit - tail - 1] + "…" + shown[-tail:]
 
 
 def _twins(labels: Sequence[Any]) -> dict[str, str]:
@@ -236,14 +252,27 @@ def _label_cell(value: Any, notes: Mapping[str, str]) -> str:
     look-alike twin a visible mark, its code points and a tooltip."""
     if not isinstance(value, str):
         return _e(value)
-    cell = _e(_visible(value))
+    cell = _e(visible(value))
     if value in notes:
         cell = (f'<span class="twin" title="{_e(notes[value])}">⚠ {cell}</span>'
                 f'<br><small class="muted">{_e(_code_points(value))}</small>')
     return cell
 
 
-def _result_section(result: Mapping[str, Any], top: int, truth: Sequence[float] | None) -> str:
+def _value_name(value: int, labels: Any) -> str:
+    """A value as the chart names it: ``LABEL (VALUE)``, or ``value VALUE`` unlabelled."""
+    label = labels.get(value) if labels is not None else None
+    return f"{label} ({value})" if label is not None else f"value {value}"
+
+
+def _label_text(value: int, labels: Any) -> str:
+    """A label's table cell (escaped, invisible characters shown), or the integer."""
+    label = labels.get(value) if labels is not None else None
+    return _e(visible(label)) if label is not None else _e(value)
+
+
+def _result_section(result: Mapping[str, Any], top: int, truth: Sequence[float] | None,
+                    labels: Any = None) -> str:
     estimates = result.get("estimates", {})
     title = (f"{result.get('oracle')}, epsilon {result.get('epsilon')}, domain size "
              f"{result.get('domain_size')}")
@@ -264,14 +293,14 @@ def _result_section(result: Mapping[str, Any], top: int, truth: Sequence[float] 
     shown = next((m for m in present if _intervals(result, m) is not None), present[0])
     ranked = sorted(range(len(estimates[shown])), key=lambda v: -estimates[shown][v])[:top]
     bounds = _intervals(result, shown)
-    rows = [(f"value {v}", estimates[shown][v],
+    rows = [(_value_name(v, labels), estimates[shown][v],
              bounds[0][v] if bounds else None, bounds[1][v] if bounds else None,
              truth[v] if truth is not None and v < len(truth) else None) for v in ranked]
     out.append(f"<h3>Top {len(ranked)} values by {_e(shown)}</h3>")
     confidence = _confidence(result, shown)
     out.append(_bars(rows, f"{confidence} interval ({bounds[2]})" if bounds else ""))
     methods = list(estimates)
-    header = ["value", *methods]
+    header = ["value", *(["label"] if labels is not None else []), *methods]
     if bounds:
         header += [f"{shown} low", f"{shown} high"]
     header += ["true"] if truth is not None else []
@@ -282,8 +311,12 @@ def _result_section(result: Mapping[str, Any], top: int, truth: Sequence[float] 
             cells += [_number(bounds[0][v]), _number(bounds[1][v])]
         if truth is not None:
             cells.append(_number(truth[v]) if v < len(truth) else "")
-        table.append([str(v), *cells])
-    out.append(_table(header, table))
+        if labels is not None:
+            table.append([_e(v), f'<span class="label">{_label_text(v, labels)}</span>',
+                          *cells])
+        else:
+            table.append([_e(v), *cells])
+    out.append(_table(header, table, left=2 if labels is not None else 1, markup_left=True))
     out.append("<h3>Methods</h3>")
     rows_m = []
     for m in methods:
@@ -309,8 +342,10 @@ def _result_section(result: Mapping[str, Any], top: int, truth: Sequence[float] 
     raw = _intervals(result, "base")
     if raw is not None and "base" in estimates:
         significant = [v for v in range(len(raw[0])) if raw[0][v] > 0]
+        named = [str(v) if labels is None or labels.get(v) is None
+                 else f"{v} ({visible(labels.get(v))})" for v in significant[:50]]
         out.append(f"<p>{len(significant)} values have a raw interval above 0"
-                   f"{': ' + _e(', '.join(map(str, significant[:50]))) if significant else ''}"
+                   f"{': ' + _e(', '.join(named)) if significant else ''}"
                    f"{' …' if len(significant) > 50 else ''}.</p>")
     return "".join(out)
 
@@ -403,27 +438,48 @@ def _heavy_truth(truth: Mapping[str, Any] | None) -> dict[Any, float] | None:
 
 def render(document: Mapping[str, Any] | None, heavy_hitters: Mapping[str, Any] | None = None,
            truth: Mapping[str, Any] | None = None, top: int = 20,
-           title: str | None = None) -> str:
+           title: str | None = None, labels: Any = None) -> str:
     """The HTML page of an ``estimates.json`` document and/or a ``heavy_hitters.json``
     document (``document`` None: a heavy-hitter page alone), with optionally a
     ``truth.json`` of ``ldpflow simulate`` (true counts, or for heavy hitters the true top
     values). ``title`` defaults to "ldpflow estimates" ("ldpflow heavy hitters" for a
-    heavy-hitter page alone)."""
+    heavy-hitter page alone). ``labels`` (a :class:`~ldpflow.wire.labels.ValueLabels`;
+    default: those the document's run block records) name the values: ``LABEL (VALUE)`` on
+    the chart, a label column in the table; a value without one shows its integer."""
     if title is None:
         title = "ldpflow estimates" if document is not None else "ldpflow heavy hitters"
     parts = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
              f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
              f"<h1>{_e(title)}</h1>"]
     if document is not None:
-        parts.append(_estimates_part(document, truth, top))
+        if labels is None:
+            labels = document_labels(document)
+        parts.append(_estimates_part(document, truth, top, labels))
     if heavy_hitters is not None:
         parts.append(_heavy_section(heavy_hitters, _heavy_truth(truth)))
     parts.append('<p class="muted">Written by ldpflow report.</p></body></html>')
     return "".join(parts)
 
 
+def document_labels(document: Mapping[str, Any]):
+    """The :class:`~ldpflow.wire.labels.ValueLabels` an estimates document's run block
+    records (checked against its version), or None."""
+    from ldpflow.wire.labels import ValueLabels
+
+    run = document.get("run")
+    block = run.get("value_labels") if isinstance(run, Mapping) else None
+    return ValueLabels.from_run_block(block) if block else None
+
+
+def _run_cell(name: str, value: Any) -> str:
+    if name == "value_labels" and isinstance(value, Mapping):  # the version, not every label
+        return _e(f"{value.get('count')} labels, {value.get('version')}, from "
+                  f"{value.get('file')}")
+    return _e(json.dumps(value) if not isinstance(value, str) else value)
+
+
 def _estimates_part(document: Mapping[str, Any], truth: Mapping[str, Any] | None,
-                    top: int) -> str:
+                    top: int, labels: Any = None) -> str:
     frequencies = None
     if truth and truth.get("counts"):
         total = sum(truth["counts"]) or 1
@@ -439,8 +495,7 @@ def _estimates_part(document: Mapping[str, Any], truth: Mapping[str, Any] | None
     parts = []
     run = document.get("run")
     if isinstance(run, Mapping):
-        parts.append(_table(["run", ""], [[k, _e(json.dumps(v) if not isinstance(v, str)
-                                                 else v)] for k, v in run.items()]))
+        parts.append(_table(["run", ""], [[k, _run_cell(k, v)] for k, v in run.items()]))
     parts.append(_table(["records", ""], accounting))
     if contribution:
         parts.append(f"<p>At most {_number(contribution.get('max_reports_per_user'))} "
@@ -450,7 +505,7 @@ def _estimates_part(document: Mapping[str, Any], truth: Mapping[str, Any] | None
     if len(results) != 1:
         frequencies = None  # truth.json describes one population
     for result in results:
-        parts.append(_result_section(result, top, frequencies))
+        parts.append(_result_section(result, top, frequencies, labels))
     parts.append("<h2>Dead letters</h2>")
     reasons = dead.get("by_reason") or {}
     if reasons:
@@ -477,6 +532,50 @@ def _load(path: str, names: Sequence[str], flag: str) -> dict:
     return document
 
 
+def check_labels(document: Mapping[str, Any], labels: Any) -> None:
+    """Refuse ``labels`` (a :class:`~ldpflow.wire.labels.ValueLabels`) for an estimates
+    document: a dictionary other than the one its run block records (the estimates were
+    labelled, or their reports encoded, with another), or labels of values outside a
+    result's domain.
+
+    Raises
+    ------
+    ldpflow.wire.labels.LabelsError
+        One line saying which.
+    """
+    from ldpflow.wire.labels import LabelsError
+
+    recorded = document_labels(document)
+    if recorded is not None and recorded.version != labels.version:
+        raise LabelsError(f"{labels.source} is the dictionary {labels.version}, but the "
+                          f"estimates were made with {recorded.version} (from "
+                          f"{recorded.source}): give that file, or none")
+    for result in document.get("results") or []:
+        size = result.get("domain_size") if isinstance(result, Mapping) else None
+        if isinstance(size, int):
+            labels.check_domain(size, f"the domain of {result.get('oracle')} epsilon "
+                                      f"{result.get('epsilon')}")
+
+
+def _labels_for(document: Mapping[str, Any] | None, path: str | None):
+    """The labels of the page: ``--value_labels`` (checked against the document), or the
+    document's own; a one-line usage error if they cannot be used."""
+    from ldpflow.wire.labels import LabelsError, load_value_labels
+
+    try:
+        if path is None:
+            return document_labels(document) if document is not None else None
+        labels = load_value_labels(path)
+        if document is None:
+            raise LabelsError("labels name the values of estimates; a heavy-hitter page "
+                              "shows its values themselves")
+        check_labels(document, labels)
+        return labels
+    except LabelsError as exc:
+        raise usage_error(_PROG, f"--value_labels {exc}" if path else
+                          f"--input: {exc}") from None
+
+
 def run(argv: list[str] | options.Parsed | None = None) -> int:
     args = (argv if isinstance(argv, options.Parsed) else options.parse("report", argv)).args
     if args.top < 1:
@@ -498,7 +597,10 @@ def run(argv: list[str] | options.Parsed | None = None) -> int:
         raise usage_error(_PROG, f"--input {args.input!r} is neither an estimates.json nor a "
                                  "heavy_hitters.json (it has no results, nor top_k and stages)")
     truth = _load(args.truth, ("truth.json",), "--truth") if args.truth else None
-    page = render(document, heavy, truth, args.top, args.title)
+    labels = None
+    if document is not None or args.value_labels:
+        labels = _labels_for(document, args.value_labels)
+    page = render(document, heavy, truth, args.top, args.title, labels)
     folder = os.path.dirname(os.path.abspath(args.output))
     os.makedirs(folder, exist_ok=True)
     temporary = args.output + ".partial"

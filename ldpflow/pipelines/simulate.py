@@ -157,6 +157,32 @@ def _removing_on_failure(paths: list[str], write) -> Any:
         raise
 
 
+def _labelled_values(parser: argparse.ArgumentParser, args: argparse.Namespace
+                     ) -> tuple[np.ndarray | None, Any]:
+    """``--value_labels`` checked against the domain, and with ``--values_file`` its lines
+    (one label each; empty lines skipped) as the values they label; a usage error if a
+    line is no label of the file."""
+    from ldpflow.wire.labels import LabelsError, load_value_labels
+
+    try:
+        labels = load_value_labels(args.value_labels, args.domain_size)
+    except LabelsError as exc:
+        parser.error(f"--value_labels {exc}")
+    if not args.values_file:
+        return None, labels
+    with open(args.values_file, encoding="utf-8") as f:
+        lines = [line.rstrip("\r\n") for line in f]
+    index = {}
+    for number, line in enumerate(lines, 1):
+        if line.strip() and line not in index:
+            try:
+                index[line] = labels.value_of(line)
+            except KeyError:
+                parser.error(f"--values_file line {number}: {line[:40]!r} is not a label of "
+                             f"--value_labels {args.value_labels}")
+    return np.array([index[line] for line in lines if line.strip()], dtype=np.int64), labels
+
+
 def _file_values(args: argparse.Namespace) -> np.ndarray:
     with open(args.values_file, encoding="utf-8") as f:
         raw = [line.strip() for line in f if line.strip()]
@@ -247,6 +273,9 @@ def run(argv: list[str] | options.Parsed | None = None) -> dict:
     parsed = argv if isinstance(argv, options.Parsed) else options.parse("simulate", argv)
     parser, args = parsed.parser, parsed.args
     if args.oracle in hh.PROTOCOLS:
+        if args.value_labels is not None:
+            parser.error("--value_labels applies to the frequency oracles (heavy-hitter "
+                         "values are strings or integers themselves)")
         return _run_heavy_hitters(parser, args)
     given = [f"--{name}" for name in _HEAVY_HITTER_ONLY if getattr(args, name) is not None]
     if given or args.codec != "int" or args.truncate:
@@ -264,7 +293,11 @@ def run(argv: list[str] | options.Parsed | None = None) -> dict:
         _unusable(parser, args, args.oracle, exc)
     _check_wire_limits(parser, oracle)
     started = time.perf_counter()
-    values = _file_values(args) if args.values_file else None
+    labels = None
+    if args.value_labels is not None:
+        values, labels = _labelled_values(parser, args)
+    else:
+        values = _file_values(args) if args.values_file else None
     if values is None:
         if args.users is None:
             parser.error("--users is required unless --values_file is given")
@@ -292,6 +325,8 @@ def run(argv: list[str] | options.Parsed | None = None) -> dict:
                  "parameters": oracle.parameters,
                  "distribution": None if args.values_file else args.distribution,
                  "seed": args.seed}
+        if labels is not None:
+            truth["value_labels"] = labels.version
         with open(truth_path, "w", encoding="utf-8") as f:
             json.dump(truth, f)
         return truth

@@ -28,17 +28,21 @@ DEAD_LETTERS = outputs.DEAD_LETTERS
 
 def estimates_files(document: Mapping[str, Any], run: Mapping[str, Any] | None
                     ) -> dict[str, bytes]:
-    """``{"estimates.json": ..., "estimates.avro": ...}`` of an estimates document; the Avro
-    records carry ``run``'s deterministic metadata only (no times)."""
+    """``{"estimates.json": ..., "estimates.avro": ...}`` of an estimates document, and
+    ``"estimates.csv"`` if ``run`` asks for it (``"formats"``); the Avro records carry
+    ``run``'s deterministic metadata only (no times)."""
     from ldpflow.wire import formats
-    from ldpflow.wire.results import estimate_records
+    from ldpflow.wire.results import estimate_records, estimates_csv
 
     records = [rec for result in document["results"]
                for rec in estimate_records(result, run=run)]
     avro = io.BytesIO()
     formats.write_records(avro, "avro", records, schema="estimate")
-    return {"estimates.json": json.dumps(document, indent=1).encode("utf-8"),
-            "estimates.avro": avro.getvalue()}
+    files = {"estimates.json": json.dumps(document, indent=1).encode("utf-8"),
+             "estimates.avro": avro.getvalue()}
+    if "csv" in ((run or {}).get("formats") or ()):
+        files["estimates.csv"] = estimates_csv(document)
+    return files
 
 
 def dead_letter_file(source: str, lines: Iterable[str]) -> tuple[str, bytes, int]:

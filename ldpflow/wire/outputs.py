@@ -30,6 +30,7 @@ from typing import IO, Protocol
 __all__ = [
     "MANIFEST",
     "DEAD_LETTERS",
+    "OPTIONAL_FILES",
     "OutputError",
     "dead_letter_file_name",
     "manifest_bytes",
@@ -48,6 +49,10 @@ __all__ = [
 MANIFEST = ".ldpflow-manifest.json"
 #: The folder of the dead-letter files, in an output folder.
 DEAD_LETTERS = "dead_letters"
+#: Files a run writes only when asked (``estimate --format csv``): like the dead-letter
+#: files, removed by a run that does not write them again, so that none is left beside the
+#: newer files it no longer matches.
+OPTIONAL_FILES = ("estimates.csv",)
 _SHOWN = 3  # foreign files named in a message
 
 
@@ -265,9 +270,10 @@ class LocalFiles:
 
 
 def commit(output: str, staging: str, files: Files) -> int:
-    """Move a run's staged files (``staging/*.json``, ``*.avro``, ``dead_letters/*.jsonl``)
-    into ``output``, each by one rename over its predecessor, keeping the manifest; then
-    remove the previous run's dead-letter files that this run did not write, which the
+    """Move a run's staged files (``staging/*.json``, ``*.avro``, ``*.csv``,
+    ``dead_letters/*.jsonl``) into ``output``, each by one rename over its predecessor,
+    keeping the manifest; then remove the previous run's dead-letter files (and
+    :data:`OPTIONAL_FILES`) that this run did not write, which the
     manifest lists (or, in an output written before manifests, whose content names them),
     never through a link; then the staging folder. Returns how many files were committed.
 
@@ -300,6 +306,7 @@ def commit(output: str, staging: str, files: Files) -> int:
             raise OutputError(f"{path(DEAD_LETTERS)} is a symbolic link or not a folder: "
                               "nothing was committed")
     staged = sorted(p for pattern in (f"{staging}/*.json", f"{staging}/*.avro",
+                                      f"{staging}/*.csv",
                                       f"{staging}/{DEAD_LETTERS}/*.jsonl")
                     for p in files.match(pattern))
     relative = [p[len(staging) + 1:] for p in staged]
@@ -317,7 +324,8 @@ def commit(output: str, staging: str, files: Files) -> int:
     write_manifest(owned | set(relative))
     files.rename(staged, [path(name) for name in relative])
     stale = sorted(name for name in owned - set(relative)
-                   if name.startswith(f"{DEAD_LETTERS}/") and removable(name))
+                   if (name.startswith(f"{DEAD_LETTERS}/") or name in OPTIONAL_FILES)
+                   and removable(name))
     if stale:
         files.delete([path(name) for name in stale])
     # Read again: a concurrent run's commit may have listed its own files meanwhile.

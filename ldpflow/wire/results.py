@@ -11,8 +11,10 @@ hitters. NumPy stops here.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import datetime
+import io
 import json
 import logging
 import math
@@ -23,8 +25,9 @@ from ldpflow.core import intervals
 from ldpflow.core.oracles import registry
 from ldpflow.core.oracles.base import Accumulator, Estimate
 
-__all__ = ["estimate_result", "estimate_records", "estimates_document",
-           "heavy_hitters_document", "run_metadata", "utc_now", "TOP_K", "MAX_SIGNIFICANT"]
+__all__ = ["estimate_result", "estimate_records", "estimates_document", "estimates_csv",
+           "heavy_hitters_document", "run_metadata", "utc_now", "TOP_K", "MAX_SIGNIFICANT",
+           "CSV_COLUMNS", "FORMATS"]
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -44,12 +47,22 @@ def utc_now() -> str:
     return now.isoformat().replace("+00:00", "Z")
 
 
+#: What ``--format`` may ask for: ``json`` (``estimates.json`` and ``estimates.avro``, always
+#: written) and ``csv`` (``estimates.csv`` too).
+FORMATS = ("json", "csv")
+
+
 def run_metadata(*, inputs: str, files: int | None, runner: str, policy: Any,
-                 methods: Sequence[str], started: str) -> dict[str, Any]:
+                 methods: Sequence[str], started: str, value_labels: Any = None,
+                 formats: Sequence[str] = ("json",)) -> dict[str, Any]:
     """The ``"run"`` block of ``estimates.json`` (the writer adds ``"finished"``).
 
     ``policy`` is the run's :class:`~ldpflow.wire.parse.AcceptancePolicy` (or a mapping of
-    its fields); ``started`` a :func:`utc_now` string.
+    its fields); ``started`` a :func:`utc_now` string. ``value_labels`` (a
+    :class:`~ldpflow.wire.labels.ValueLabels`) adds ``"value_labels": {"version", "file",
+    "count", "labels"}``, the dictionary the output's labels come from; ``formats`` with
+    ``csv`` adds ``"formats": ["json", "csv"]``, which makes the writers add
+    ``estimates.csv`` (:func:`estimates_csv`).
     """
     from ldpflow import __version__
 
@@ -60,7 +73,7 @@ def run_metadata(*, inputs: str, files: int | None, runner: str, policy: Any,
         fields = dict(policy or {})
     fields = {name: dict(value) if isinstance(value, Mapping) else value
               for name, value in fields.items()}
-    return {
+    block = {
         "ldpflow_version": __version__,
         "inputs": {"pattern": inputs, "files": None if files is None else int(files)},
         "runner": runner,
@@ -68,6 +81,42 @@ def run_metadata(*, inputs: str, files: int | None, runner: str, policy: Any,
         "methods": list(methods),
         "started": started,
     }
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise ValueError(f"formats must be among {', '.join(FORMATS)}, got {unknown}")
+    if "csv" in formats:
+        block["formats"] = [f for f in FORMATS if f == "json" or f in formats]
+    if value_labels is not None:
+        block["value_labels"] = value_labels.run_block()
+    return block
+
+
+def _run_labels(run: Mapping[str, Any] | None):
+    """The :class:`~ldpflow.wire.labels.ValueLabels` a run block records, or None."""
+    from ldpflow.wire.labels import ValueLabels
+
+    block = (run or {}).get("value_labels")
+    return ValueLabels.from_run_block(block) if block else None
+
+
+def _labelled(result: Mapping[str, Any], labels) -> dict[str, Any]:
+    """``result`` with a ``"label"`` in each of its ``top`` and ``significant`` entries whose
+    value has one, and ``"value_labels_outside"`` counting the labels of values beyond its
+    domain (a label file made for another domain: they label nothing here)."""
+    out = dict(result)
+    for name in ("top", "significant"):
+        if name in out:
+            out[name] = [{**entry, "label": labels.get(entry["value"])}
+                         if labels.get(entry["value"]) is not None else entry
+                         for entry in out[name]]
+    size = result.get("domain_size")
+    if isinstance(size, int):
+        outside = sum(1 for v in labels.labels if v >= size)
+        if outside:
+            out["value_labels_outside"] = outside
+            _LOGGER.warning("%d value labels name values outside [0, %d) of %s %s", outside,
+                            size, result.get("oracle"), result.get("parameters"))
+    return out
 
 
 def _value_entries(values, interval: intervals.Intervals) -> list[dict[str, Any]]:
@@ -222,6 +271,7 @@ def estimate_records(result: Mapping[str, Any], window: tuple[int, int] | None =
         "input_pattern": inputs.get("pattern"),
         "input_files": inputs.get("files"),
         "methods": list(run["methods"]) if run and run.get("methods") is not None else None,
+        **_avro_labels(run),
     }
     return [
         {
@@ -242,6 +292,87 @@ def estimate_records(result: Mapping[str, Any], window: tuple[int, int] | None =
         for method, freqs in result["estimates"].items()
     ]
 
+def _avro_labels(run: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The Avro records' ``value_labels_version`` and ``value_labels`` (``{"VALUE": label}``),
+    null without labels."""
+    block = (run or {}).get("value_labels")
+    if not block:
+        return {"value_labels_version": None, "value_labels": None}
+    return {"value_labels_version": block["version"], "value_labels": dict(block["labels"])}
+
+
+#: The columns of ``estimates.csv``, one row per key, value and method.
+CSV_COLUMNS = ("oracle", "epsilon", "domain_size", "parameters", "value", "label", "method",
+               "estimate", "standard_error", "low", "high", "interval")
+
+
+def _method_bounds(result: Mapping[str, Any], method: str):
+    """``(standard errors, low, high, kind)`` of ``method``'s estimate in a result: its own
+    bootstrap intervals, the raw estimate's for ``base``/``post-pos``; None without."""
+    own = (result.get("method_intervals") or {}).get(method)
+    if own:
+        return own["standard_errors"], own["low"], own["high"], "bootstrap"
+    raw = result.get("intervals")
+    if method in ("base", "post-pos") and raw and "standard_errors" in result:
+        return result["standard_errors"], raw["low"], raw["high"], "normal"
+    return None
+
+
+def _csv_numbers(values: Sequence[Any]) -> list[str]:
+    """Each number as the shortest text that reads back as the same double."""
+    return list(map(repr, map(float, values)))
+
+
+def _csv_field(value: Any) -> str:
+    """One field as :mod:`csv` (RFC 4180, minimal quoting) writes it."""
+    text = io.StringIO(newline="")
+    csv.writer(text, lineterminator="\r\n").writerow([value])  # \r and \n are special
+    return text.getvalue()[:-2]
+
+
+def estimates_csv(document: Mapping[str, Any]) -> bytes:
+    """``estimates.csv`` of an :func:`estimates_document`: a header (:data:`CSV_COLUMNS`),
+    then per result (in the document's order), value and method (in the result's order) one
+    row: the key (``oracle``, ``epsilon``, ``domain_size``, ``parameters`` as compact JSON),
+    the ``value``, its ``label`` (empty if it has none), the method's ``estimate``, its
+    ``standard_error``, ``low`` and ``high`` (empty for a method without intervals) and
+    which ``interval`` they are (``normal``: the raw estimate's; ``bootstrap``: the method's
+    own). UTF-8 without a byte-order mark, RFC 4180 quoting (a label with a comma, a quote
+    or a newline is quoted), ``\\r\\n`` line ends, numbers as Python's shortest round-trip
+    text: the same document gives the same bytes.
+
+    The fields are what :mod:`csv`'s writer makes of them: the key and each label are
+    quoted once by it, and the numbers (which need no quoting) are formatted per column.
+    """
+    labels = _run_labels(document.get("run"))
+    quoted = ({v: _csv_field(label) for v, label in labels.labels.items()}
+              if labels is not None else {})
+    lines = [",".join(CSV_COLUMNS)]
+    for result in document.get("results", []):
+        estimates = result.get("estimates") or {}
+        key = ",".join(_csv_field(x) for x in (
+            result["oracle"], repr(float(result["epsilon"])), int(result["domain_size"]),
+            json.dumps(result["parameters"], sort_keys=True, separators=(",", ":"))))
+        columns = []
+        for method, freqs in estimates.items():
+            bounds = _method_bounds(result, method)
+            tail = [_csv_numbers(freqs)]
+            if bounds:
+                tail += [_csv_numbers(bounds[0]), _csv_numbers(bounds[1]),
+                         _csv_numbers(bounds[2])]
+            columns.append((_csv_field(method), tail, bounds[3] if bounds else ""))
+        size = len(next(iter(estimates.values()), []))
+        for value in range(size):
+            head = f"{key},{value},{quoted.get(value, '')},"
+            for method, tail, kind in columns:
+                if len(tail) == 4:
+                    lines.append(f"{head}{method},{tail[0][value]},{tail[1][value]},"
+                                 f"{tail[2][value]},{tail[3][value]},{kind}")
+                else:
+                    lines.append(f"{head}{method},{tail[0][value]},,,,")
+    return ("\r\n".join(lines) + "\r\n").encode("utf-8")
+
+
 def estimates_document(results: list[Mapping[str, Any]], dead_letters: Mapping[str, Any],
                        dedup: bool, contribution: Mapping[str, Any] | None = None,
                        run: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -251,10 +382,15 @@ def estimates_document(results: list[Mapping[str, Any]], dead_letters: Mapping[s
 
     ``contribution`` (with a contribution cap): ``{"max_reports_per_user", "users",
     "max_epsilon_per_user"}``, to which the document adds ``reports_capped``. ``run``
-    (:func:`run_metadata`, with ``"finished"``) becomes the document's ``"run"``.
+    (:func:`run_metadata`, with ``"finished"``) becomes the document's ``"run"``; with
+    ``"value_labels"`` there, each ``top`` and ``significant`` entry of a labelled value gets
+    its ``"label"``.
     """
     results = sorted(results, key=lambda r: (r["oracle"], json.dumps(r["parameters"],
                                                                      sort_keys=True)))
+    labels = _run_labels(run)
+    if labels is not None:
+        results = [_labelled(r, labels) for r in results]
     estimated = sum(r["n"] for r in results)
     duplicates = sum(r.get("duplicates", 0) for r in results)
     capped = sum(r.get("capped", 0) for r in results)

@@ -48,3 +48,33 @@ def test_interval_cells_show_bounds_or_none():
     assert demo._interval_cell(None, 0).strip() == "(none)"
     low, high = demo._bounds(result, "base")
     np.testing.assert_allclose(high - low, 0.06)
+
+
+def test_the_plot_names_each_value_by_its_label_as_text():
+    """Before: the x axis showed ranks only; labels could not be attached."""
+    pytest.importorskip("matplotlib")
+    from ldpflow.wire.labels import ValueLabels
+
+    truth, result = _result()
+    labels = ValueLabels({0: "price $5^2$", 1: "two\nlines", 3: "https://example.org/" + "a" * 40})
+    top = np.array([1, 0, 3, 2])
+    fig = demo._figure(truth, result, ("base", "norm-sub"), top, "t", labels)
+    ticks = fig.axes[0].get_xticklabels()
+    assert [t.get_text() for t in ticks] == ["two\\u000alines", "price $5^2$",
+                                             "https://examp…aaaaaa", "2"]
+    assert not any(t.get_parse_math() for t in ticks)  # "$5^2$" is text, not a formula
+    import io
+
+    fig.savefig(io.BytesIO(), format="png")  # renders (a formula parse would fail here)
+    assert len(ticks[2].get_text()) <= demo.TICK_LABEL
+
+
+def test_demo_refuses_labels_outside_its_domain_before_running(tmp_path, capsys):
+    path = tmp_path / "labels.csv"
+    path.write_text("0,a\n70,b\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as info:
+        demo.run(["--domain_size", "64", "--output", str(tmp_path / "out"),
+                  "--value_labels", str(path)])
+    assert info.value.code == 2
+    assert "value 70 is outside [0, 64)" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -76,7 +76,7 @@ def test_estimate_records_and_the_estimate_schema_of_before_read_each_other():
     current = schema_json("estimate")
     added = {"base_standard_errors", "base_interval_low", "base_interval_high",
              "interval_confidence", "ldpflow_version", "input_pattern", "input_files",
-             "methods"}
+             "methods", "value_labels_version", "value_labels"}
     assert added <= {f["name"] for f in current["fields"]}
     older = {**current, "fields": [f for f in current["fields"] if f["name"] not in added]}
     old_record = {"window_start": None, "window_end": None, "oracle": "grr", "epsilon": 1.0,
