@@ -131,10 +131,10 @@ def _interval_cell(bounds: tuple[np.ndarray, np.ndarray] | None, v: int) -> str:
 def run(argv: list[str] | options.Parsed | None = None) -> int:
     args = (argv if isinstance(argv, options.Parsed) else options.parse("demo", argv)).args
     from ldpflow.pipelines import estimate, simulate
-    from ldpflow.wire.labels import LabelsError, load_value_labels
-
     labels = None
     if args.value_labels is not None:  # checked before anything runs
+        from ldpflow.wire.labels import LabelsError, load_value_labels
+
         try:
             labels = load_value_labels(args.value_labels, args.domain_size)
         except LabelsError as exc:

@@ -54,7 +54,7 @@ def test_labelled_csv_is_byte_identical_across_runs_and_engines(reports):
     ("0,a\n9,b\n", ["--expect_domain_size=8"], r"value 9 is outside [0, 8)"),
     ("0,a\n1,\n", [], "the label of value 1 is empty"),
     (None, [], "not UTF-8"),
-    ("0,a\n", ["--format=xml"], "--format must be one of json, csv, got 'xml'"),
+    ("0,a\n", ["--format=xml"], "argument --format: invalid choice: 'xml'"),
     ("0,a\n", ["--expect_value_labels=blake2b-128:00"], "but the clients encoded with "
                                                         "blake2b-128:00"),
 ])
@@ -92,3 +92,11 @@ def test_simulate_draws_values_by_label_and_estimate_names_them_back(tmp_path, c
                      "--values_file", str(tmp_path / "values.txt"), "--value_labels",
                      str(tmp_path / "labels.csv"), "--output", str(tmp_path / "r2")]) == 2
     assert "line 2: 'blue' is not a label" in capsys.readouterr().err
+
+
+def test_the_format_flag_offers_the_writers_formats():
+    from ldpflow.pipelines import options
+    from ldpflow.wire.results import FORMATS
+
+    flag = {f.name: f for f in options.LABELS.flags}["format"]
+    assert tuple(flag.choices) == FORMATS
