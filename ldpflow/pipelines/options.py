@@ -313,9 +313,10 @@ JOBS = {
                      PoisoningOptions, VerdictOptions, ContributionOptions,
                      AcceptanceOptions, EngineOptions),
                     ("input", "output")),
-    "stream": Job("stream", "Reports from Pub/Sub -> windowed consistent estimates.",
+    "stream": Job("stream", "Reports from Pub/Sub -> windowed consistent estimates (with "
+                            "--protocol: windowed heavy hitters).",
                   (StreamOptions, OutputOptions, MethodsOptions, ContributionOptions,
-                   AcceptanceOptions),
+                   AcceptanceOptions, HeavyHittersOptions),
                   ("subscription",)),
     "heavy-hitters": Job("heavy-hitters",
                          "Heavy-hitter reports (pem, spm, mcm, treehist, sfp) -> the most "
