@@ -75,6 +75,8 @@ __all__ = [
 
 #: Kept chunks of one group joined into one past this many (fewer arrays to hold).
 _MAX_CHUNKS = 32
+#: Reports of pass 0's own groups counted together (pass 0's sums are allocated once a run).
+COUNT_RUN = 1 << 16
 
 
 def later_groups(protocol: hh.HeavyHitterProtocol) -> tuple[int, ...]:
@@ -121,19 +123,26 @@ class PackedReports:
 
     @classmethod
     def join(cls, chunks: Sequence[PackedReports]) -> PackedReports:
-        return cls(Reports.concat([c.unpack() for c in chunks]))
+        return cls(_concat(chunks))
 
 
 @dataclasses.dataclass(eq=False)
 class WindowPasses:
     """What one key's passes need of one window's reports (mergeable, exact).
 
+    A report of a group that a later pass reads is kept (``kept``); one of a group only
+    pass 0 reads is counted into pass 0's sums (``first``), in runs of at least
+    :data:`COUNT_RUN` reports (``pending`` until then), so that the sums, whose size does
+    not depend on the reports, are allocated once a run and not once a message.
+
     Attributes
     ----------
     key : tuple
         The heavy-hitter key (configuration and codec); None until an input names it.
     first : PassCounts or None
-        Pass 0's sums of the reports of its groups (None before any).
+        Pass 0's sums of the counted reports of the groups only it reads.
+    pending : list of PackedReports
+        Reports of those groups not yet counted (fewer than :data:`COUNT_RUN`).
     kept : dict of int to list of PackedReports
         The reports of each group a later pass reads.
     group_counts : ndarray of int64
@@ -148,6 +157,7 @@ class WindowPasses:
 
     key: tuple | None = None
     first: hh.PassCounts | None = None
+    pending: list = dataclasses.field(default_factory=list)
     kept: dict = dataclasses.field(default_factory=dict)
     group_counts: np.ndarray | None = None
     pass_batches: np.ndarray | None = None
@@ -156,8 +166,9 @@ class WindowPasses:
 
     @property
     def kept_bytes(self) -> int:
-        """Bytes of the kept report columns."""
-        return sum(c.nbytes for chunks in self.kept.values() for c in chunks)
+        """Bytes of the report columns held (kept and pending)."""
+        return (sum(c.nbytes for chunks in self.kept.values() for c in chunks)
+                + sum(c.nbytes for c in self.pending))
 
     def _start(self, key: tuple, protocol: hh.HeavyHitterProtocol) -> None:
         if self.key is None:
@@ -170,8 +181,7 @@ class WindowPasses:
 
     def add_reports(self, key: tuple, protocol: hh.HeavyHitterProtocol,
                     reports: Reports) -> WindowPasses:
-        """Count pass 0's groups of ``reports`` and keep the later passes' (valid reports:
-        checked by the wire parse)."""
+        """Keep or count ``reports`` (valid reports: checked by the wire parse)."""
         if len(reports) == 0:
             return self
         self._start(key, protocol)
@@ -181,23 +191,34 @@ class WindowPasses:
         for step in range(protocol.num_passes):
             if present[list(protocol.pass_groups(step))].any():
                 self.pass_batches[step] += 1
-        first = protocol.pass_groups(0)
-        mine = (reports if len(first) == protocol.num_groups
-                else reports[np.isin(groups, np.asarray(first, dtype=np.int64))])
-        if len(mine):
-            counts = protocol.accumulate(0, mine, protocol.initial_state())
-            self.first = counts if self.first is None else self.first.merge(counts)
-        later = [g for g in later_groups(protocol) if present[g]]
-        if later:
+        later = set(later_groups(protocol))
+        distinct = np.flatnonzero(present).tolist()
+        if len(distinct) == 1:
+            parts = [(distinct[0], reports)]
+        else:
             order = np.argsort(groups, kind="stable")
             bounds = np.searchsorted(groups[order], np.arange(protocol.num_groups + 1))
-            for g in later:
-                part = reports[order[bounds[g]:bounds[g + 1]]]
+            parts = [(g, reports[order[bounds[g]:bounds[g + 1]]]) for g in distinct]
+        for g, part in parts:
+            if g in later:
                 chunks = self.kept.setdefault(g, [])
                 chunks.append(PackedReports(part))
                 if len(chunks) > _MAX_CHUNKS:
                     self.kept[g] = [PackedReports.join(chunks)]
+            else:  # read by pass 0 only
+                self.pending.append(PackedReports(part))
+        self._count_pending(protocol)
         return self
+
+    def _count_pending(self, protocol: hh.HeavyHitterProtocol, at_least: int = 0) -> None:
+        """Count the pending reports into pass 0's sums once there are ``COUNT_RUN`` (with
+        ``at_least`` 0: any)."""
+        size = sum(c.size for c in self.pending)
+        if size == 0 or size < (at_least or COUNT_RUN):
+            return
+        counts = protocol.accumulate(0, _concat(self.pending), protocol.initial_state())
+        self.first = counts if self.first is None else self.first.merge(counts)
+        self.pending = []
 
     def add_dead(self, key: tuple, letter: DeadLetter) -> WindowPasses:
         if self.key is None:
@@ -226,16 +247,28 @@ class WindowPasses:
                 other.first)
         for g, chunks in other.kept.items():
             self.kept[g] = self.kept.get(g, []) + list(chunks)
+        if other.pending:
+            self.pending = self.pending + list(other.pending)
+            self._count_pending(ProtocolKey.coerce(self.key).build())
         self.dead = add_tallies(self.dead, other.dead)
         self.duplicates += other.duplicates
         return self
 
     def reports_of(self, groups: Sequence[int]) -> Reports | None:
         chunks = [c for g in groups for c in self.kept.get(g, [])]
-        if not chunks:
-            return None
-        return chunks[0].unpack() if len(chunks) == 1 else Reports.concat(
-            [c.unpack() for c in chunks])
+        return _concat(chunks) if chunks else None
+
+    def _first_counts(self, protocol: hh.HeavyHitterProtocol) -> hh.PassCounts:
+        """Pass 0's sums of every report of its groups: those counted, those pending and
+        those kept for a later pass (a new object: the state is not changed)."""
+        initial = protocol.initial_state()
+        counts = (protocol.create_pass_counts(0, initial) if self.first is None
+                  else self.first.copy())
+        for part in (_concat(self.pending) if self.pending else None,
+                     self.reports_of(protocol.pass_groups(0))):
+            if part is not None:
+                counts.merge(protocol.accumulate(0, part, initial))
+        return counts
 
     def result(self, protocol: hh.HeavyHitterProtocol, rule: ServerRule) -> dict[str, Any]:
         """The batch job's result of these reports (:func:`~ldpflow.transforms.heavy_hitters.
@@ -254,7 +287,7 @@ class WindowPasses:
                 previous = {}
                 continue
             if step == 0:
-                counts = self.first.copy()  # type: ignore[union-attr]
+                counts = self._first_counts(protocol)
             else:
                 before = previous.get(key)
                 state = None if before is None else before.state
@@ -266,6 +299,11 @@ class WindowPasses:
             grouped[f"stage{step}"] = [outcome]
             previous = {key: outcome}
         return assemble_result((key, grouped), protocol.num_passes, rule)
+
+
+def _concat(chunks: Sequence[PackedReports]) -> Reports:
+    return chunks[0].unpack() if len(chunks) == 1 else Reports.concat(
+        [c.unpack() for c in chunks])
 
 
 class WindowPassesCombineFn(beam.CombineFn):
