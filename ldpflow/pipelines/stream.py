@@ -1,4 +1,5 @@
-"""``ldpflow stream``: windowed, consistent estimates from a Pub/Sub subscription.
+"""``ldpflow stream``: windowed, consistent estimates (with ``--protocol``, heavy hitters) from a
+Pub/Sub subscription.
 
 Locally, against the Pub/Sub emulator (``gcloud beta emulators pubsub start``, or the Debian
 package ``google-cloud-cli-pubsub-emulator``; ``docs/streaming.md``)::
@@ -15,6 +16,19 @@ package ``google-cloud-cli-pubsub-emulator``; ``docs/streaming.md``)::
     ldpflow pubsub publish --topic projects/ldpflow-dev/topics/reports --input '/tmp/r/*.avro'
     ldpflow pubsub pull --subscription projects/ldpflow-dev/subscriptions/estimates-pull \\
         --wake_topic projects/ldpflow-dev/topics/reports --until_reports 20000 --final_only
+
+The heavy hitters of each window (``--protocol pem|spm|mcm|treehist|sfp``): each pane is
+the document of ``ldpflow heavy-hitters`` (``heavy_hitters.json``) of the window's reports,
+with the window and the pane, written to ``OUTPUT/heavy_hitters-START-END-PROTOCOL-KEY-
+PANE.json`` and/or published to ``--output_topic``; the reports carry their configuration,
+and ``--k``, ``--bits``, the protocol's flags, ``--codec`` and ``--epsilon`` only check it
+(a report that differs is a dead letter)::
+
+    ldpflow simulate --oracle pem --bits 32 --k 16 --epsilon 4 --domain_size 10000 \\
+        --users 200000 --output /tmp/pem
+    ldpflow stream --subscription projects/ldpflow-dev/subscriptions/reports-stream \\
+        --output /tmp/hh-panes --window_size 60 --allowed_lateness 600 --protocol pem &
+    ldpflow pubsub publish --topic projects/ldpflow-dev/topics/reports --input '/tmp/pem/*.avro'
 
 On Dataflow::
 

@@ -25,6 +25,10 @@ order across batches (a stream cannot wait for a window's earliest reports), by 
 then the public hash of the report id within a batch (``caps.tie_breaks``). Sliding windows
 cap each window on its own.
 
+Steps 1 to 4 (and the cap) are :class:`WindowReports`, which the windowed heavy hitters
+(:mod:`ldpflow.transforms.windowed_heavy_hitters`) share: there the deduplication also
+yields a :class:`Duplicates` count per cell that dropped copies.
+
 Counters (namespace ``ldpflow``): ``messages``, ``records``, ``reports``, ``dead_letters``,
 ``duplicates``, ``reports_capped``.
 """

@@ -8,12 +8,13 @@ Contract:
   the copies the deduplication dropped, or a keyed
   :class:`~ldpflow.wire.envelope.DeadLetter`.
 * :class:`WindowPassesCombineFn` keeps, per key and window, what the protocol's passes need
-  (:class:`WindowPasses`) and runs them when a pane fires: pass ``0`` needs no earlier result,
-  so its groups are counted as they arrive (exact integer sums, bounded by the candidates
-  of pass 0, not by the reports); the reports of the groups a later pass reads are kept as
-  compact columns (narrowest integer dtypes, a column constant over a group stored once),
-  because pass ``s`` can count them only for what pass ``s - 1`` found, which is known when
-  the window's reports are. Each user is in exactly one group, so a report is kept once.
+  (:class:`WindowPasses`) and runs them when a pane fires. Pass ``0`` needs no earlier
+  result, so the reports of the groups only it reads are counted into its sums (exact
+  integer sums, whose size does not depend on the reports) in runs of :data:`COUNT_RUN`;
+  the reports of the groups a later pass reads are kept as compact columns (narrowest
+  integer dtypes, a column constant over a group stored once), because pass ``s`` can
+  count them only for what pass ``s - 1`` found, which is known when the window's reports
+  are. Each user is in exactly one group, so a report is held once.
 * Passes are estimated with the batch job's own steps (:func:`~ldpflow.transforms.
   heavy_hitters.advance_pass`, :func:`~ldpflow.transforms.heavy_hitters.assemble_result`
   under one :class:`~ldpflow.transforms.heavy_hitters.ServerRule`), so a pane's result
@@ -25,11 +26,11 @@ Contract:
   ``window_start``, ``window_end`` (ms since the epoch), ``pane`` (``EARLY``, ``ON_TIME``,
   ``LATE``) and ``pane_index``.
 
-Memory per open window and key: the sums of pass 0 (as the batch job's first pass holds)
-plus, for the reports of the groups a later pass reads, their columns at a few bytes each
-(PEM, TreeHist: about ``(g - 1) / g`` of the window's ``n`` reports, ``g`` groups, 9 to 10
-bytes a report at 64 bits; SPM, MCM, SFP re-read every group, so every report is kept).
-``docs/streaming.md`` gives the figures.
+Memory per open window and key: pass 0's sums (as the batch job's first pass holds) plus,
+for the reports of the groups a later pass reads, their columns at a few bytes each (PEM,
+TreeHist: ``(g - 1) / g`` of the window's ``n`` reports, ``g`` groups, 9 bytes a report at
+64 bits; SPM, MCM, SFP re-read every group, so every report is kept: 27, 41 and 18 bytes).
+``docs/streaming.md`` gives the figures and how they scale.
 """
 
 from __future__ import annotations
