@@ -14,6 +14,7 @@ import pytest
 
 from ldpflow.pipelines import heavy_hitters, simulate, stream
 from tests import wire_support as formats
+from tests.pipelines.test_stream_pubsub import emulator  # noqa: F401 - the fixture
 
 beam = pytest.importorskip("apache_beam")
 from apache_beam.io.gcp.pubsub import PubsubMessage  # noqa: E402
@@ -164,20 +165,9 @@ def test_bad_heavy_hitter_flags_are_one_line_usage_errors(argv, message, tmp_pat
 # -- the emulator --------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def emulator():
-    from ldpflow.testing.pubsub import EmulatorUnavailable, PubSubEmulator
-
-    try:
-        with PubSubEmulator() as running:
-            yield running
-    except EmulatorUnavailable as exc:
-        pytest.skip(f"Pub/Sub emulator unavailable: {exc}")
-
-
 @pytest.mark.pubsub
 @pytest.mark.parametrize("name", ["pem", "treehist"])
-def test_stream_from_the_emulator_equals_the_batch_job(emulator, tmp_path, name):
+def test_stream_from_the_emulator_equals_the_batch_job(emulator, tmp_path, name):  # noqa: F811
     from google.cloud import pubsub_v1
 
     from ldpflow.testing.pubsub import cancel_streaming

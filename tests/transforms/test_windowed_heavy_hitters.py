@@ -11,6 +11,7 @@ from ldpflow.core import codecs
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.wire.envelope import ReportBatch
 from tests import wire_support as formats
+from tests.core.heavy_hitter_contract import SMALL
 from tests.wire_support import reports_to_records
 
 beam = pytest.importorskip("apache_beam")
@@ -31,13 +32,8 @@ from ldpflow.transforms.windowed_heavy_hitters import (  # noqa: E402
     later_groups,
 )
 
-CONFIGS = {
-    "pem": dict(top_k=4, value_bits=16, epsilon=4.0, query_limit=2**8),
-    "spm": dict(top_k=4, value_bits=16, epsilon=4.0),
-    "mcm": dict(top_k=4, value_bits=16, epsilon=4.0),
-    "treehist": dict(top_k=4, value_bits=16, epsilon=4.0, step_bits=8),
-    "sfp": dict(top_k=4, value_bits=16, epsilon=4.0, fragment_bits=8, hash_bits=4),
-}
+#: The core contract suite's small configuration per protocol (16-bit values, k = 3).
+CONFIGS = SMALL
 
 
 def protocol_of(name):
