@@ -284,7 +284,7 @@ class DeduplicateReportsFn(beam.DoFn):
         if duplicates:
             self._duplicates.inc(duplicates)
             if self._tally:
-                yield key, Duplicates(duplicates)
+                yield key, Duplicates(duplicates, key)
         if new_sorted.any():
             seen.add((hashes[new_sorted], ids[new_sorted]))
             new = np.empty_like(new_sorted)
@@ -301,6 +301,7 @@ class Duplicates:
     count, timestamped with the cell, so that a window can report its duplicates)."""
 
     count: int
+    key: tuple | None = None
 
 
 def _add_counts(a: tuple, b: tuple) -> tuple:

@@ -336,6 +336,8 @@ class WindowPassesCombineFn(beam.CombineFn):
             key = tuple(element.key)
             return accumulator.add_reports(key, self._protocol(key), element.reports)
         if isinstance(element, Duplicates):
+            if accumulator.key is None:  # a window's pane may hold only copies
+                accumulator.key = element.key
             accumulator.duplicates += element.count
             return accumulator
         if isinstance(element, DeadLetter):

@@ -130,6 +130,16 @@ def test_only_the_reports_of_later_passes_groups_are_kept(name):
         assert later == tuple(range(protocol.num_groups))
 
 
+def test_a_pane_of_copies_or_dead_letters_only_has_no_valid_reports():
+    pem = protocol_of("pem")
+    key = tuple(hh_key(pem))
+    fn = WindowPassesCombineFn()
+    result = fn.extract_output(fn.add_input(fn.create_accumulator(), Duplicates(3, key)))
+    assert (result["n"], result["error"], result["_window"]["duplicates"]) == (
+        0, "no valid reports", 3)
+    assert result["key"] == hh_key(pem).to_json()
+
+
 def test_reports_of_another_key_are_refused():
     pem = protocol_of("pem")
     other = hh.PrefixExtendingMethod(**{**CONFIGS["pem"], "epsilon": 2.0})
