@@ -74,8 +74,6 @@ __all__ = [
     "window_document_key",
 ]
 
-#: Kept chunks of one group joined into one past this many (fewer arrays to hold).
-_MAX_CHUNKS = 32
 #: Reports of pass 0's own groups counted together (pass 0's sums are allocated once a run).
 COUNT_RUN = 1 << 16
 
@@ -202,10 +200,7 @@ class WindowPasses:
             parts = [(g, reports[order[bounds[g]:bounds[g + 1]]]) for g in distinct]
         for g, part in parts:
             if g in later:
-                chunks = self.kept.setdefault(g, [])
-                chunks.append(PackedReports(part))
-                if len(chunks) > _MAX_CHUNKS:
-                    self.kept[g] = [PackedReports.join(chunks)]
+                self.kept[g] = _compact(self.kept.get(g, []) + [PackedReports(part)])
             else:  # read by pass 0 only
                 self.pending.append(PackedReports(part))
         self._count_pending(protocol)
@@ -247,7 +242,7 @@ class WindowPasses:
             self.first = other.first.copy() if self.first is None else self.first.merge(
                 other.first)
         for g, chunks in other.kept.items():
-            self.kept[g] = self.kept.get(g, []) + list(chunks)
+            self.kept[g] = _compact(self.kept.get(g, []) + list(chunks))
         if other.pending:
             self.pending = self.pending + list(other.pending)
             self._count_pending(ProtocolKey.coerce(self.key).build())
@@ -300,6 +295,27 @@ class WindowPasses:
             grouped[f"stage{step}"] = [outcome]
             previous = {key: outcome}
         return assemble_result((key, grouped), protocol.num_passes, rule)
+
+
+def _compact(chunks: list[PackedReports]) -> list[PackedReports]:
+    """``chunks``, largest first, each more than twice the next: two neighbours that are not
+    are joined (the smallest such pair first) until none is left. So ``n`` reports are held
+    in ``O(log n)`` chunks, and a join makes a report's chunk at least 1.5 times larger, so
+    each report is copied ``O(log n)`` times as a window fills."""
+    chunks = sorted(chunks, key=lambda c: -c.size)
+    i = len(chunks) - 2
+    while i >= 0:
+        if 2 * chunks[i + 1].size >= chunks[i].size:
+            joined = PackedReports.join([chunks[i], chunks.pop(i + 1)])
+            chunks.pop(i)
+            at = 0
+            while at < len(chunks) and chunks[at].size > joined.size:
+                at += 1
+            chunks.insert(at, joined)
+            i = len(chunks) - 2  # the order changed: look again from the smallest
+        else:
+            i -= 1
+    return chunks
 
 
 def _concat(chunks: Sequence[PackedReports]) -> Reports:

@@ -130,6 +130,22 @@ def test_only_the_reports_of_later_passes_groups_are_kept(name):
         assert later == tuple(range(protocol.num_groups))
 
 
+def test_a_window_of_many_small_messages_holds_few_chunks():
+    pem = protocol_of("pem")
+    reports, _ = skewed(pem, 6000, seed=6)
+    acc = WindowPasses()
+    for batch in batches_of(pem, reports, 300):  # 20 reports a message
+        acc.add_reports(tuple(batch.key), pem, batch.reports)
+    for g, chunks in acc.kept.items():
+        sizes = [c.size for c in chunks]
+        assert sizes == sorted(sizes, reverse=True)
+        assert all(a > 2 * b for a, b in zip(sizes, sizes[1:], strict=False))
+        assert len(chunks) <= np.log2(sum(sizes)) + 1
+        np.testing.assert_array_equal(  # the reports of the group, in some order
+            np.sort(acc.reports_of([g]).columns["seed"]),
+            np.sort(reports.columns["seed"][reports.columns["group"] == g]))
+
+
 def test_a_pane_of_copies_or_dead_letters_only_has_no_valid_reports():
     pem = protocol_of("pem")
     key = tuple(hh_key(pem))
