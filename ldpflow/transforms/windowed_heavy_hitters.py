@@ -70,6 +70,8 @@ __all__ = [
     "WindowPassesCombineFn",
     "FormatHeavyHitterPaneFn",
     "later_groups",
+    "rereads_all",
+    "ALL_GROUPS",
     "IdentifyHeavyHittersStream",
     "window_document_key",
 ]
@@ -83,6 +85,17 @@ def later_groups(protocol: hh.HeavyHitterProtocol) -> tuple[int, ...]:
     closes (the first pass's groups are counted on arrival)."""
     return tuple(sorted({g for s in range(1, protocol.num_passes)
                          for g in protocol.pass_groups(s)}))
+
+
+def rereads_all(protocol: hh.HeavyHitterProtocol) -> bool:
+    """Whether every pass reads every group (SPM, MCM, SFP): the reports are then kept
+    together, not split by group (one chunk a message rather than one a group)."""
+    return all(len(protocol.pass_groups(s)) == protocol.num_groups
+               for s in range(protocol.num_passes))
+
+
+#: The ``kept`` entry of the reports of every group, for :func:`rereads_all` protocols.
+ALL_GROUPS = -1
 
 
 class PackedReports:
@@ -190,6 +203,10 @@ class WindowPasses:
         for step in range(protocol.num_passes):
             if present[list(protocol.pass_groups(step))].any():
                 self.pass_batches[step] += 1
+        if rereads_all(protocol):
+            self.kept[ALL_GROUPS] = _compact(self.kept.get(ALL_GROUPS, [])
+                                             + [PackedReports(reports)])
+            return self
         later = set(later_groups(protocol))
         distinct = np.flatnonzero(present).tolist()
         if len(distinct) == 1:
@@ -206,11 +223,9 @@ class WindowPasses:
         self._count_pending(protocol)
         return self
 
-    def _count_pending(self, protocol: hh.HeavyHitterProtocol, at_least: int = 0) -> None:
-        """Count the pending reports into pass 0's sums once there are ``COUNT_RUN`` (with
-        ``at_least`` 0: any)."""
-        size = sum(c.size for c in self.pending)
-        if size == 0 or size < (at_least or COUNT_RUN):
+    def _count_pending(self, protocol: hh.HeavyHitterProtocol) -> None:
+        """Count the pending reports into pass 0's sums once there are ``COUNT_RUN``."""
+        if sum(c.size for c in self.pending) < COUNT_RUN:
             return
         counts = protocol.accumulate(0, _concat(self.pending), protocol.initial_state())
         self.first = counts if self.first is None else self.first.merge(counts)
@@ -251,6 +266,14 @@ class WindowPasses:
         return self
 
     def reports_of(self, groups: Sequence[int]) -> Reports | None:
+        """The kept reports of ``groups`` (None: none)."""
+        together = self.kept.get(ALL_GROUPS)
+        if together:
+            reports = _concat(together)
+            mine = np.isin(reports.columns["group"], np.asarray(groups, dtype=np.int64))
+            if not mine.all():  # every pass of these protocols reads every group
+                reports = reports[mine]
+            return reports if len(reports) else None
         chunks = [c for g in groups for c in self.kept.get(g, [])]
         return _concat(chunks) if chunks else None
 

@@ -126,8 +126,11 @@ def test_only_the_reports_of_later_passes_groups_are_kept(name):
     assert sum(c.size for c in acc.pending) == int(np.isin(groups, first_only).sum())
     if name in ("pem", "treehist"):  # pass s reads group s only: group 0 is counted, not kept
         assert later == tuple(range(1, protocol.num_groups))
-    else:  # every pass reads every group
+        assert not windowed.rereads_all(protocol) and set(acc.kept) == set(later)
+    else:  # every pass reads every group: kept together, one chunk a message at most
         assert later == tuple(range(protocol.num_groups))
+        assert windowed.rereads_all(protocol) and set(acc.kept) == {windowed.ALL_GROUPS}
+        assert len(acc.kept[windowed.ALL_GROUPS]) <= len(batches)
 
 
 def test_a_window_of_many_small_messages_holds_few_chunks():
