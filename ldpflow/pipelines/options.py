@@ -746,9 +746,16 @@ COMMANDS: dict[str, Command] = {
                         (INPUT, OUTPUT, METHODS, ESTIMATE, POISONING, VERDICT, CONTRIBUTION,
                          ACCEPTANCE, ENGINE, LABELS),
                         ("input", "output"), beam=True, epilog=_BEAM_EPILOG),
-    "stream": Command("stream", "Reports from Pub/Sub -> windowed consistent estimates (Apache "
-                                "Beam, streaming).",
-                      (STREAM, OUTPUT, METHODS, CONTRIBUTION, ACCEPTANCE),
+    "stream": Command("stream", "Reports from Pub/Sub -> windowed consistent estimates, or "
+                                "with --protocol windowed heavy hitters (Apache Beam, "
+                                "streaming).",
+                      (STREAM, OUTPUT, METHODS, CONTRIBUTION, ACCEPTANCE,
+                       HEAVY_HITTERS.but(
+                           "expect_epsilon", title="Windowed heavy hitters (--protocol)",
+                           protocol={"default": None, "help": (
+                               "The heavy hitters of each window instead of estimates: the "
+                               "heavy-hitter protocol of the reports (the flags below, and "
+                               "--expect_epsilon, then only check the reports).")})),
                       ("subscription",), beam=True, epilog=_BEAM_EPILOG),
     "heavy-hitters": Command("heavy-hitters", "Heavy-hitter reports (pem spm mcm treehist "
                                               "sfp) -> the most frequent values of a huge "

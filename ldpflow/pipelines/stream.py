@@ -1,4 +1,5 @@
-"""``ldpflow stream``: windowed, consistent estimates from a Pub/Sub subscription.
+"""``ldpflow stream``: windowed, consistent estimates (with ``--protocol``, heavy hitters) from a
+Pub/Sub subscription.
 
 Locally, against the Pub/Sub emulator (``gcloud beta emulators pubsub start``, or the Debian
 package ``google-cloud-cli-pubsub-emulator``; ``docs/streaming.md``)::
@@ -15,6 +16,19 @@ package ``google-cloud-cli-pubsub-emulator``; ``docs/streaming.md``)::
     ldpflow pubsub publish --topic projects/ldpflow-dev/topics/reports --input '/tmp/r/*.avro'
     ldpflow pubsub pull --subscription projects/ldpflow-dev/subscriptions/estimates-pull \\
         --wake_topic projects/ldpflow-dev/topics/reports --until_reports 20000 --final_only
+
+The heavy hitters of each window (``--protocol pem|spm|mcm|treehist|sfp``): each pane is
+the document of ``ldpflow heavy-hitters`` (``heavy_hitters.json``) of the window's reports,
+with the window and the pane, written to ``OUTPUT/heavy_hitters-START-END-PROTOCOL-KEY-
+PANE.json`` and/or published to ``--output_topic``; the reports carry their configuration,
+and ``--k``, ``--bits``, the protocol's flags, ``--codec`` and ``--epsilon`` only check it
+(a report that differs is a dead letter)::
+
+    ldpflow simulate --oracle pem --bits 32 --k 16 --epsilon 4 --domain_size 10000 \\
+        --users 200000 --output /tmp/pem
+    ldpflow stream --subscription projects/ldpflow-dev/subscriptions/reports-stream \\
+        --output /tmp/hh-panes --window_size 60 --allowed_lateness 600 --protocol pem &
+    ldpflow pubsub publish --topic projects/ldpflow-dev/topics/reports --input '/tmp/pem/*.avro'
 
 On Dataflow::
 
@@ -36,16 +50,20 @@ does not exist are one line and exit status 1, as is a Pub/Sub failure while it 
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
 import os
+from typing import Any
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.transforms import window
 
+from ldpflow.core import heavy_hitters as hh
 from ldpflow.pipelines import pubsub
 from ldpflow.pipelines.common import (
     acceptance_policy,
@@ -54,12 +72,18 @@ from ldpflow.pipelines.common import (
     parse_methods,
     usage_error,
 )
+from ldpflow.transforms.heavy_hitters import ServerRule
 from ldpflow.transforms.streaming import EstimateStream, WindowSpec, result_to_message
+from ldpflow.transforms.windowed_heavy_hitters import (
+    IdentifyHeavyHittersStream,
+    window_document_key,
+)
 from ldpflow.wire import formats
 from ldpflow.wire.envelope import DeadLetter
 from ldpflow.wire.results import estimate_records
 
-__all__ = ["run", "start", "build", "WritePanesFn"]
+__all__ = ["run", "start", "build", "parse", "WritePanesFn", "WriteHeavyHitterPanesFn",
+           "HeavyHitterStream"]
 
 _LOGGER = logging.getLogger(__name__)
 _PROG = "ldpflow stream"
@@ -86,6 +110,26 @@ class WritePanesFn(beam.DoFn):
         yield stem + ".json"
 
 
+class WriteHeavyHitterPanesFn(beam.DoFn):
+    """One pane's heavy-hitter document ->
+    ``OUTPUT/heavy_hitters-START-END-PROTOCOL-KEY-PANE.json`` (idempotent)."""
+
+    def __init__(self, output: str):
+        super().__init__()
+        self._output = output.rstrip("/")
+
+    def process(self, document):
+        key_text = window_document_key(document)
+        key = hashlib.sha1(key_text.encode("utf-8")).hexdigest()[:10]
+        protocol = (document["results"][0].get("protocol") if document["results"]
+                    else None) or "none"
+        path = (f"{self._output}/heavy_hitters-{document['window_start']}-"
+                f"{document['window_end']}-{protocol}-{key}-{document['pane_index']:04d}.json")
+        with FileSystems.create(path) as f:
+            f.write(json.dumps(document, indent=1, sort_keys=True).encode("utf-8"))
+        yield path
+
+
 class WriteDeadLetterWindowsFn(beam.DoFn):
     """Dead letters of one window and pane -> one JSON-lines file."""
 
@@ -108,10 +152,22 @@ def _windows(opts) -> WindowSpec:
                       opts.early_firing)
 
 
-def build(pipeline: beam.Pipeline, opts, methods: list[str], messages=None):
-    """Wire source -> ``EstimateStream`` -> sinks (``opts``: the job's flags, from
-    ``job_options``). ``messages`` replaces the Pub/Sub source."""
-    policy = acceptance_policy(opts, _PROG)
+@dataclasses.dataclass(frozen=True)
+class HeavyHitterStream:
+    """What ``--protocol`` asks of the stream: the protocol, the parameters the flags state
+    (the reports of others are dead letters) and the server's rule."""
+
+    protocol: str
+    expect: dict
+    rule: ServerRule
+
+
+def build(pipeline: beam.Pipeline, opts, methods: list[str], messages=None,
+          heavy: HeavyHitterStream | None = None):
+    """Wire source -> ``EstimateStream`` (with ``heavy``: ``IdentifyHeavyHittersStream``)
+    -> sinks (``opts``: the job's flags, from ``job_options``). ``messages`` replaces the
+    Pub/Sub source."""
+    policy = acceptance_policy(opts, _PROG, None if heavy is None else heavy.expect)
     if messages is None:
         from ldpflow.pipelines.pubsub_client import allow_large_pulls
 
@@ -120,14 +176,22 @@ def build(pipeline: beam.Pipeline, opts, methods: list[str], messages=None):
         # that does not parse is then a dead letter, not an error that stalls the read.
         messages = pipeline | "ReadPubSub" >> beam.io.ReadFromPubSub(
             subscription=opts.subscription, with_attributes=True)
-    out = messages | "EstimateStream" >> EstimateStream(
-        methods, _windows(opts), policy, opts.timestamp_attribute, opts.max_reports_per_user)
-    estimates, dead = out["estimates"], out["dead_letters"]
+    if heavy is None:
+        out = messages | "EstimateStream" >> EstimateStream(
+            methods, _windows(opts), policy, opts.timestamp_attribute,
+            opts.max_reports_per_user)
+        panes, writer = out["estimates"], WritePanesFn
+    else:
+        out = messages | "HeavyHittersStream" >> IdentifyHeavyHittersStream(
+            heavy.protocol, _windows(opts), policy, heavy.rule, opts.timestamp_attribute,
+            opts.max_reports_per_user)
+        panes, writer = out["heavy_hitters"], WriteHeavyHitterPanesFn
+    dead = out["dead_letters"]
     if opts.output_topic:
-        (estimates | "EstimateMessages" >> beam.Map(result_to_message)
+        (panes | "EstimateMessages" >> beam.Map(result_to_message)
          | "PublishEstimates" >> beam.io.WriteToPubSub(opts.output_topic))
     if opts.output:
-        estimates | "WritePanes" >> beam.ParDo(WritePanesFn(opts.output))
+        panes | "WritePanes" >> beam.ParDo(writer(opts.output))
     dead_json = dead | "DeadLetterJson" >> beam.Map(DeadLetter.to_json)
     if opts.dead_letter_topic:
         (dead_json | "DeadLetterMessages" >> beam.Map(lambda text: text.encode("utf-8"))
@@ -141,7 +205,75 @@ def build(pipeline: beam.Pipeline, opts, methods: list[str], messages=None):
     return out
 
 
-def _parse(argv: list[str] | None):
+#: The flags of ``--protocol`` (``HeavyHittersOptions``) other than it.
+_HEAVY_FLAGS = ("k", "bits", *sorted(hh.SHAPE_FLAGS), "survivors", "threshold_sigma",
+                "threshold", "significance", "refine_sigma", "codec", "truth")
+
+
+@contextlib.contextmanager
+def _as_stream():
+    """The heavy-hitters job's flag checks, with this job's name in their line."""
+    try:
+        yield
+    except SystemExit as exc:
+        text = str(exc.code) if exc.code is not None else ""
+        prefix = "ldpflow heavy-hitters: "
+        if text.startswith(prefix):
+            raise SystemExit(f"{_PROG}: {text[len(prefix):]}") from None
+        raise
+
+
+def _heavy_hitters(opts, argv: list[str] | None) -> HeavyHitterStream | None:
+    """``--protocol`` and its flags, checked as the batch job checks them, before any
+    pipeline: the configuration is each report's own, and what the flags state only checks
+    it (the reports of another configuration are dead letters)."""
+    if opts.protocol is None:
+        stray = [f for f in _HEAVY_FLAGS if getattr(opts, f, None) is not None]
+        if stray:
+            raise usage_error(_PROG, f"--{stray[0]} is a heavy-hitter flag: give --protocol "
+                                     "(pem, spm, mcm, treehist, sfp) with it")
+        return None
+    from ldpflow.core import validation
+    from ldpflow.pipelines import heavy_hitters as job
+
+    for flag in ("expect_oracle", "expect_domain_size"):
+        if getattr(opts, flag) is not None:
+            raise usage_error(_PROG, f"--{flag} is for frequency-oracle reports; with "
+                                     "--protocol the flags --k, --bits, --expect_epsilon, --codec "
+                                     "and the protocol's own check the reports")
+    name = opts.protocol
+    with _as_stream():
+        job.check_flags(opts)
+        if opts.k is not None:
+            job.configure(opts)  # the flags' own values: a usage error names them
+        options = job.server_options(opts)
+        truth = job.read_truth(opts.truth) if opts.truth else None
+    expect: dict[str, Any] = {"oracle": name}
+    if opts.k is not None:
+        expect.update(top_k=opts.k, value_bits=opts.bits, **{
+            p: getattr(opts, p) for p in hh.shape_parameters(name)
+            if getattr(opts, p) is not None})
+    if opts.codec is not None:
+        expect["codec"] = opts.codec
+    if opts.expect_epsilon is not None:
+        try:
+            expect["epsilon"] = validation.check_epsilon(opts.expect_epsilon,
+                                                         name="--expect_epsilon")
+        except ValueError as exc:
+            raise usage_error(_PROG, str(exc)) from None
+    return HeavyHitterStream(name, expect, ServerRule(options=options, truth=truth))
+
+
+def parse(argv: list[str] | None):
+    """The job's flags, checked before any pipeline exists: ``(options, opts, methods,
+    heavy)`` for :func:`build` (``heavy``: the :class:`HeavyHitterStream` of ``--protocol``,
+    None without it).
+
+    Raises
+    ------
+    SystemExit
+        With one line of text for a usage error.
+    """
     options, opts = job_options("stream", argv)
     if not (opts.output_topic or opts.output):
         raise usage_error(_PROG, "give --output_topic and/or --output")
@@ -150,12 +282,14 @@ def _parse(argv: list[str] | None):
         _windows(opts)
     except ValueError as exc:
         raise usage_error(_PROG, str(exc)) from None
-    acceptance_policy(opts, _PROG)  # bad limits fail before any pipeline exists
+    heavy = _heavy_hitters(opts, argv)
+    # bad limits fail before any pipeline exists
+    acceptance_policy(opts, _PROG, None if heavy is None else heavy.expect)
     if opts.max_reports_per_user is not None and opts.max_reports_per_user < 1:
         raise usage_error(_PROG, "--max_reports_per_user must be a positive integer, got "
                                  f"{opts.max_reports_per_user}")
     options.view_as(StandardOptions).streaming = True
-    return options, opts, methods
+    return options, opts, methods, heavy
 
 
 def _local(runner) -> bool:
@@ -203,7 +337,7 @@ def start(argv: list[str] | None = None):
         after one line on stderr, when Pub/Sub cannot be reached or a resource does not
         exist (local runners).
     """
-    options, opts, methods = _parse(argv)
+    options, opts, methods, heavy = parse(argv)
     runner = options.view_as(StandardOptions).runner
     _check_pubsub(opts, runner)
     for flag in ("output", "dead_letter_output"):  # written as panes fire: check them now
@@ -214,7 +348,7 @@ def start(argv: list[str] | None = None):
 
         runner = BundleBasedDirectRunner()
     pipeline = beam.Pipeline(runner=runner, options=options)
-    build(pipeline, opts, methods)
+    build(pipeline, opts, methods, heavy=heavy)
     result = pipeline.run()
     _LOGGER.info("streaming from %s (window %ss); cancel to stop", opts.subscription,
                  opts.window_size)

@@ -25,6 +25,10 @@ order across batches (a stream cannot wait for a window's earliest reports), by 
 then the public hash of the report id within a batch (``caps.tie_breaks``). Sliding windows
 cap each window on its own.
 
+Steps 1 to 4 (and the cap) are :class:`WindowReports`, which the windowed heavy hitters
+(:mod:`ldpflow.transforms.windowed_heavy_hitters`) share: there the deduplication also
+yields a :class:`Duplicates` count per cell that dropped copies.
+
 Counters (namespace ``ldpflow``): ``messages``, ``records``, ``reports``, ``dead_letters``,
 ``duplicates``, ``reports_capped``.
 """
@@ -68,6 +72,8 @@ __all__ = [
     "FormatPaneFn",
     "CapUsersFn",
     "EstimateStream",
+    "WindowReports",
+    "Duplicates",
     "parse_event_time",
 ]
 
@@ -213,12 +219,6 @@ _KEEP = ("id_hashes", "report_ids", "event_times")
 _USER_BUCKET_BITS = 4  # state cells per window for the contribution cap
 
 
-#: The seen-id state is kept per key, event-time cell and id-hash bucket (the hash's top
-#: bits): each state holds about 1/2**bits of a cell's ids, so a cell's ids are spread over
-#: that many keys (and workers) and no one state grows with the whole cell.
-ID_BUCKET_BITS = 2
-
-
 def split_cells(key: str, batch, cell_ms: int, bucket_bits: int = 0):
     """One ``TimestampedValue((state key, sub-batch))`` per event-time cell of ``batch`` and,
     with ``bucket_bits``, per id-hash bucket: the state key is then ``key`` and the bucket
@@ -264,9 +264,10 @@ class DeduplicateReportsFn(beam.DoFn):
 
     SEEN = CombiningValueStateSpec("seen", PickleCoder(), SeenIdsCombineFn())
 
-    def __init__(self, count: bool = True):
+    def __init__(self, count: bool = True, tally: bool = False):
         super().__init__()
         self._count = count  # False: yield the new reports' batch, to be capped first
+        self._tally = tally  # True: also yield (key, Duplicates) of the copies dropped
         self._duplicates = Metrics.counter("ldpflow", "duplicates")
 
     def process(self, element, seen=beam.DoFn.StateParam(SEEN)):
@@ -282,6 +283,8 @@ class DeduplicateReportsFn(beam.DoFn):
         duplicates = int(hashes.size - np.count_nonzero(new_sorted))
         if duplicates:
             self._duplicates.inc(duplicates)
+            if self._tally:
+                yield key, Duplicates(duplicates, key)
         if new_sorted.any():
             seen.add((hashes[new_sorted], ids[new_sorted]))
             new = np.empty_like(new_sorted)
@@ -290,6 +293,15 @@ class DeduplicateReportsFn(beam.DoFn):
             if self._count:  # the ids are needed no more (the cap breaks ties by them)
                 fresh = dataclasses.replace(fresh, report_ids=None)
             yield key, (batch.protocol.count_valid(fresh.reports) if self._count else fresh)
+
+
+@dataclasses.dataclass(frozen=True)
+class Duplicates:
+    """Copies of report ids that :class:`DeduplicateReportsFn` dropped in one cell (a
+    count, timestamped with the cell, so that a window can report its duplicates)."""
+
+    count: int
+    key: tuple | None = None
 
 
 def _add_counts(a: tuple, b: tuple) -> tuple:
@@ -381,22 +393,32 @@ class FormatPaneFn(beam.DoFn):
         yield result
 
 
-class EstimateStream(beam.PTransform):
-    """Messages -> ``{"estimates": result dicts per window/key/pane, "dead_letters": ...}``."""
+class WindowReports(beam.PTransform):
+    """Messages -> ``{"reports": windowed (key, batch) pairs, "dead_letters": ...}``: steps
+    1 to 4 of the module docstring, before any counting.
 
-    def __init__(self, methods: Sequence[str], windows: WindowSpec,
+    With ``count`` the batches are counted into accumulators at the deduplication (the
+    frequency stream, uncapped); without it ``reports`` holds the new reports'
+    :class:`~ldpflow.wire.envelope.ReportBatch` (capped with ``max_reports_per_user``).
+    With ``tally_duplicates`` it also holds a ``(key, Duplicates)`` per cell that dropped
+    copies (never capped).
+    """
+
+    def __init__(self, windows: WindowSpec,
                  expect: AcceptancePolicy | Mapping[str, Any] | None = None,
                  timestamp_attribute: str | None = None,
-                 max_reports_per_user: int | None = None):
+                 max_reports_per_user: int | None = None, count: bool = True,
+                 tally_duplicates: bool = False):
         super().__init__()
         cap = max_reports_per_user
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
             raise ValueError(f"max_reports_per_user must be a positive integer, got {cap!r}")
-        self._methods = tuple(methods)
         self._windows = windows
         self._expect = expect
         self._attribute = timestamp_attribute
         self._cap = cap
+        self._count = count and cap is None
+        self._tally = tally_duplicates
 
     def expand(self, messages):
         capping = self._cap is not None
@@ -413,11 +435,18 @@ class EstimateStream(beam.PTransform):
         windowed = (
             decoded.reports
             | "Cells" >> self._windows.cell_window_into()
-            | "Deduplicate" >> beam.ParDo(DeduplicateReportsFn(count=not capping)
+            | "Deduplicate" >> beam.ParDo(DeduplicateReportsFn(count=self._count,
+                                                               tally=self._tally)
                                           ).with_input_types(tuple[str, typing.Any])
             | "Windows" >> self._windows.window_into()
         )
         if capping:
+            tallies = None
+            if self._tally:
+                tallies = windowed | "DuplicateTallies" >> beam.Filter(
+                    lambda element: isinstance(element[1], Duplicates))
+                windowed = windowed | "NewReports" >> beam.Filter(
+                    lambda element: not isinstance(element[1], Duplicates))
             windowed = (
                 windowed
                 | "UserBuckets" >> beam.FlatMap(_user_bucket, _USER_BUCKET_BITS
@@ -425,12 +454,33 @@ class EstimateStream(beam.PTransform):
                 | "CapUsers" >> beam.ParDo(CapUsersFn(self._cap)).with_input_types(
                     tuple[int, typing.Any])
             )
+            if tallies is not None:
+                windowed = (windowed, tallies) | "WithDuplicates" >> beam.Flatten()
+        return {"reports": windowed, "dead_letters": decoded[DEAD_LETTERS]}
+
+
+class EstimateStream(beam.PTransform):
+    """Messages -> ``{"estimates": result dicts per window/key/pane, "dead_letters": ...}``."""
+
+    def __init__(self, methods: Sequence[str], windows: WindowSpec,
+                 expect: AcceptancePolicy | Mapping[str, Any] | None = None,
+                 timestamp_attribute: str | None = None,
+                 max_reports_per_user: int | None = None):
+        super().__init__()
+        self._methods = tuple(methods)
+        self._reports = WindowReports(windows, expect, timestamp_attribute,
+                                      max_reports_per_user)
+
+    def expand(self, messages):
+        # The stages keep their labels of before WindowReports (streaming update
+        # compatibility depends on them).
+        out = self._reports.expand(messages)
         estimates = (
-            windowed
+            out["reports"]
             | "Count" >> beam.CombinePerKey(FrequencyOracleCombineFn())
             | "Estimate" >> beam.ParDo(FormatPaneFn(self._methods))
         )
-        return {"estimates": estimates, "dead_letters": decoded[DEAD_LETTERS]}
+        return {"estimates": estimates, "dead_letters": out["dead_letters"]}
 
 
 def result_to_message(result: dict) -> bytes:

@@ -1,0 +1,488 @@
+"""Heavy hitters per window of a stream: every protocol of :mod:`ldpflow.core.heavy_hitters`.
+
+Contract:
+
+* Input: windowed ``(key, element)`` pairs of one protocol's keys
+  (:meth:`~ldpflow.core.keys.ProtocolKey.heavy_hitters`), where ``element`` is a
+  deduplicated :class:`~ldpflow.wire.envelope.ReportBatch`, a :class:`Duplicates` tally of
+  the copies the deduplication dropped, or a keyed
+  :class:`~ldpflow.wire.envelope.DeadLetter`.
+* :class:`WindowPassesCombineFn` keeps, per key and window, what the protocol's passes need
+  (:class:`WindowPasses`) and runs them when a pane fires. Pass ``0`` needs no earlier
+  result, so the reports of the groups only it reads are counted into its sums (exact
+  integer sums, whose size does not depend on the reports) in runs of :data:`COUNT_RUN`;
+  the reports of the groups a later pass reads are kept as compact columns (narrowest
+  integer dtypes, a column constant over a group stored once), because pass ``s`` can
+  count them only for what pass ``s - 1`` found, which is known when the window's reports
+  are. Each user is in exactly one group, so a report is held once.
+* Passes are estimated with the batch job's own steps (:func:`~ldpflow.transforms.
+  heavy_hitters.advance_pass`, :func:`~ldpflow.transforms.heavy_hitters.assemble_result`
+  under one :class:`~ldpflow.transforms.heavy_hitters.ServerRule`), so a pane's result
+  equals the batch job's on the same reports: same candidates, counts, survivors and heavy
+  hitters (the counts are integers and every step is deterministic). Only a stage's
+  ``batches`` figure differs (how the reports arrived).
+* :class:`FormatHeavyHitterPaneFn` makes the batch job's ``heavy_hitters.json`` document
+  (:func:`~ldpflow.wire.results.heavy_hitters_document`) of one key's result, tagged with
+  ``window_start``, ``window_end`` (ms since the epoch), ``pane`` (``EARLY``, ``ON_TIME``,
+  ``LATE``) and ``pane_index``.
+
+Memory per open window and key: pass 0's sums (as the batch job's first pass holds) plus,
+for the reports of the groups a later pass reads, their columns at a few bytes each (PEM,
+TreeHist: ``(g - 1) / g`` of the window's ``n`` reports, ``g`` groups, 9 bytes a report at
+64 bits; SPM, MCM, SFP re-read every group, so every report is kept: 27, 41 and 18 bytes).
+``docs/streaming.md`` gives the figures and how they scale.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+
+from ldpflow.core import heavy_hitters as hh
+from ldpflow.core.keys import ProtocolKey
+from ldpflow.core.oracles import Reports
+from ldpflow.plan.steps import add_tallies, dead_letter_summary, letter_tally
+from ldpflow.transforms.heavy_hitters import (
+    PassOutcome,
+    PassPartial,
+    ServerRule,
+    advance_pass,
+    assemble_result,
+)
+from ldpflow.transforms.streaming import (
+    DEAD_LETTERS,
+    PANE_TIMING,
+    Duplicates,
+    WindowReports,
+    WindowSpec,
+)
+from ldpflow.wire.envelope import DeadLetter, ReportBatch
+from ldpflow.wire.envelope import _narrow as narrow_column  # the wire's compact dtypes
+from ldpflow.wire.results import heavy_hitters_document
+
+__all__ = [
+    "PackedReports",
+    "WindowPasses",
+    "WindowPassesCombineFn",
+    "FormatHeavyHitterPaneFn",
+    "later_groups",
+    "rereads_all",
+    "ALL_GROUPS",
+    "IdentifyHeavyHittersStream",
+    "window_document_key",
+]
+
+#: Reports of pass 0's own groups counted together (pass 0's sums are allocated once a run).
+COUNT_RUN = 1 << 16
+
+
+def later_groups(protocol: hh.HeavyHitterProtocol) -> tuple[int, ...]:
+    """The groups some pass after the first reads: their reports are kept until the window
+    closes (the first pass's groups are counted on arrival)."""
+    return tuple(sorted({g for s in range(1, protocol.num_passes)
+                         for g in protocol.pass_groups(s)}))
+
+
+def rereads_all(protocol: hh.HeavyHitterProtocol) -> bool:
+    """Whether every pass reads every group (SPM, MCM, SFP): the reports are then kept
+    together, not split by group (one chunk a message rather than one a group)."""
+    return all(len(protocol.pass_groups(s)) == protocol.num_groups
+               for s in range(protocol.num_passes))
+
+
+#: The ``kept`` entry of the reports of every group, for :func:`rereads_all` protocols.
+ALL_GROUPS = -1
+
+
+class PackedReports:
+    """Reports of one group in compact columns: each integer column in the narrowest dtype
+    that holds its values, a column of one value as that value alone.
+
+    Exact: :meth:`unpack` restores the columns, values and dtypes.
+    """
+
+    __slots__ = ("oracle", "size", "columns")
+
+    def __init__(self, reports: Reports):
+        self.oracle = reports.oracle
+        self.size = len(reports)
+        self.columns: dict[str, tuple[str, Any, str]] = {}
+        for name, column in reports.columns.items():
+            if column.ndim == 1 and column.size and column.dtype.kind in "iu" and (
+                    column.min() == column.max()):
+                self.columns[name] = ("constant", column[0].item(), column.dtype.str)
+            else:
+                packed, dtype = narrow_column(column)
+                self.columns[name] = ("array", packed, dtype)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays held."""
+        return sum(v.nbytes for kind, v, _ in self.columns.values() if kind == "array")
+
+    def unpack(self) -> Reports:
+        cols = {}
+        for name, (kind, value, dtype) in self.columns.items():
+            if kind == "constant":
+                cols[name] = np.full(self.size, value, dtype=np.dtype(dtype))
+            else:
+                cols[name] = value.astype(np.dtype(dtype), copy=False)
+        return Reports(self.oracle, cols)
+
+    @classmethod
+    def join(cls, chunks: Sequence[PackedReports]) -> PackedReports:
+        return cls(_concat(chunks))
+
+
+@dataclasses.dataclass(eq=False)
+class WindowPasses:
+    """What one key's passes need of one window's reports (mergeable, exact).
+
+    A report of a group that a later pass reads is kept (``kept``); one of a group only
+    pass 0 reads is counted into pass 0's sums (``first``), in runs of at least
+    :data:`COUNT_RUN` reports (``pending`` until then), so that the sums, whose size does
+    not depend on the reports, are allocated once a run and not once a message.
+
+    Attributes
+    ----------
+    key : tuple
+        The heavy-hitter key (configuration and codec); None until an input names it.
+    first : PassCounts or None
+        Pass 0's sums of the counted reports of the groups only it reads.
+    pending : list of PackedReports
+        Reports of those groups not yet counted (fewer than :data:`COUNT_RUN`).
+    kept : dict of int to list of PackedReports
+        The reports of each group a later pass reads.
+    group_counts : ndarray of int64
+        Reports per group.
+    pass_batches : ndarray of int64
+        Batches that held reports of each pass's groups.
+    dead : dict
+        Keyed dead letters per reason (:func:`~ldpflow.plan.steps.letter_tally` tallies).
+    duplicates : int
+        Copies of report ids dropped by the deduplication.
+    """
+
+    key: tuple | None = None
+    first: hh.PassCounts | None = None
+    pending: list = dataclasses.field(default_factory=list)
+    kept: dict = dataclasses.field(default_factory=dict)
+    group_counts: np.ndarray | None = None
+    pass_batches: np.ndarray | None = None
+    dead: dict = dataclasses.field(default_factory=dict)
+    duplicates: int = 0
+
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes of the report columns held (kept and pending)."""
+        return (sum(c.nbytes for chunks in self.kept.values() for c in chunks)
+                + sum(c.nbytes for c in self.pending))
+
+    def _start(self, key: tuple, protocol: hh.HeavyHitterProtocol) -> None:
+        if self.key is None:
+            self.key = key
+        elif self.key != key:
+            raise ValueError(f"reports of {key} given to the window of {self.key}")
+        if self.group_counts is None:
+            self.group_counts = np.zeros(protocol.num_groups, dtype=np.int64)
+            self.pass_batches = np.zeros(protocol.num_passes, dtype=np.int64)
+
+    def add_reports(self, key: tuple, protocol: hh.HeavyHitterProtocol,
+                    reports: Reports) -> WindowPasses:
+        """Keep or count ``reports`` (valid reports: checked by the wire parse)."""
+        if len(reports) == 0:
+            return self
+        self._start(key, protocol)
+        groups = reports.columns["group"]
+        present = np.bincount(groups, minlength=protocol.num_groups)[: protocol.num_groups]
+        self.group_counts += present
+        for step in range(protocol.num_passes):
+            if present[list(protocol.pass_groups(step))].any():
+                self.pass_batches[step] += 1
+        if rereads_all(protocol):
+            self.kept[ALL_GROUPS] = _compact(self.kept.get(ALL_GROUPS, [])
+                                             + [PackedReports(reports)])
+            return self
+        later = set(later_groups(protocol))
+        distinct = np.flatnonzero(present).tolist()
+        if len(distinct) == 1:
+            parts = [(distinct[0], reports)]
+        else:
+            order = np.argsort(groups, kind="stable")
+            bounds = np.searchsorted(groups[order], np.arange(protocol.num_groups + 1))
+            parts = [(g, reports[order[bounds[g]:bounds[g + 1]]]) for g in distinct]
+        for g, part in parts:
+            if g in later:
+                self.kept[g] = _compact(self.kept.get(g, []) + [PackedReports(part)])
+            else:  # read by pass 0 only
+                self.pending.append(PackedReports(part))
+        self._count_pending(protocol)
+        return self
+
+    def _count_pending(self, protocol: hh.HeavyHitterProtocol) -> None:
+        """Count the pending reports into pass 0's sums once there are ``COUNT_RUN``."""
+        if sum(c.size for c in self.pending) < COUNT_RUN:
+            return
+        counts = protocol.accumulate(0, _concat(self.pending), protocol.initial_state())
+        self.first = counts if self.first is None else self.first.merge(counts)
+        self.pending = []
+
+    def add_dead(self, key: tuple, letter: DeadLetter) -> WindowPasses:
+        if self.key is None:
+            self.key = key
+        tally = letter_tally(letter)
+        self.dead = add_tallies(self.dead, {letter.reason: tally})
+        return self
+
+    def merge(self, other: WindowPasses) -> WindowPasses:
+        """Add ``other`` into ``self`` (mutating only ``self``) and return ``self``."""
+        if other.key is None:
+            return self
+        if self.key is None:
+            self.key = other.key
+        elif self.key != other.key:
+            raise ValueError(f"cannot merge the window of {other.key} into that of {self.key}")
+        if other.group_counts is not None:
+            if self.group_counts is None:
+                self.group_counts = other.group_counts.copy()
+                self.pass_batches = other.pass_batches.copy()
+            else:
+                self.group_counts = self.group_counts + other.group_counts
+                self.pass_batches = self.pass_batches + other.pass_batches
+        if other.first is not None:
+            self.first = other.first.copy() if self.first is None else self.first.merge(
+                other.first)
+        for g, chunks in other.kept.items():
+            self.kept[g] = _compact(self.kept.get(g, []) + list(chunks))
+        if other.pending:
+            self.pending = self.pending + list(other.pending)
+            self._count_pending(ProtocolKey.coerce(self.key).build())
+        self.dead = add_tallies(self.dead, other.dead)
+        self.duplicates += other.duplicates
+        return self
+
+    def reports_of(self, groups: Sequence[int]) -> Reports | None:
+        """The kept reports of ``groups`` (None: none)."""
+        together = self.kept.get(ALL_GROUPS)
+        if together:
+            reports = _concat(together)
+            mine = np.isin(reports.columns["group"], np.asarray(groups, dtype=np.int64))
+            if not mine.all():  # every pass of these protocols reads every group
+                reports = reports[mine]
+            return reports if len(reports) else None
+        chunks = [c for g in groups for c in self.kept.get(g, [])]
+        return _concat(chunks) if chunks else None
+
+    def _first_counts(self, protocol: hh.HeavyHitterProtocol) -> hh.PassCounts:
+        """Pass 0's sums of every report of its groups: those counted, those pending and
+        those kept for a later pass (a new object: the state is not changed)."""
+        initial = protocol.initial_state()
+        counts = (protocol.create_pass_counts(0, initial) if self.first is None
+                  else self.first.copy())
+        for part in (_concat(self.pending) if self.pending else None,
+                     self.reports_of(protocol.pass_groups(0))):
+            if part is not None:
+                counts.merge(protocol.accumulate(0, part, initial))
+        return counts
+
+    def result(self, protocol: hh.HeavyHitterProtocol, rule: ServerRule) -> dict[str, Any]:
+        """The batch job's result of these reports (:func:`~ldpflow.transforms.heavy_hitters.
+        assemble_result`); reads the state without changing it, so every pane of an
+        accumulating window can ask."""
+        key = self.key
+        grouped: dict[str, list] = {"dead": [sum(t[0] for t in self.dead.values())]}
+        previous: dict[tuple, PassOutcome] = {}
+        sizes = (self.group_counts if self.group_counts is not None
+                 else np.zeros(protocol.num_groups, dtype=np.int64))
+        for step in range(protocol.num_passes):
+            groups = list(protocol.pass_groups(step))
+            read = np.zeros(protocol.num_groups, dtype=np.int64)
+            read[groups] = sizes[groups]
+            if read.sum() == 0:  # as in the batch job: a pass with no reports has no outcome
+                previous = {}
+                continue
+            if step == 0:
+                counts = self._first_counts(protocol)
+            else:
+                before = previous.get(key)
+                state = None if before is None else before.state
+                reports = self.reports_of(groups)
+                counts = (None if state is None or reports is None
+                          else protocol.accumulate(step, reports, state))
+            partial = PassPartial(counts, read, int(self.pass_batches[step]))
+            _, outcome = advance_pass((key, partial), step, rule, previous)
+            grouped[f"stage{step}"] = [outcome]
+            previous = {key: outcome}
+        return assemble_result((key, grouped), protocol.num_passes, rule)
+
+
+def _compact(chunks: list[PackedReports]) -> list[PackedReports]:
+    """``chunks``, largest first, each more than twice the next: two neighbours that are not
+    are joined (the smallest such pair first) until none is left. So ``n`` reports are held
+    in ``O(log n)`` chunks, and a join makes a report's chunk at least 1.5 times larger, so
+    each report is copied ``O(log n)`` times as a window fills."""
+    chunks = sorted(chunks, key=lambda c: -c.size)
+    i = len(chunks) - 2
+    while i >= 0:
+        if 2 * chunks[i + 1].size >= chunks[i].size:
+            joined = PackedReports.join([chunks[i], chunks.pop(i + 1)])
+            chunks.pop(i)
+            at = 0
+            while at < len(chunks) and chunks[at].size > joined.size:
+                at += 1
+            chunks.insert(at, joined)
+            i = len(chunks) - 2  # the order changed: look again from the smallest
+        else:
+            i -= 1
+    return chunks
+
+
+def _concat(chunks: Sequence[PackedReports]) -> Reports:
+    return chunks[0].unpack() if len(chunks) == 1 else Reports.concat(
+        [c.unpack() for c in chunks])
+
+
+class WindowPassesCombineFn(beam.CombineFn):
+    """``ReportBatch``, :class:`Duplicates` and keyed ``DeadLetter`` inputs of one key and
+    window -> :class:`WindowPasses`; the output is the pane's result dict
+    (:meth:`WindowPasses.result`)."""
+
+    def __init__(self, rule: ServerRule | None = None):
+        super().__init__()
+        self._rule = rule or ServerRule()
+
+    def setup(self):
+        self._configs: dict[tuple, hh.HeavyHitterProtocol] = {}
+
+    def _protocol(self, key: tuple) -> hh.HeavyHitterProtocol:
+        configs = getattr(self, "_configs", None)
+        if configs is None:
+            configs = self._configs = {}
+        protocol = configs.get(key)
+        if protocol is None:
+            protocol = configs[key] = ProtocolKey.coerce(key).build()
+        return protocol
+
+    def create_accumulator(self) -> WindowPasses:
+        return WindowPasses()
+
+    def add_input(self, accumulator: WindowPasses, element) -> WindowPasses:
+        if isinstance(element, ReportBatch):
+            key = tuple(element.key)
+            return accumulator.add_reports(key, self._protocol(key), element.reports)
+        if isinstance(element, Duplicates):
+            if accumulator.key is None:  # a window's pane may hold only copies
+                accumulator.key = element.key
+            accumulator.duplicates += element.count
+            return accumulator
+        if isinstance(element, DeadLetter):
+            return accumulator.add_dead(tuple(element.key), element)
+        raise TypeError(f"expected a ReportBatch, Duplicates or DeadLetter, got "
+                        f"{type(element).__name__}")
+
+    def merge_accumulators(self, accumulators) -> WindowPasses:
+        merged = None
+        for accumulator in accumulators:  # may be a one-shot iterator: iterate once
+            merged = accumulator if merged is None else merged.merge(accumulator)
+        return merged if merged is not None else WindowPasses()
+
+    def extract_output(self, accumulator: WindowPasses) -> dict[str, Any]:
+        protocol = self._protocol(accumulator.key)
+        result = accumulator.result(protocol, self._rule)
+        # The document's figures of the window, popped by FormatHeavyHitterPaneFn.
+        result["_window"] = {"dead_letters": dead_letter_summary(accumulator.dead),
+                             "duplicates": accumulator.duplicates,
+                             "kept_bytes": accumulator.kept_bytes}
+        return result
+
+
+class FormatHeavyHitterPaneFn(beam.DoFn):
+    """``(key, result)`` of one pane -> the batch job's document of that result, tagged with
+    the window and the pane."""
+
+    def process(self, element, win=beam.DoFn.WindowParam, pane=beam.DoFn.PaneInfoParam):
+        _, result = element
+        result = dict(result)
+        extra = result.pop("_window")
+        document = heavy_hitters_document([result], extra["dead_letters"], None,
+                                          extra["duplicates"])
+        if "scores" in result and result["n"] > 0:
+            document["scores"] = result["scores"]
+        document["window_start"] = int(win.start.micros // 1000)
+        document["window_end"] = int(win.end.micros // 1000)
+        document["pane"] = PANE_TIMING.get(int(pane.timing), "UNKNOWN")
+        document["pane_index"] = int(pane.index)
+        document["kept_bytes"] = int(extra["kept_bytes"])
+        yield document
+
+
+def window_document_key(document: Mapping[str, Any]) -> str:
+    """The key text of a pane's document (its one result's)."""
+    results = document.get("results") or [{}]
+    return str(results[0].get("key"))
+
+
+def _of_protocol(letter, name):  # no annotations: Beam would read them as type hints
+    return letter.key is not None and letter.key[0] == name
+
+
+class IdentifyHeavyHittersStream(beam.PTransform):
+    """Messages -> ``{"heavy_hitters": documents per window, key and pane, "dead_letters":
+    every dead letter}``.
+
+    Parameters
+    ----------
+    protocol : str
+        The heavy-hitter protocol whose reports are counted (``expect`` should name it: the
+        reports of others are dead letters at the parse).
+    windows : WindowSpec
+        Windows, firings and lateness.
+    expect : AcceptancePolicy or mapping, optional
+        What the parse accepts (the configuration is each report's own; the policy only
+        checks what the flags state).
+    rule : ServerRule, optional
+        The server's options, pruning, truth and poisoning test, for every key and window.
+    timestamp_attribute : str, optional
+        The message attribute that gives the event time.
+    max_reports_per_user : int, optional
+        The contribution cap per user and window (as in the frequency stream).
+
+    A key's dead letters (reports of the protocol refused at the parse) are counted in the
+    window of their message's timestamp; dead letters of no key (an undecodable message)
+    are in ``dead_letters`` only.
+    """
+
+    def __init__(self, protocol: str, windows: WindowSpec,
+                 expect: Any = None, rule: ServerRule | None = None,
+                 timestamp_attribute: str | None = None,
+                 max_reports_per_user: int | None = None):
+        super().__init__()
+        if protocol not in hh.PROTOCOLS:
+            raise ValueError(f"protocol must be one of {' '.join(sorted(hh.PROTOCOLS))}, got "
+                             f"{protocol!r}")
+        self._name = protocol
+        self._windows = windows
+        self._rule = rule or ServerRule()
+        self._reports = WindowReports(windows, expect, timestamp_attribute,
+                                      max_reports_per_user, count=False,
+                                      tally_duplicates=True)
+
+    def expand(self, messages):
+        out = messages | "WindowReports" >> self._reports
+        keyed_dead = (
+            out["dead_letters"]
+            | "KeyedDeadLetters" >> beam.Filter(_of_protocol, self._name)
+            | "DeadLetterKeys" >> beam.Map(lambda letter: (tuple(letter.key), letter))
+            | "DeadLetterWindows" >> self._windows.window_into()
+        )
+        documents = (
+            (out["reports"], keyed_dead)
+            | "WithDeadLetters" >> beam.Flatten()
+            | "Passes" >> beam.CombinePerKey(WindowPassesCombineFn(self._rule))
+            | "Document" >> beam.ParDo(FormatHeavyHitterPaneFn())
+        )
+        return {"heavy_hitters": documents, DEAD_LETTERS: out[DEAD_LETTERS]}
