@@ -321,6 +321,6 @@ JOBS = {
                          "Heavy-hitter reports (pem, spm, mcm, treehist, sfp) -> the most "
                          "frequent values of a huge domain.",
                          (InputOptions, OutputOptions, HeavyHittersOptions,
-                          PoisoningOptions, VerdictOptions),
+                          PoisoningOptions, VerdictOptions, EngineOptions),
                          ("input", "output")),
 }
