@@ -22,6 +22,7 @@ import pytest
 
 from ldpflow.pipelines import heavy_hitters, simulate
 from tests import wire_support as formats
+from tests.plan.test_engines import dask_backend, spark_backend  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
 
@@ -36,7 +37,6 @@ PROTOCOL_FLAGS = {
 USERS = 3000
 #: What the hostile files hold besides the simulated reports.
 BROKEN_AVRO, BROKEN_JSON, EXACT_COPIES, CONFLICTING_COPIES = 5, 2, 100, 3
-SPARK_MASTER = os.environ.get("LDPFLOW_TEST_SPARK_MASTER", "local-cluster[2,1,1024]")
 ENGINES = ("local", "dask", "spark")
 
 
@@ -75,26 +75,6 @@ def fixed_id_key():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("ldpflow.core.dedup.new_id_key", lambda: bytes(range(16)))
         yield
-
-
-@pytest.fixture(scope="module")
-def dask_backend():
-    pytest.importorskip("distributed", reason="needs the dask extra: pip install 'ldpflow[dask]'")
-    from ldpflow.engines.dask_backend import DaskBackend
-
-    with DaskBackend(workers=2) as backend:
-        yield backend
-
-
-@pytest.fixture(scope="module")
-def spark_backend():
-    pytest.importorskip("pyspark", reason="needs the spark extra: pip install 'ldpflow[spark]'")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs a Java runtime (Debian's openjdk-17; .ci/run installs it)")
-    from ldpflow.engines.spark_backend import SparkBackend
-
-    with SparkBackend(SPARK_MASTER) as backend:
-        yield backend
 
 
 def _backend(request, engine):
