@@ -70,7 +70,10 @@ __all__ = [
     "first_configuration",
     "HeavyHittersJob",
     "HeavyHittersRead",
+    "HeavyHittersPart",
     "read_pass",
+    "read_ranges",
+    "task_lists",
     "count_pass",
     "run_heavy_hitters",
 ]
@@ -383,6 +386,17 @@ class PassTally:
     def __add__(self, other: PassTally) -> PassTally:
         return self._with(other, 1)
 
+    def merge(self, other: PassTally) -> PassTally:
+        """Add ``other`` into this tally (in place) and return it: for a task that owns its
+        running sum (it made it), which then holds one copy of a pass's sums, not two."""
+        if (self.counts is None) != (other.counts is None):
+            raise ValueError("cannot add counts of a pass with and without a state")
+        if self.counts is not None:
+            self.counts.merge(other.counts)
+        self.group_counts += other.group_counts
+        self.parts += other.parts
+        return self
+
     def __sub__(self, other: PassTally) -> PassTally:
         return self._with(other, -1)
 
@@ -477,8 +491,8 @@ def read_pass(task: RangeTask, policy, step: int,
         protocol = _protocol(key, cache)
         tally = _tally(protocol, step, _state(key, step, states, cache), pending.pop(key))
         sizes.pop(key)
-        if tally is not None:
-            out.tallies[key] = out.tallies[key] + tally if key in out.tallies else tally
+        if tally is not None:  # this read's own sums: added in place
+            out.tallies[key] = out.tallies[key].merge(tally) if key in out.tallies else tally
 
     with opener(task.path) as stream:
         for parsed in formats.read_reports(stream, task.fmt, source=task.path,
@@ -511,20 +525,56 @@ def read_pass(task: RangeTask, policy, step: int,
     return out
 
 
-def _pass_tallies(read: HeavyHittersRead):
-    return list(read.tallies.items())
+@dataclasses.dataclass(eq=False)
+class HeavyHittersPart:
+    """What one task of a pass gives: the pass's tallies of its ranges, added as they were
+    read (so that a task holds one running sum, not one per range), and each range's
+    accounts (:class:`HeavyHittersRead` without tallies)."""
+
+    tallies: dict[tuple, PassTally]
+    reads: list[HeavyHittersRead]
 
 
-def _dead_per_key(read: HeavyHittersRead):
-    return list(read.dead.items())
+def read_ranges(tasks: Sequence[RangeTask], policy, step: int,
+                states: Mapping[tuple, hh.PassState | None] | None = None, *,
+                account: bool = False, ids: bool = False) -> HeavyHittersPart:
+    """:func:`read_pass` of several ranges, one after the other, their tallies added."""
+    tallies: dict[tuple, PassTally] = {}
+    reads = []
+    for task in tasks:
+        read = read_pass(task, policy, step, states, account=account, ids=ids)
+        for key, tally in read.tallies.items():  # this task's own sums: added in place
+            tallies[key] = tallies[key].merge(tally) if key in tallies else tally
+        read.tallies = {}
+        reads.append(read)
+    return HeavyHittersPart(tallies, reads)
+
+
+def task_lists(tasks: Sequence[RangeTask], backend: Backend) -> list[list[RangeTask]]:
+    """The ranges cut into ``2 * backend.parallelism`` runs of consecutive ranges (one on
+    an engine of one worker): one task each, so that the partial sums held at once for a
+    merge are a few per worker, not one per range (SFP's first pass holds ``2**22`` counters
+    a position, whatever the number of reports)."""
+    workers = backend.parallelism
+    fan = min(1 if workers <= 1 else 2 * workers, max(len(tasks), 1))
+    bounds = np.linspace(0, len(tasks), fan + 1).astype(int)
+    return [list(tasks[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+
+
+def _pass_tallies(part: HeavyHittersPart):
+    return list(part.tallies.items())
+
+
+def _reads_of(part: HeavyHittersPart):
+    return part.reads
 
 
 def count_pass(backend: Backend, tasks: Sequence[RangeTask], policy, step: int,
                states: Mapping[tuple, hh.PassState | None] | None) -> dict[tuple, PassTally]:
     """Pass ``step > 0`` on ``backend``: a map over the ranges (:func:`read_pass`) and a
     merge per key (pure ``+``, combined where the tallies are, then shuffled)."""
-    reads = backend.map(backend.parallelize(list(tasks)), functools.partial(
-        read_pass, policy=policy, step=step, states=dict(states or {})))
+    reads = backend.map(backend.parallelize(task_lists(tasks, backend)), functools.partial(
+        read_ranges, policy=policy, step=step, states=dict(states or {})))
     return estimate_plan._merged(backend.collect(backend.combine_per_key(
         backend.flat_map(reads, _pass_tallies), estimate_plan._add)))
 
@@ -585,10 +635,12 @@ def run_heavy_hitters(backend: Backend, job: HeavyHittersJob) -> dict[str, Any]:
     staging = outputs.staging_folder(job.output)
     tasks = estimate_plan.plan_ranges(job.input, job.fmt, job.range_bytes)
     mark("plan_ranges")
-    reads = backend.persist(backend.map(backend.parallelize(tasks), functools.partial(
-        read_pass, policy=policy, step=0, account=True, ids=True)))
+    parts = backend.persist(backend.map(backend.parallelize(task_lists(tasks, backend)),
+                                        functools.partial(read_ranges, policy=policy, step=0,
+                                                          account=True, ids=True)))
     first = estimate_plan._merged(backend.collect(backend.combine_per_key(
-        backend.flat_map(reads, _pass_tallies), estimate_plan._add)))
+        backend.flat_map(parts, _pass_tallies), estimate_plan._add)))
+    reads = backend.flat_map(parts, _reads_of)
     mark("pass0")
     repeated, ranges = estimate_plan._repeated_set(
         backend, backend.flat_map(reads, estimate_plan._id_pieces))
@@ -611,14 +663,14 @@ def run_heavy_hitters(backend: Backend, job: HeavyHittersJob) -> dict[str, Any]:
                 kept.append((key, value))
         backend.release(again)
     mark("deduplicate")
-    stats = backend.collect(backend.flat_map(reads, estimate_plan._stats))
-    dead = estimate_plan._merged(backend.collect(backend.combine_per_key(
-        backend.flat_map(reads, _dead_per_key), estimate_plan._add)))
+    accounts = backend.collect(backend.map(reads, _accounts))  # one small record a range
+    stats = [(records, reasons, ms) for records, reasons, ms, _, _ in accounts]
+    reports = sum(a[3] for a in accounts)
+    dead = estimate_plan._merged(item for a in accounts for item in a[4].items())
     backend.collect(backend.flat_map(  # the workers write them, one file per source
         backend.group_by_key(backend.flat_map(reads, estimate_plan._letter_pieces)),
         functools.partial(estimate_plan._write_letters, staging=staging)))
-    reports = sum(r for r in backend.collect(backend.map(reads, _reports_of)))
-    backend.release(reads)
+    backend.release(parts)
     mark("dead_letters")
     stages: list[dict[tuple, PassOutcome]] = []
     previous: dict[tuple, PassOutcome] = {}
@@ -678,5 +730,5 @@ def run_heavy_hitters(backend: Backend, job: HeavyHittersJob) -> dict[str, Any]:
     return summary
 
 
-def _reports_of(read: HeavyHittersRead) -> int:
-    return read.reports
+def _accounts(read: HeavyHittersRead) -> tuple:
+    return read.records, read.reasons, read.read_ms, read.reports, read.dead
