@@ -72,6 +72,10 @@ class DaskBackend(Backend):
     def description(self) -> str:
         return f"dask ({self._workers} workers)"
 
+    @property
+    def parallelism(self) -> int:
+        return self._workers
+
     def parallelize(self, items: list):
         import dask.bag as db
 

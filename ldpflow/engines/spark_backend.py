@@ -66,6 +66,10 @@ class SparkBackend(Backend):
     def description(self) -> str:
         return f"spark ({self.sc.master})"
 
+    @property
+    def parallelism(self) -> int:
+        return self._parallelism
+
     def parallelize(self, items: list):
         return self.sc.parallelize(list(items), max(len(items), 1))
 

@@ -19,6 +19,15 @@ Both cores of this machine::
 
     ldpflow heavy-hitters ... --direct_num_workers=2 --direct_running_mode=multi_processing
 
+Other engines (``--engine dask|spark|local``; ``docs/engines.md``) run the same job as a
+Beam-free plan (:mod:`ldpflow.plan.heavy_hitters`: each pass a map over the ranges and a
+merge, the candidates chosen on the driver), with the same counts, dead letters and
+``heavy_hitters.json``; memory bounded by the range and candidate sizes, not by the
+input::
+
+    ldpflow heavy-hitters --input ... --output ... --engine dask --workers 2
+    ldpflow heavy-hitters --input ... --output ... --engine spark --spark_master 'local[2]'
+
 Production (any Beam runner; see ``deploy/README.md``)::
 
     ldpflow heavy-hitters --input 'gs://BUCKET/pem/*.avro' --output gs://BUCKET/hh \\
@@ -128,19 +137,11 @@ def configuration_of_input(pattern: str, fmt: str | None,
     """The configuration of the first valid ``protocol`` report of the first input file
     (None when the file holds none): what the clients used, read before any pipeline
     exists."""
+    from ldpflow.plan.heavy_hitters import first_configuration
     from ldpflow.transforms.io import open_input
-    from ldpflow.wire import formats
-    from ldpflow.wire.parse import AcceptancePolicy
 
-    policy = AcceptancePolicy(expect={"oracle": protocol})
-    for metadata in sorted(FileSystems.match([pattern])[0].metadata_list, key=lambda m: m.path):
-        kind = fmt or formats.detect_format(metadata.path)
-        with open_input(metadata.path) as stream:
-            for parsed in formats.read_reports(stream, kind, source=metadata.path,
-                                               policy=policy):
-                for key in parsed.batches:
-                    return key.build()
-    return None
+    paths = [metadata.path for metadata in FileSystems.match([pattern])[0].metadata_list]
+    return first_configuration(paths, fmt, protocol, open_input)
 
 
 def _flag(name: str) -> str:
@@ -291,10 +292,7 @@ def build(pipeline: beam.Pipeline, opts, protocol: hh.HeavyHitterProtocol,
         _LOGGER.warning("%s: --poisoning detect: no poisoning defence for %s (it covers %s); "
                         "each result says so", _PROG, protocol.name,
                         " ".join(poisoning.HEAVY_HITTER_SUPPORTED))
-    from ldpflow.core.dedup import new_id_key  # the run's secret id-hash key
-    from ldpflow.wire.parse import AcceptancePolicy
-
-    policy = AcceptancePolicy(expect=dict(expect), id_key=new_id_key())
+    policy = _policy(expect)
     read = pipeline | "ReadReports" >> ReadReports(opts.input, opts.input_format, policy,
                                                    keep=("id_hashes", "report_ids"))
     _ = read["dead_letters"] | "CountDeadLetters" >> beam.ParDo(CountDeadLettersFn())
@@ -318,6 +316,51 @@ def build(pipeline: beam.Pipeline, opts, protocol: hh.HeavyHitterProtocol,
     return written | "CommitOutputs" >> CommitOutputs(opts.output, staging)
 
 
+def _policy(expect: dict[str, Any]):
+    """The job's acceptance policy: the configuration's reports, the run's secret id-hash
+    key (every engine)."""
+    from ldpflow.core.dedup import new_id_key
+    from ldpflow.wire.parse import AcceptancePolicy
+
+    return AcceptancePolicy(expect=dict(expect), id_key=new_id_key())
+
+
+def _run_plan(opts, protocol: hh.HeavyHitterProtocol, expect: dict[str, Any],
+              rule: ServerRule, started: float, backend=None) -> dict:
+    """The job plan (:mod:`ldpflow.plan.heavy_hitters`) on ``--engine`` dask, spark or local
+    (or on ``backend``, an engine already running)."""
+    from ldpflow.engines import make_backend
+    from ldpflow.plan.heavy_hitters import HeavyHittersJob, run_heavy_hitters
+
+    if opts.workers is not None and opts.workers < 1:
+        raise usage_error(_PROG, f"--workers must be a positive integer, got {opts.workers}")
+    job = HeavyHittersJob(input=opts.input, output=opts.output, protocol=protocol,
+                          policy=_policy(expect), rule=rule, fmt=opts.input_format,
+                          started=started, input_bytes=input_bytes(opts.input))
+    if backend is not None:
+        summary = run_heavy_hitters(backend, job)
+    else:
+        try:
+            backend = make_backend(opts.engine, dask_scheduler=opts.dask_scheduler,
+                                   workers=opts.workers, spark_master=opts.spark_master)
+        except ModuleNotFoundError as exc:
+            raise usage_error(_PROG, f"--engine {opts.engine} needs {exc.name}: pip install "
+                                     f"'ldpflow[{opts.engine}]'") from None
+        with backend:
+            summary = run_heavy_hitters(backend, job)
+    for step, stage in enumerate(summary["passes"]):
+        for key, figures in stage.items():
+            _LOGGER.info("%s: pass %d (%s) of %s: %d reports, %d candidates, %d kept", _PROG,
+                         step, protocol.pass_label(step), key, figures["reports"],
+                         figures["candidates"], figures["survivors"])
+    _LOGGER.info("%s (%s): %d records (%d reports, %d duplicates, %d dead letters), %d "
+                 "candidates estimated, in %.1fs -> %s/heavy_hitters.json", _PROG,
+                 summary["engine"], summary["records"], summary["reports"],
+                 summary["duplicates"], summary["dead_letters"], summary["candidates"],
+                 summary["seconds"], opts.output.rstrip("/"))
+    return summary
+
+
 def _describe(protocol: hh.HeavyHitterProtocol, opts) -> str:
     """One line naming the configuration and its passes."""
     params = " ".join(f"{_FLAGS.get(p, p)}={v}" for p, v in protocol.parameters.items()
@@ -328,7 +371,7 @@ def _describe(protocol: hh.HeavyHitterProtocol, opts) -> str:
             f"{protocol.num_passes} passes ({passes})")
 
 
-def run(argv: list[str] | None = None) -> dict:
+def run(argv: list[str] | None = None, backend=None) -> dict:
     """Run the job; returns its counts ``{"output", "state", "seconds", "records",
     "reports", "estimated" (reports less duplicates), "dead_letters", "lost_parts",
     "lost_bytes", "lost_unsized", "reasons", "input_bytes", "duplicates", "candidates",
@@ -336,6 +379,11 @@ def run(argv: list[str] | None = None) -> dict:
     Beam counters; only ``output``, ``state`` and ``seconds`` when the runner reports none),
     or with ``--no_wait_until_finish`` ``{"submitted": True, "output": ...}`` once submitted.
     The heavy hitters are in ``OUTPUT/heavy_hitters.json``.
+
+    ``backend``: a job-plan engine already running (``ldpflow.plan.backend.Backend``), for
+    ``--engine`` other than beam; default: the one the flags name, started and stopped here.
+    The plan's run also has ``engine``, ``timings_ms`` and ``passes`` (each pass's figures
+    per configuration).
 
     Raises
     ------
@@ -359,6 +407,9 @@ def run(argv: list[str] | None = None) -> dict:
     _LOGGER.info("%s: %s; server options %s (configuration from %s)", _PROG,
                  _describe(protocol, opts), protocol.check_options(options_given) or "none",
                  "the flags" if found is None else "the input")
+    if opts.engine != "beam":
+        check_output(opts.output, _PROG)
+        return _run_plan(opts, protocol, expect, rule, time.time(), backend)
     runner = batch_runner(options, _PROG)
     check_output(opts.output, _PROG)  # the last check (it creates the folder): one line, exit 2
     started = time.time()

@@ -759,8 +759,8 @@ COMMANDS: dict[str, Command] = {
                       ("subscription",), beam=True, epilog=_BEAM_EPILOG),
     "heavy-hitters": Command("heavy-hitters", "Heavy-hitter reports (pem spm mcm treehist "
                                               "sfp) -> the most frequent values of a huge "
-                                              "domain (Apache Beam).",
-                             (INPUT, OUTPUT, HEAVY_HITTERS, POISONING, VERDICT),
+                                              "domain (Apache Beam, or --engine dask|spark|local).",
+                             (INPUT, OUTPUT, HEAVY_HITTERS, POISONING, VERDICT, ENGINE),
                              ("input", "output"), beam=True, epilog=_BEAM_EPILOG),
     "pubsub": Command("pubsub", "Pub/Sub emulator helpers: create a topic and subscription, "
                                 "publish reports, pull messages.",

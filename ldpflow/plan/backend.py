@@ -63,6 +63,11 @@ class Backend(abc.ABC):
     def union(self, first: Any, second: Any) -> Any:
         """The elements of both collections."""
 
+    @property
+    def parallelism(self) -> int:
+        """How many tasks the engine runs at once (default 1)."""
+        return 1
+
     def persist(self, collection: Any) -> Any:
         """The collection, computed once and kept for several uses (default: as it is)."""
         return collection

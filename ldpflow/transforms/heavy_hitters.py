@@ -32,8 +32,6 @@ keys) and distributions ``stage_aggregate_ms`` and ``stage_estimate_ms``; with
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -44,10 +42,21 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from ldpflow.core import codecs, poisoning, queries
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.oracles import Reports
+from ldpflow.plan.heavy_hitters import (  # the Beam-free steps every engine shares
+    MAX_REPORTS_PER_COUNT,
+    POISONING_CHOICES,
+    PassOutcome,
+    PassPartial,
+    ServerRule,
+    _configuration,
+    advance_pass,
+    assemble_result,
+    heavy_hitters_file,
+    poisoning_section,
+)
 from ldpflow.wire.envelope import ReportBatch
 from ldpflow.wire.results import heavy_hitters_document
 
@@ -71,136 +80,6 @@ __all__ = [
 _LOGGER = logging.getLogger(__name__)
 #: Counting tasks per key and pass.
 DEFAULT_SHARDS = 4
-#: The values of ``--poisoning`` (those of ``ldpflow estimate``).
-POISONING_CHOICES = ("none", "detect")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ServerRule:
-    """The server's choices (nothing a client sends depends on them).
-
-    Attributes
-    ----------
-    options : mapping
-        The protocol's server options (:attr:`~ldpflow.core.heavy_hitters.
-        HeavyHitterProtocol.server_options`: PEM's ``survivors``, ``threshold_sigma``,
-        ``threshold``, ``refine_sigma``; TreeHist's and SFP's ``survivors``,
-        ``threshold_sigma``, ``threshold``); the protocol's defaults for the others.
-    prune : bool, default True
-        Prune candidates that cannot be (prefixes of) values of the key's codec.
-    truth : tuple, optional
-        The true top values (decoded, in rank order) to score the results against.
-    poisoning : {"none", "detect"}, default "none"
-        ``detect``: test each pass's counts for data poisoning (PEM: the dispersion test of
-        each stage, :func:`~ldpflow.core.poisoning.prefix_stage_test`) and add a
-        ``poisoning`` section to each result (:func:`poisoning_section`).
-    """
-
-    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    prune: bool = True
-    truth: tuple | None = None
-    poisoning: str = "none"
-
-    def __post_init__(self) -> None:
-        if self.poisoning not in POISONING_CHOICES:
-            raise ValueError(f"poisoning must be one of {' '.join(POISONING_CHOICES)}, got "
-                             f"{self.poisoning!r}")
-
-    def advance(self, protocol: hh.HeavyHitterProtocol, codec: str, step: int,
-                counts: hh.PassCounts, state: hh.PassState) -> hh.PassState:
-        """``protocol.advance`` of a pass's counts under this rule."""
-        valid = None
-        if self.prune:
-            valid = codecs.make_codec(codec, bits=protocol.value_bits).valid_prefixes
-        return protocol.advance(step, counts, state, valid=valid, **self.options)
-
-
-def _configuration(key: tuple) -> tuple[hh.HeavyHitterProtocol, str]:
-    key = ProtocolKey.coerce(key)
-    return key.build(), key.codec
-
-
-@dataclasses.dataclass(eq=False)
-class PassPartial:
-    """Partial counts of one pass for one key: mergeable.
-
-    Attributes
-    ----------
-    counts : PassCounts or None
-        ``None`` when the previous pass left nothing to count for (it failed, or its groups
-        had no reports); the reports are still counted in ``group_counts``.
-    group_counts : ndarray of int64
-        Reports read by the pass, per group.
-    batches : int
-    """
-
-    counts: hh.PassCounts | None
-    group_counts: np.ndarray
-    batches: int = 1
-
-    @property
-    def n(self) -> int:
-        """Reports read by the pass."""
-        return int(self.group_counts.sum())
-
-    def merge(self, other: PassPartial) -> PassPartial:
-        """Add ``other`` into ``self`` (mutating only ``self``) and return ``self``."""
-        if (self.counts is None) != (other.counts is None):
-            raise ValueError("cannot merge counts of a pass with and without a state")
-        if self.counts is not None:
-            self.counts.merge(other.counts)
-        self.group_counts = self.group_counts + other.group_counts
-        self.batches += other.batches
-        return self
-
-    def copy(self) -> PassPartial:
-        counts = None if self.counts is None else self.counts.copy()
-        return dataclasses.replace(self, counts=counts, group_counts=self.group_counts.copy())
-
-
-@dataclasses.dataclass(eq=False)
-class PassOutcome:
-    """The outcome of one pass for one key.
-
-    Attributes
-    ----------
-    step : int
-    group_counts : ndarray of int64
-        Reports the pass read, per group.
-    batches : int
-    state : PassState or None
-        What the server knows after the pass (None when it failed).
-    error : str or None
-        Why the pass has no state (a failed or empty earlier pass, an empty group).
-    poisoning : dict or None
-        The pass's poisoning test (:func:`~ldpflow.core.poisoning.prefix_stage_test`), when
-        the rule asks for one and the protocol has one.
-
-    Timings are not carried here: they are Beam metrics (see the module docstring).
-    """
-
-    step: int
-    group_counts: np.ndarray
-    batches: int
-    state: hh.PassState | None
-    error: str | None = None
-    poisoning: dict | None = None
-
-    @property
-    def n(self) -> int:
-        """Reports the pass read."""
-        return int(self.group_counts.sum())
-
-    def figures(self, protocol: hh.HeavyHitterProtocol) -> dict[str, Any]:
-        """The JSON-ready figures of this pass."""
-        if self.state is not None:
-            out = self.state.figures[-1].to_dict()
-        else:
-            out = {"step": self.step, "label": protocol.pass_label(self.step),
-                   "reports": int(self.n), "candidates": 0, "survivors": 0, "sigma": None}
-        out["stage"] = out.pop("step")
-        out.update(batches=int(self.batches), error=self.error)
-        return out
 
 
 class SplitGroupsFn(beam.DoFn):
@@ -249,7 +128,7 @@ class CountPassFn(beam.DoFn):
     (``AsDict``).
     """
 
-    _MAX_REPORTS_PER_CALL = 1 << 20
+    _MAX_REPORTS_PER_CALL = MAX_REPORTS_PER_COUNT
 
     def __init__(self, step: int):
         super().__init__()
@@ -322,117 +201,6 @@ class MergePassCountsCombineFn(beam.CombineFn):
 
     def extract_output(self, accumulator: PassPartial | None) -> PassPartial | None:
         return accumulator
-
-
-def advance_pass(
-    element: tuple[tuple, PassPartial],
-    step: int,
-    rule: ServerRule | None = None,
-    previous: Mapping[tuple, PassOutcome] | None = None,
-) -> tuple[tuple, PassOutcome]:
-    """``(key, PassPartial)`` -> ``(key, PassOutcome)``: estimate and keep what the next
-    pass needs."""
-    key, partial = element
-    rule = rule or ServerRule()
-    protocol, codec = _configuration(key)
-    state, error, test = None, None, None
-    if partial.counts is None:
-        before = (previous or {}).get(key)
-        error = (f"pass {step - 1} ({protocol.pass_label(step - 1)}) had no reports"
-                 if before is None else f"pass {step - 1} failed: {before.error}")
-    else:
-        if step == 0:
-            before_state = protocol.initial_state()
-        else:
-            before_state = previous[key].state  # type: ignore[index]
-        try:
-            state = rule.advance(protocol, codec, step, partial.counts, before_state)
-        except ValueError as exc:
-            error = str(exc)
-        if rule.poisoning == "detect" and protocol.name in poisoning.HEAVY_HITTER_SUPPORTED:
-            # From the counts the pass already holds: the reports are not read again.
-            test = poisoning.prefix_stage_test(protocol, partial.counts)
-    return key, PassOutcome(step, partial.group_counts, partial.batches, state, error, test)
-
-
-def poisoning_section(protocol: hh.HeavyHitterProtocol,
-                      outcomes: Iterable[PassOutcome | None]) -> dict[str, Any]:
-    """A configuration's ``poisoning`` section from its passes' tests
-    (:func:`~ldpflow.core.poisoning.prefix_section`: the layout of ``ldpflow estimate``'s
-    section); ``{"error": ...}`` for a protocol the defence does not cover."""
-    if protocol.name not in poisoning.HEAVY_HITTER_SUPPORTED:
-        return {"error": f"no poisoning defence for heavy-hitter protocol {protocol.name!r}; "
-                         f"it covers {' '.join(poisoning.HEAVY_HITTER_SUPPORTED)}"}
-    return poisoning.prefix_section(protocol, [o.poisoning for o in outcomes
-                                               if o is not None and o.poisoning is not None])
-
-
-def assemble_result(
-    element: tuple[tuple, Mapping[str, list]],
-    num_passes: int,
-    rule: ServerRule | None = None,
-) -> dict[str, Any]:
-    """One key's pass outcomes (and dead-letter count) -> its JSON-ready result.
-
-    ``{"configuration", "protocol", "n", "group_sizes", "dead_letters", "top_k": [{"value",
-    "frequency", "count"}], "stages": [...], "error", "shortfall"}``: values decoded by the
-    key's codec (``shortfall``: why fewer than ``top_k`` were found, see
-    :func:`~ldpflow.core.heavy_hitters.shortfall`; None when all were),
-    ``count`` the estimated number of users (``frequency * n``, ``n`` the reports of all
-    groups); with a truth list in ``rule``, also ``"scores": {"precision", "recall", "f1",
-    "ncr"}``.
-    """
-    key, grouped = element
-    rule = rule or ServerRule()
-    protocol, codec_name = _configuration(key)
-    outcomes: list[PassOutcome | None] = []
-    for step in range(num_passes):
-        found = grouped.get(f"stage{step}") or []
-        outcomes.append(found[0] if found else None)
-    # Every pass that reads a group reads all of its reports: a group's size is what any
-    # pass read of it (the largest, for groups some pass found empty of this key).
-    sizes = np.zeros(protocol.num_groups, dtype=np.int64)
-    for found in outcomes:
-        if found is not None:
-            sizes = np.maximum(sizes, found.group_counts)
-    group_sizes = [int(s) for s in sizes]
-    population = sum(group_sizes)
-    result: dict[str, Any] = {
-        "configuration": {**protocol.parameters, "codec": codec_name},
-        "protocol": protocol.name,
-        "key": ProtocolKey.coerce(key).to_json(),
-        "n": population,
-        "group_sizes": group_sizes,
-        "dead_letters": int(sum(grouped.get("dead") or [])),
-        "top_k": [],
-        "stages": [o.figures(protocol) for o in outcomes if o is not None],
-        "error": None,
-    }
-    if rule.poisoning == "detect":
-        result["poisoning"] = poisoning_section(protocol, outcomes)
-    if population == 0:
-        result["error"] = "no valid reports"
-        return result
-    for step, found in enumerate(outcomes):
-        if found is None:
-            groups = protocol.pass_groups(step)
-            which = f"group {groups[0]}" if len(groups) == 1 else f"groups {list(groups)}"
-            result["error"] = f"pass {step} ({protocol.pass_label(step)}): {which} had no reports"
-            return result
-        if found.error is not None:
-            result["error"] = f"pass {step}: {found.error}"
-            return result
-    last = outcomes[-1].state  # type: ignore[union-attr]
-    final = protocol.result(last, top_k=protocol.top_k)  # type: ignore[arg-type]
-    codec = codecs.make_codec(codec_name, bits=protocol.value_bits)
-    result["top_k"] = final.to_records(codec)
-    result["shortfall"] = hh.shortfall(len(result["top_k"]), protocol.top_k,
-                                       last.figures)  # type: ignore[union-attr]
-    if rule.truth is not None:
-        values = [r["value"] for r in result["top_k"]]
-        scores = queries.score_identified(values, rule.truth, protocol.top_k)
-        result["scores"] = dataclasses.asdict(scores)
-    return result
 
 
 class _AdvancePassFn(beam.DoFn):
@@ -564,12 +332,9 @@ class _WriteHeavyHittersFn(beam.DoFn):
 
     def process(self, results, dead_letters, duplicates=0):
         elapsed = None if self._started is None else time.time() - self._started
-        document = heavy_hitters_document(results, dead_letters, elapsed, duplicates)
-        ranked = document["results"]
-        if ranked and ranked[0]["n"] > 0 and "scores" in ranked[0]:
-            document["scores"] = ranked[0]["scores"]  # of the top-level configuration
+        document, data = heavy_hitters_file(results, dead_letters, elapsed, duplicates)
         with FileSystems.create(f"{self._output}/heavy_hitters.json") as f:
-            f.write(json.dumps(document, indent=1).encode("utf-8"))
+            f.write(data)
         yield document
 
 

@@ -587,6 +587,27 @@ class PassCounts:
         self.group_counts += other.group_counts
         return self
 
+    def __add__(self, other: PassCounts) -> PassCounts:
+        """The sum of two counts, as new counts (neither input changes): what an engine
+        that hands one result to several consumers merges with."""
+        return self.copy().merge(other)
+
+    def __sub__(self, other: PassCounts) -> PassCounts:
+        """These counts less ``other``'s (reports counted here, then found to be copies), as
+        new counts: exact, since every sum is linear in the reports.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`merge`, or if ``other`` holds a sum these counts do not.
+        """
+        if isinstance(other, PassCounts) and set(other.arrays) - set(self.arrays):
+            raise ValueError("cannot take away counts of a sum these counts do not hold")
+        negated = PassCounts(other.key, other.step, other.context,
+                             {name: -a for name, a in other.arrays.items()},
+                             -other.group_counts) if isinstance(other, PassCounts) else other
+        return self.copy().merge(negated)
+
     def copy(self) -> PassCounts:
         return PassCounts(self.key, self.step, self.context,
                           {name: a.copy() for name, a in self.arrays.items()},

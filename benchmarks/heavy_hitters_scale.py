@@ -1,0 +1,157 @@
+"""``ldpflow heavy-hitters`` at scale, on every engine, against a bare decode of the same
+files: JSON lines on stdout.
+
+    python benchmarks/heavy_hitters_scale.py [--users 1000000] [--protocols pem,sfp]
+        [--cases beam,local,dask-1,dask-2,decode] [--workdir DIR]
+
+The input: ``--users`` reports of each protocol (64-bit values, k = 32, epsilon = 4; Zipf
+1.1 over 10^5 values), made once by ``ldpflow simulate`` (Avro, 4 files) and kept in
+``--workdir``. Each case runs in a fresh process, so that its peak resident memory is its
+own: ``beam`` (FnApiRunner, 1 worker), ``local`` (the job plan in process), ``dask-N``
+(a LocalCluster of N worker processes: the driver's peak and each worker's), and
+``decode`` (``polars.read_avro`` of every file, the bare decode the job must keep up
+with; fastavro when polars has no Avro reader). Job time is the run's own
+(``summary["seconds"]``, without the engine's start-up, which is timed apart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CASES = ("beam", "local", "dask-1", "dask-2", "decode")
+
+
+def emit(**fields) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def _peak() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def simulate(protocol: str, users: int, out: str) -> dict:
+    if os.path.exists(os.path.join(out, "truth.json")):
+        return {"cached": True}
+    from ldpflow.pipelines import simulate as job
+
+    started = time.perf_counter()
+    job.run(["--oracle", protocol, "--bits", "64", "--k", "32", "--epsilon", "4",
+             "--domain_size", "100000", "--distribution", "zipf:1.1", "--users", str(users),
+             "--seed", "7", "--output", out, "--shards", "4"])
+    return {"seconds": round(time.perf_counter() - started, 2)}
+
+
+def decode(data: str) -> dict:
+    """A bare decode of every file (all columns), the floor the job is compared with."""
+    started = time.perf_counter()
+    rows = 0
+    paths = sorted(glob.glob(f"{data}/*.avro"))
+    try:
+        import polars
+
+        reader = "polars.read_avro"
+        for path in paths:
+            rows += polars.read_avro(path).height
+    except (ImportError, AttributeError):
+        import fastavro
+
+        reader = "fastavro"
+        for path in paths:
+            with open(path, "rb") as f:
+                rows += sum(1 for _ in fastavro.reader(f))
+    return {"seconds": round(time.perf_counter() - started, 2), "rows": rows,
+            "reader": reader}
+
+
+def one(case: str, protocol: str, data: str, workdir: str) -> None:
+    """Run one case in this process (a child of :func:`main`)."""
+    if case == "decode":
+        emit(case=case, protocol=protocol, **decode(data), peak_memory_mb=round(_peak() / 2**20))
+        return
+    from ldpflow.pipelines import heavy_hitters
+
+    engine, _, n = case.partition("-")
+    started = time.perf_counter()
+    backend = None
+    if engine == "dask":
+        from ldpflow.engines.dask_backend import DaskBackend
+
+        backend = DaskBackend(workers=int(n))
+    elif engine == "local":
+        from ldpflow.plan.backend import LocalBackend
+
+        backend = LocalBackend()
+    startup = time.perf_counter() - started
+    output = f"{workdir}/out-{protocol}-{case}"
+    summary = heavy_hitters.run([f"--input={data}/*.avro", f"--output={output}",
+                                 f"--protocol={protocol}", f"--engine={engine}"],
+                                backend=backend)
+    workers = None
+    if hasattr(backend, "peak_memory"):
+        workers = sorted(round(p / 2**20) for p in backend.peak_memory().values())
+    if backend is not None:
+        backend.close()
+    with open(f"{output}/heavy_hitters.json") as f:
+        document = json.load(f)
+    with open(f"{data}/truth.json") as f:
+        truth = [t["value"] for t in json.load(f)["top"]]
+    found = [t["value"] for t in document["top_k"]]
+    hits = len(set(found) & set(truth[:32]))
+    emit(case=case, protocol=protocol, seconds=summary["seconds"],
+         startup_seconds=round(startup, 2) if backend is not None else None,
+         records=summary.get("records"), found=len(found), true_in_top_32=hits,
+         peak_memory_mb=round(_peak() / 2**20), peak_memory_mb_per_worker=workers)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, default=1_000_000)
+    parser.add_argument("--protocols", default="pem,sfp")
+    parser.add_argument("--workdir", default="/tmp/ldpflow-bench-hh-scale")
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for protocol in args.protocols.split(","):
+        data = os.path.join(args.workdir, f"{protocol}-{args.users}")
+        if args.one:
+            one(args.one, protocol, data, args.workdir)
+            return
+        os.makedirs(args.workdir, exist_ok=True)
+        emit(step="simulate", protocol=protocol, users=args.users,
+             **simulate(protocol, args.users, data))
+        results = {}
+        for case in args.cases.split(","):
+            out = subprocess.run([sys.executable, __file__, "--users", str(args.users),
+                                  "--workdir", args.workdir, "--protocols", protocol,
+                                  "--one", case], capture_output=True, text=True, env=env)
+            if out.returncode != 0:
+                emit(case=case, protocol=protocol, error=out.stderr[-2000:])
+                continue
+            line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1]
+            results[case] = json.loads(line)
+            print(line, flush=True)
+
+        emit(step="compare", protocol=protocol, users=args.users,
+             dask_2_vs_1_speedup=_ratio(results, "dask-1", "dask-2"),
+             local_vs_decode=_ratio(results, "local", "decode"),
+             beam_vs_decode=_ratio(results, "beam", "decode"),
+             beam_vs_local=_ratio(results, "beam", "local"))
+
+
+def _ratio(results: dict, a: str, b: str) -> float | None:
+    """``seconds(a) / seconds(b)`` (None when either did not run)."""
+    x, y = results.get(a, {}).get("seconds"), results.get(b, {}).get("seconds")
+    return round(x / y, 2) if x and y else None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,734 @@
+"""``ldpflow heavy-hitters`` as a job plan over a :class:`~ldpflow.plan.backend.Backend`,
+and the Beam-free steps every engine's heavy-hitter job shares.
+
+The plan (each pass's step a pure function; :mod:`ldpflow.plan.steps` and
+:mod:`ldpflow.plan.job` for what estimate shares):
+
+1. plan ranges (driver): the matched files cut into byte ranges
+   (:func:`ldpflow.plan.job.plan_ranges`);
+2. pass 0 is a map over the ranges that reads and validates each range (the wire layer's
+   one parse path, with the run's acceptance policy), accounts for its records and dead
+   letters, emits the reports' 8-byte id hashes by id-hash bucket and counts pass 0 of
+   every key with exact integer sums (:class:`PassTally`); a merge per key adds them (pure
+   ``+``);
+3. deduplication as estimate's: a shuffle of the id hashes by (key, bucket) finds the
+   repeated ids and the ranges holding them; only those ranges are read again, for the rows
+   of repeated ids alone, which a second shuffle resolves
+   (:func:`ldpflow.plan.steps.drop_copies`: one copy of each id, whatever the arrival
+   order). The driver keeps those rows only (few: the copies and their originals), and each
+   pass's counts are corrected exactly: ``all - repeated rows + kept rows`` (every sum is
+   linear in the reports);
+4. pass ``s > 0`` is again a map over the ranges (read, validate, count pass ``s`` of the
+   rows of its groups against the candidates pass ``s - 1`` left, shipped to the tasks as
+   :class:`~ldpflow.core.heavy_hitters.PassState` per key) and a merge; reports are never
+   held between passes, so the memory of a task is that of one range's chunks and of the
+   candidates' sums, not of the input;
+5. :func:`advance_pass` (estimates, candidate selection, the next pass's candidates) runs on
+   the driver, once per key and pass; then :func:`assemble_result` per key, the document
+   (:func:`heavy_hitters_file`: the bytes the Beam job writes too), the dead-letter files
+   (written by the workers, one per source) and the commit of the staged outputs.
+
+The integer counts of each pass, the dead letters by reason, the duplicates and the bytes of
+``heavy_hitters.json`` (but for ``elapsed_seconds``) equal the Beam job's
+(``tests/plan/test_heavy_hitter_engines.py``). A stage's ``batches`` is, on every engine,
+the number of (id-hash bucket, group) parts the pass counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import IO, Any
+
+import numpy as np
+
+from ldpflow.core import codecs, poisoning, queries
+from ldpflow.core import heavy_hitters as hh
+from ldpflow.core.keys import ProtocolKey
+from ldpflow.plan import job as estimate_plan
+from ldpflow.plan import outputs, steps
+from ldpflow.plan.backend import Backend
+from ldpflow.plan.files import open_file
+from ldpflow.plan.steps import RangeTask
+from ldpflow.wire.envelope import ReportBatch
+from ldpflow.wire.results import heavy_hitters_document
+
+__all__ = [
+    "POISONING_CHOICES",
+    "ServerRule",
+    "PassPartial",
+    "PassOutcome",
+    "PassTally",
+    "advance_pass",
+    "poisoning_section",
+    "assemble_result",
+    "heavy_hitters_file",
+    "first_configuration",
+    "HeavyHittersJob",
+    "HeavyHittersRead",
+    "HeavyHittersPart",
+    "read_pass",
+    "read_ranges",
+    "task_lists",
+    "count_pass",
+    "run_heavy_hitters",
+]
+
+_LOGGER = logging.getLogger(__name__)
+#: The values of ``--poisoning`` (those of ``ldpflow estimate``).
+POISONING_CHOICES = ("none", "detect")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ServerRule:
+    """The server's choices (nothing a client sends depends on them).
+
+    Attributes
+    ----------
+    options : mapping
+        The protocol's server options (:attr:`~ldpflow.core.heavy_hitters.
+        HeavyHitterProtocol.server_options`: PEM's ``survivors``, ``threshold_sigma``,
+        ``threshold``, ``refine_sigma``; TreeHist's and SFP's ``survivors``,
+        ``threshold_sigma``, ``threshold``); the protocol's defaults for the others.
+    prune : bool, default True
+        Prune candidates that cannot be (prefixes of) values of the key's codec.
+    truth : tuple, optional
+        The true top values (decoded, in rank order) to score the results against.
+    poisoning : {"none", "detect"}, default "none"
+        ``detect``: test each pass's counts for data poisoning (PEM: the dispersion test of
+        each stage, :func:`~ldpflow.core.poisoning.prefix_stage_test`) and add a
+        ``poisoning`` section to each result (:func:`poisoning_section`).
+    """
+
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    prune: bool = True
+    truth: tuple | None = None
+    poisoning: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.poisoning not in POISONING_CHOICES:
+            raise ValueError(f"poisoning must be one of {' '.join(POISONING_CHOICES)}, got "
+                             f"{self.poisoning!r}")
+
+    def advance(self, protocol: hh.HeavyHitterProtocol, codec: str, step: int,
+                counts: hh.PassCounts, state: hh.PassState) -> hh.PassState:
+        """``protocol.advance`` of a pass's counts under this rule."""
+        valid = None
+        if self.prune:
+            valid = codecs.make_codec(codec, bits=protocol.value_bits).valid_prefixes
+        return protocol.advance(step, counts, state, valid=valid, **self.options)
+
+
+def _configuration(key: tuple) -> tuple[hh.HeavyHitterProtocol, str]:
+    key = ProtocolKey.coerce(key)
+    return key.build(), key.codec
+
+
+@dataclasses.dataclass(eq=False)
+class PassPartial:
+    """Partial counts of one pass for one key: mergeable.
+
+    Attributes
+    ----------
+    counts : PassCounts or None
+        ``None`` when the previous pass left nothing to count for (it failed, or its groups
+        had no reports); the reports are still counted in ``group_counts``.
+    group_counts : ndarray of int64
+        Reports read by the pass, per group.
+    batches : int
+    """
+
+    counts: hh.PassCounts | None
+    group_counts: np.ndarray
+    batches: int = 1
+
+    @property
+    def n(self) -> int:
+        """Reports read by the pass."""
+        return int(self.group_counts.sum())
+
+    def merge(self, other: PassPartial) -> PassPartial:
+        """Add ``other`` into ``self`` (mutating only ``self``) and return ``self``."""
+        if (self.counts is None) != (other.counts is None):
+            raise ValueError("cannot merge counts of a pass with and without a state")
+        if self.counts is not None:
+            self.counts.merge(other.counts)
+        self.group_counts = self.group_counts + other.group_counts
+        self.batches += other.batches
+        return self
+
+    def __add__(self, other: PassPartial) -> PassPartial:
+        """The sum, as a new partial (neither input changes)."""
+        return self.copy().merge(other)
+
+    def copy(self) -> PassPartial:
+        counts = None if self.counts is None else self.counts.copy()
+        return dataclasses.replace(self, counts=counts, group_counts=self.group_counts.copy())
+
+
+@dataclasses.dataclass(eq=False)
+class PassOutcome:
+    """The outcome of one pass for one key.
+
+    Attributes
+    ----------
+    step : int
+    group_counts : ndarray of int64
+        Reports the pass read, per group.
+    batches : int
+    state : PassState or None
+        What the server knows after the pass (None when it failed).
+    error : str or None
+        Why the pass has no state (a failed or empty earlier pass, an empty group).
+    poisoning : dict or None
+        The pass's poisoning test (:func:`~ldpflow.core.poisoning.prefix_stage_test`), when
+        the rule asks for one and the protocol has one.
+
+    Timings are not carried here: they are Beam metrics (see the module docstring).
+    """
+
+    step: int
+    group_counts: np.ndarray
+    batches: int
+    state: hh.PassState | None
+    error: str | None = None
+    poisoning: dict | None = None
+
+    @property
+    def n(self) -> int:
+        """Reports the pass read."""
+        return int(self.group_counts.sum())
+
+    def figures(self, protocol: hh.HeavyHitterProtocol) -> dict[str, Any]:
+        """The JSON-ready figures of this pass."""
+        if self.state is not None:
+            out = self.state.figures[-1].to_dict()
+        else:
+            out = {"step": self.step, "label": protocol.pass_label(self.step),
+                   "reports": int(self.n), "candidates": 0, "survivors": 0, "sigma": None}
+        out["stage"] = out.pop("step")
+        out.update(batches=int(self.batches), error=self.error)
+        return out
+
+
+def advance_pass(
+    element: tuple[tuple, PassPartial],
+    step: int,
+    rule: ServerRule | None = None,
+    previous: Mapping[tuple, PassOutcome] | None = None,
+) -> tuple[tuple, PassOutcome]:
+    """``(key, PassPartial)`` -> ``(key, PassOutcome)``: estimate and keep what the next
+    pass needs."""
+    key, partial = element
+    rule = rule or ServerRule()
+    protocol, codec = _configuration(key)
+    state, error, test = None, None, None
+    if partial.counts is None:
+        before = (previous or {}).get(key)
+        error = (f"pass {step - 1} ({protocol.pass_label(step - 1)}) had no reports"
+                 if before is None else f"pass {step - 1} failed: {before.error}")
+    else:
+        if step == 0:
+            before_state = protocol.initial_state()
+        else:
+            before_state = previous[key].state  # type: ignore[index]
+        try:
+            state = rule.advance(protocol, codec, step, partial.counts, before_state)
+        except ValueError as exc:
+            error = str(exc)
+        if rule.poisoning == "detect" and protocol.name in poisoning.HEAVY_HITTER_SUPPORTED:
+            # From the counts the pass already holds: the reports are not read again.
+            test = poisoning.prefix_stage_test(protocol, partial.counts)
+    return key, PassOutcome(step, partial.group_counts, partial.batches, state, error, test)
+
+
+def poisoning_section(protocol: hh.HeavyHitterProtocol,
+                      outcomes: Iterable[PassOutcome | None]) -> dict[str, Any]:
+    """A configuration's ``poisoning`` section from its passes' tests
+    (:func:`~ldpflow.core.poisoning.prefix_section`: the layout of ``ldpflow estimate``'s
+    section); ``{"error": ...}`` for a protocol the defence does not cover."""
+    if protocol.name not in poisoning.HEAVY_HITTER_SUPPORTED:
+        return {"error": f"no poisoning defence for heavy-hitter protocol {protocol.name!r}; "
+                         f"it covers {' '.join(poisoning.HEAVY_HITTER_SUPPORTED)}"}
+    return poisoning.prefix_section(protocol, [o.poisoning for o in outcomes
+                                               if o is not None and o.poisoning is not None])
+
+
+def assemble_result(
+    element: tuple[tuple, Mapping[str, list]],
+    num_passes: int,
+    rule: ServerRule | None = None,
+) -> dict[str, Any]:
+    """One key's pass outcomes (and dead-letter count) -> its JSON-ready result.
+
+    ``{"configuration", "protocol", "n", "group_sizes", "dead_letters", "top_k": [{"value",
+    "frequency", "count"}], "stages": [...], "error", "shortfall"}``: values decoded by the
+    key's codec (``shortfall``: why fewer than ``top_k`` were found, see
+    :func:`~ldpflow.core.heavy_hitters.shortfall`; None when all were),
+    ``count`` the estimated number of users (``frequency * n``, ``n`` the reports of all
+    groups); with a truth list in ``rule``, also ``"scores": {"precision", "recall", "f1",
+    "ncr"}``.
+    """
+    key, grouped = element
+    rule = rule or ServerRule()
+    protocol, codec_name = _configuration(key)
+    outcomes: list[PassOutcome | None] = []
+    for step in range(num_passes):
+        found = grouped.get(f"stage{step}") or []
+        outcomes.append(found[0] if found else None)
+    # Every pass that reads a group reads all of its reports: a group's size is what any
+    # pass read of it (the largest, for groups some pass found empty of this key).
+    sizes = np.zeros(protocol.num_groups, dtype=np.int64)
+    for found in outcomes:
+        if found is not None:
+            sizes = np.maximum(sizes, found.group_counts)
+    group_sizes = [int(s) for s in sizes]
+    population = sum(group_sizes)
+    result: dict[str, Any] = {
+        "configuration": {**protocol.parameters, "codec": codec_name},
+        "protocol": protocol.name,
+        "key": ProtocolKey.coerce(key).to_json(),
+        "n": population,
+        "group_sizes": group_sizes,
+        "dead_letters": int(sum(grouped.get("dead") or [])),
+        "top_k": [],
+        "stages": [o.figures(protocol) for o in outcomes if o is not None],
+        "error": None,
+    }
+    if rule.poisoning == "detect":
+        result["poisoning"] = poisoning_section(protocol, outcomes)
+    if population == 0:
+        result["error"] = "no valid reports"
+        return result
+    for step, found in enumerate(outcomes):
+        if found is None:
+            groups = protocol.pass_groups(step)
+            which = f"group {groups[0]}" if len(groups) == 1 else f"groups {list(groups)}"
+            result["error"] = f"pass {step} ({protocol.pass_label(step)}): {which} had no reports"
+            return result
+        if found.error is not None:
+            result["error"] = f"pass {step}: {found.error}"
+            return result
+    last = outcomes[-1].state  # type: ignore[union-attr]
+    final = protocol.result(last, top_k=protocol.top_k)  # type: ignore[arg-type]
+    codec = codecs.make_codec(codec_name, bits=protocol.value_bits)
+    result["top_k"] = final.to_records(codec)
+    result["shortfall"] = hh.shortfall(len(result["top_k"]), protocol.top_k,
+                                       last.figures)  # type: ignore[union-attr]
+    if rule.truth is not None:
+        values = [r["value"] for r in result["top_k"]]
+        scores = queries.score_identified(values, rule.truth, protocol.top_k)
+        result["scores"] = dataclasses.asdict(scores)
+    return result
+
+
+def heavy_hitters_file(results: list[Mapping[str, Any]], dead_letters: Mapping[str, Any],
+                       elapsed_seconds: float | None = None, duplicates: int = 0
+                       ) -> tuple[dict[str, Any], bytes]:
+    """The ``heavy_hitters.json`` document of all keys' results and its bytes (what every
+    engine writes): :func:`~ldpflow.wire.results.heavy_hitters_document`, with the top-level
+    ``scores`` of the top-level configuration when a truth list scored it."""
+    document = heavy_hitters_document(results, dead_letters, elapsed_seconds, duplicates)
+    ranked = document["results"]
+    if ranked and ranked[0]["n"] > 0 and "scores" in ranked[0]:
+        document["scores"] = ranked[0]["scores"]  # of the top-level configuration
+    return document, json.dumps(document, indent=1).encode("utf-8")
+
+
+def first_configuration(paths: Iterable[str], fmt: str | None, protocol: str,
+                        opener: Callable[[str], IO[bytes]] = open_file
+                        ) -> hh.HeavyHitterProtocol | None:
+    """The configuration of the first valid ``protocol`` report of the first of ``paths``
+    (in path order) that holds one, None when none does: what the clients used, read
+    before any job runs."""
+    from ldpflow.wire import formats
+    from ldpflow.wire.parse import AcceptancePolicy
+
+    policy = AcceptancePolicy(expect={"oracle": protocol})
+    for path in sorted(paths):
+        kind = fmt or formats.detect_format(path)
+        with opener(path) as stream:
+            for parsed in formats.read_reports(stream, kind, source=path, policy=policy):
+                for key in parsed.batches:
+                    return key.build()
+    return None
+
+
+# -- the plan ----------------------------------------------------------------------------------
+#: Reports counted by one call of ``accumulate`` at most (a call has a fixed cost: PEM's
+#: scatter over its projected counters, SFP's sums), as the Beam job's counting tasks.
+MAX_REPORTS_PER_COUNT = 1 << 20
+_BUCKETS = 1 << steps.ID_BUCKET_BITS
+
+
+@dataclasses.dataclass(eq=False)
+class PassTally:
+    """One key's exact sums of one pass over some reports: the pass's counts (None when the
+    pass has no state for the key: its previous pass found nothing), the reports per group,
+    and per (id-hash bucket, group). ``a + b`` and ``a - b`` are new tallies (pure)."""
+
+    counts: hh.PassCounts | None
+    group_counts: np.ndarray
+    parts: np.ndarray
+
+    def _with(self, other: PassTally, sign: int) -> PassTally:
+        if (self.counts is None) != (other.counts is None):
+            raise ValueError("cannot add counts of a pass with and without a state")
+        counts = None if self.counts is None else (
+            self.counts + other.counts if sign > 0 else self.counts - other.counts)
+        return PassTally(counts, self.group_counts + sign * other.group_counts,
+                         self.parts + sign * other.parts)
+
+    def __add__(self, other: PassTally) -> PassTally:
+        return self._with(other, 1)
+
+    def merge(self, other: PassTally) -> PassTally:
+        """Add ``other`` into this tally (in place) and return it: for a task that owns its
+        running sum (it made it), which then holds one copy of a pass's sums, not two."""
+        if (self.counts is None) != (other.counts is None):
+            raise ValueError("cannot add counts of a pass with and without a state")
+        if self.counts is not None:
+            self.counts.merge(other.counts)
+        self.group_counts += other.group_counts
+        self.parts += other.parts
+        return self
+
+    def __sub__(self, other: PassTally) -> PassTally:
+        return self._with(other, -1)
+
+    @property
+    def n(self) -> int:
+        return int(self.group_counts.sum())
+
+    def partial(self) -> PassPartial:
+        """The Beam job's :class:`PassPartial` of these sums (``batches``: the (id-hash
+        bucket, group) parts counted, which is what the Beam job's counting tasks see)."""
+        return PassPartial(self.counts, self.group_counts.copy(),
+                           int(np.count_nonzero(self.parts)))
+
+
+def _tally(protocol: hh.HeavyHitterProtocol, step: int, state: hh.PassState | None,
+           batches: Sequence[ReportBatch]) -> PassTally | None:
+    """Pass ``step``'s :class:`PassTally` of the rows of its groups in ``batches`` (one key,
+    kept with their id hashes); None when none is of its groups."""
+    groups = protocol.pass_groups(step)
+    num = protocol.num_groups
+    mine = []
+    for batch in batches:
+        if len(groups) < num:
+            rows = np.flatnonzero(np.isin(batch.reports.columns["group"],
+                                          np.asarray(groups, dtype=np.int64)))
+            if rows.size < len(batch):
+                batch = batch[rows]
+        if len(batch):
+            mine.append(batch)
+    if not mine:
+        return None
+    batch = mine[0] if len(mine) == 1 else ReportBatch.concat(mine)
+    group = batch.reports.columns["group"].astype(np.int64)
+    if batch.id_hashes is None:
+        raise ValueError("heavy-hitter passes need batches read with keep=('id_hashes',)")
+    bucket = (batch.id_hashes >> np.uint64(64 - steps.ID_BUCKET_BITS)).astype(np.int64)
+    parts = np.bincount(bucket * num + group, minlength=_BUCKETS * num).reshape(_BUCKETS, num)
+    counts = None if state is None else protocol.accumulate(step, batch.reports, state)
+    return PassTally(counts, np.bincount(group, minlength=num)[:num].astype(np.int64),
+                     parts.astype(np.int64))
+
+
+def _protocol(key: tuple, cache: dict) -> hh.HeavyHitterProtocol:
+    if key not in cache:
+        cache[key] = ProtocolKey.coerce(key).build()
+    return cache[key]
+
+
+def _state(key: tuple, step: int, states: Mapping[tuple, hh.PassState | None] | None,
+           cache: dict) -> hh.PassState | None:
+    if step == 0:
+        return _protocol(key, cache).initial_state()
+    return (states or {}).get(key)
+
+
+@dataclasses.dataclass(eq=False)
+class HeavyHittersRead:
+    """What one read of one range gives: pass ``step``'s :class:`PassTally` per key and,
+    for the read that accounts (pass 0), what :class:`~ldpflow.plan.steps.RangeRead` holds
+    of the records, dead letters (by reason, by source and per key) and id-hash pieces."""
+
+    index: int
+    step: int
+    tallies: dict[tuple, PassTally] = dataclasses.field(default_factory=dict)
+    records: int = 0
+    reports: int = 0
+    reasons: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    letters: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    dead: dict[tuple, int] = dataclasses.field(default_factory=dict)
+    ids: list[tuple[tuple, int, np.ndarray]] = dataclasses.field(default_factory=list)
+    read_ms: int = 0
+
+
+def read_pass(task: RangeTask, policy, step: int,
+              states: Mapping[tuple, hh.PassState | None] | None = None, *,
+              account: bool = False, ids: bool = False, opener=None) -> HeavyHittersRead:
+    """Read one range and count pass ``step`` of every key in it (the rows of the pass's
+    groups, for the candidates of ``states[key]``; pass 0 needs no state); with
+    ``account``, also its records and dead letters, and with ``ids`` its reports' id
+    hashes by id-hash bucket (:func:`ldpflow.plan.steps.bucket_parts`). Chunks of one key
+    are counted together, up to :data:`MAX_REPORTS_PER_COUNT` reports a call."""
+    from ldpflow.wire import formats
+
+    opener = opener or open_file
+    started = time.perf_counter()
+    out = HeavyHittersRead(task.index, step)
+    cache: dict = {}
+    pending: dict[tuple, list[ReportBatch]] = {}
+    sizes: dict[tuple, int] = {}
+
+    def count(key: tuple) -> None:
+        protocol = _protocol(key, cache)
+        tally = _tally(protocol, step, _state(key, step, states, cache), pending.pop(key))
+        sizes.pop(key)
+        if tally is not None:  # this read's own sums: added in place
+            out.tallies[key] = out.tallies[key].merge(tally) if key in out.tallies else tally
+
+    with opener(task.path) as stream:
+        for parsed in formats.read_reports(stream, task.fmt, source=task.path,
+                                           start=task.start, end=task.end, policy=policy,
+                                           keep=("id_hashes",)):
+            if account:
+                out.records += parsed.records
+                out.reports += parsed.reports
+                for letter in parsed.dead_letters:
+                    out.reasons = steps.add_tallies(
+                        out.reasons, {letter.reason: steps.letter_tally(letter)})
+                    out.letters.setdefault(letter.source, []).append(letter.to_json())
+                    if letter.key is not None:
+                        key = tuple(letter.key)
+                        out.dead[key] = out.dead.get(key, 0) + letter.count
+            for key, batch in parsed.batches.items():
+                key = tuple(key)
+                if ids:
+                    for bucket, rows in steps.bucket_parts(batch.id_hashes,
+                                                           steps.ID_BUCKET_BITS):
+                        out.ids.append((key, bucket, batch.id_hashes if rows is None
+                                        else batch.id_hashes[rows]))
+                pending.setdefault(key, []).append(batch)
+                sizes[key] = sizes.get(key, 0) + len(batch)
+                if sizes[key] >= MAX_REPORTS_PER_COUNT:
+                    count(key)
+    for key in list(pending):
+        count(key)
+    out.read_ms = int(1000 * (time.perf_counter() - started))
+    return out
+
+
+@dataclasses.dataclass(eq=False)
+class HeavyHittersPart:
+    """What one task of a pass gives: the pass's tallies of its ranges, added as they were
+    read (so that a task holds one running sum, not one per range), and each range's
+    accounts (:class:`HeavyHittersRead` without tallies)."""
+
+    tallies: dict[tuple, PassTally]
+    reads: list[HeavyHittersRead]
+
+
+def read_ranges(tasks: Sequence[RangeTask], policy, step: int,
+                states: Mapping[tuple, hh.PassState | None] | None = None, *,
+                account: bool = False, ids: bool = False) -> HeavyHittersPart:
+    """:func:`read_pass` of several ranges, one after the other, their tallies added."""
+    tallies: dict[tuple, PassTally] = {}
+    reads = []
+    for task in tasks:
+        read = read_pass(task, policy, step, states, account=account, ids=ids)
+        for key, tally in read.tallies.items():  # this task's own sums: added in place
+            tallies[key] = tallies[key].merge(tally) if key in tallies else tally
+        read.tallies = {}
+        reads.append(read)
+    return HeavyHittersPart(tallies, reads)
+
+
+def task_lists(tasks: Sequence[RangeTask], backend: Backend) -> list[list[RangeTask]]:
+    """The ranges cut into ``2 * backend.parallelism`` runs of consecutive ranges (one on
+    an engine of one worker): one task each, so that the partial sums held at once for a
+    merge are a few per worker, not one per range (SFP's first pass holds ``2**22`` counters
+    a position, whatever the number of reports)."""
+    workers = backend.parallelism
+    fan = min(1 if workers <= 1 else 2 * workers, max(len(tasks), 1))
+    bounds = np.linspace(0, len(tasks), fan + 1).astype(int)
+    return [list(tasks[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+
+
+def _pass_tallies(part: HeavyHittersPart):
+    return list(part.tallies.items())
+
+
+def _reads_of(part: HeavyHittersPart):
+    return part.reads
+
+
+def count_pass(backend: Backend, tasks: Sequence[RangeTask], policy, step: int,
+               states: Mapping[tuple, hh.PassState | None] | None) -> dict[tuple, PassTally]:
+    """Pass ``step > 0`` on ``backend``: a map over the ranges (:func:`read_pass`) and a
+    merge per key (pure ``+``, combined where the tallies are, then shuffled)."""
+    reads = backend.map(backend.parallelize(task_lists(tasks, backend)), functools.partial(
+        read_ranges, policy=policy, step=step, states=dict(states or {})))
+    return estimate_plan._merged(backend.collect(backend.combine_per_key(
+        backend.flat_map(reads, _pass_tallies), estimate_plan._add)))
+
+
+def _corrected(tallies: dict[tuple, PassTally], step: int,
+               states: Mapping[tuple, hh.PassState | None] | None,
+               repeats: Sequence[tuple[tuple, ReportBatch]],
+               kept: Sequence[tuple[tuple, ReportBatch]]) -> dict[tuple, PassTally]:
+    """Pass ``step``'s tallies of every report less the rows of repeated ids, plus the
+    copies kept of them (exact: the sums are linear); keys left with no report dropped."""
+    out = dict(tallies)
+    cache: dict = {}
+    for sign, pieces in ((-1, repeats), (1, kept)):
+        for key, batch in pieces:
+            tally = _tally(_protocol(key, cache), step, _state(key, step, states, cache),
+                           [batch])
+            if tally is None:
+                continue
+            if sign < 0:
+                out[key] = out[key] - tally
+            else:
+                out[key] = out[key] + tally if key in out else tally
+    return {key: t for key, t in out.items() if t.n > 0}
+
+
+@dataclasses.dataclass(frozen=True)
+class HeavyHittersJob:
+    """What one ``ldpflow heavy-hitters`` run on the plan does (its flags, checked)."""
+
+    input: str
+    output: str
+    protocol: hh.HeavyHitterProtocol
+    policy: Any
+    rule: ServerRule = dataclasses.field(default_factory=lambda: ServerRule())
+    fmt: str | None = None
+    started: float | None = None  # Unix time the job was launched (elapsed_seconds)
+    range_bytes: int | None = None
+    input_bytes: int | None = None
+
+
+def _text(key) -> str:
+    return ProtocolKey.coerce(key).to_json()
+
+
+def run_heavy_hitters(backend: Backend, job: HeavyHittersJob) -> dict[str, Any]:
+    """Run the plan on ``backend``; returns the run's counts, as the Beam job's ``run``:
+    ``{"output", "state", "engine", "seconds", "records", "reports", "estimated",
+    "duplicates", "dead_letters", "lost_parts", "lost_bytes", "lost_unsized", "reasons",
+    "input_bytes", "candidates", "survivors", "timings_ms", "passes"}`` (and
+    ``poisoning_alarms`` with ``--poisoning detect``)."""
+    started = time.perf_counter()
+    marks: dict[str, float] = {}
+
+    def mark(name: str) -> None:
+        marks[name] = round(time.perf_counter() - started, 3)
+
+    protocol, rule, policy = job.protocol, job.rule, job.policy
+    staging = outputs.staging_folder(job.output)
+    tasks = estimate_plan.plan_ranges(job.input, job.fmt, job.range_bytes)
+    mark("plan_ranges")
+    parts = backend.persist(backend.map(backend.parallelize(task_lists(tasks, backend)),
+                                        functools.partial(read_ranges, policy=policy, step=0,
+                                                          account=True, ids=True)))
+    first = estimate_plan._merged(backend.collect(backend.combine_per_key(
+        backend.flat_map(parts, _pass_tallies), estimate_plan._add)))
+    reads = backend.flat_map(parts, _reads_of)
+    mark("pass0")
+    repeated, ranges = estimate_plan._repeated_set(
+        backend, backend.flat_map(reads, estimate_plan._id_pieces))
+    repeats: list[tuple[tuple, ReportBatch]] = []
+    kept: list[tuple[tuple, ReportBatch]] = []
+    duplicates = 0
+    if repeated:  # read again, for the rows of repeated ids alone
+        again = backend.persist(backend.flat_map(
+            backend.map(backend.parallelize([tasks[i] for i in ranges]), functools.partial(
+                steps.read_range, policy=policy, keep=("id_hashes", "report_ids"),
+                account=False, count=False, repeated=repeated, unique=False)),
+            estimate_plan._repeat_pieces))
+        repeats = [(key, batch) for _, (key, _, batch) in backend.collect(again)]
+        for key, value in backend.collect(backend.flat_map(
+                backend.group_by_key(again),
+                functools.partial(estimate_plan._dropped, keep_rows=True))):
+            if isinstance(value, steps.Tally):
+                duplicates += value.duplicates
+            else:
+                kept.append((key, value))
+        backend.release(again)
+    mark("deduplicate")
+    accounts = backend.collect(backend.map(reads, _accounts))  # one small record a range
+    stats = [(records, reasons, ms) for records, reasons, ms, _, _ in accounts]
+    reports = sum(a[3] for a in accounts)
+    dead = estimate_plan._merged(item for a in accounts for item in a[4].items())
+    backend.collect(backend.flat_map(  # the workers write them, one file per source
+        backend.group_by_key(backend.flat_map(reads, estimate_plan._letter_pieces)),
+        functools.partial(estimate_plan._write_letters, staging=staging)))
+    backend.release(parts)
+    mark("dead_letters")
+    stages: list[dict[tuple, PassOutcome]] = []
+    previous: dict[tuple, PassOutcome] = {}
+    candidates = survivors = tested = alarms = 0
+    for step in range(protocol.num_passes):
+        states = {key: outcome.state for key, outcome in previous.items()}
+        tallies = first if step == 0 else count_pass(backend, tasks, policy, step, states)
+        tallies = _corrected(tallies, step, states, repeats, kept)
+        current: dict[tuple, PassOutcome] = {}
+        for key in sorted(tallies, key=_text):
+            _, outcome = advance_pass((key, tallies[key].partial()), step, rule, previous)
+            current[key] = outcome
+            if outcome.state is not None:
+                candidates += outcome.state.figures[-1].candidates
+                survivors += outcome.state.figures[-1].survivors
+            test = outcome.poisoning
+            if test is not None and test["dispersion"] is not None:
+                tested += 1
+                alarms += int(test["dispersion"]["alarm"])
+        stages.append(current)
+        previous = current
+        mark(f"pass{step}_advance")
+    keys = {key for stage in stages for key in stage} | {
+        key for key in dead if key[0] == protocol.name}
+    results = []
+    for key in sorted(keys, key=_text):
+        grouped: dict[str, list] = {f"stage{s}": [stage[key]] for s, stage in
+                                    enumerate(stages) if key in stage}
+        if key in dead:
+            grouped["dead"] = [dead[key]]
+        results.append(assemble_result((key, grouped), protocol.num_passes, rule))
+    reasons: dict[str, tuple[int, ...]] = {}
+    for _, by_reason, _ in stats:
+        reasons = steps.add_tallies(reasons, by_reason)
+    elapsed = None if job.started is None else time.time() - job.started
+    _, data = heavy_hitters_file(results, steps.dead_letter_summary(reasons), elapsed,
+                                 duplicates)
+    outputs.write_staged(staging, "heavy_hitters.json", data)
+    outputs.commit_outputs(job.output, staging)
+    mark("commit")
+    read_ms = [s[2] for s in stats]
+    summary: dict[str, Any] = {
+        "output": job.output, "state": "DONE", "engine": backend.description,
+        "seconds": round(time.perf_counter() - started, 3),
+        "timings_ms": {"range_read_ms": {"count": len(read_ms), "sum": sum(read_ms),
+                                         "max": max(read_ms, default=0)},
+                       "steps_s": marks},
+        "records": sum(s[0] for s in stats), "reports": reports, "duplicates": duplicates,
+        "estimated": reports - duplicates, **steps.verdict_counts(reasons),
+        "input_bytes": job.input_bytes, "candidates": candidates, "survivors": survivors,
+        "passes": [{key_text: outcome.figures(protocol) for key_text, outcome in
+                    ((_text(k), o) for k, o in stage.items())} for stage in stages],
+    }
+    if rule.poisoning == "detect":
+        summary["poisoning_alarms"] = alarms
+        summary["poisoning_stages_tested"] = tested
+    return summary
+
+
+def _accounts(read: HeavyHittersRead) -> tuple:
+    return read.records, read.reasons, read.read_ms, read.reports, read.dead
