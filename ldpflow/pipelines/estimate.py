@@ -93,7 +93,8 @@ def build(pipeline: beam.Pipeline, args, methods: list[str], policy=None, run=No
         repeated = ids["reports"] | "RepeatedIds" >> RepeatedIds()
     read = pipeline | "ReadReports" >> ReadReports(args.input, args.input_format, policy, keep,
                                                    repeated=repeated)
-    estimate = EstimateReports(methods, dedup=dedup, max_reports_per_user=cap)
+    estimate = EstimateReports(methods, dedup=dedup, max_reports_per_user=cap,
+                               max_job_bytes=args.max_job_bytes, source=args.input)
     inputs = {"reports": read["reports"], "dead_letters": read["dead_letters"]}
     if dedup:
         inputs["repeats"] = read["repeats"]
@@ -102,14 +103,15 @@ def build(pipeline: beam.Pipeline, args, methods: list[str], policy=None, run=No
         sections = estimate.reports | "DetectPoisoning" >> DetectPoisoning()
         results = ({"results": results, "poisoning": sections}
                    | "AttachPoisoning" >> AttachPoisoning())
-    summary = read["dead_letters"] | "SummariseDeadLetters" >> beam.CombineGlobally(
-        DeadLetterSummaryFn())
-    _ = read["dead_letters"] | "CountDeadLetters" >> beam.ParDo(CountDeadLettersFn())
+    # The read's dead letters and those of the keys the job-wide budget refused.
+    letters = ((read["dead_letters"], estimate.refused) | "AllDeadLetters" >> beam.Flatten())
+    summary = letters | "SummariseDeadLetters" >> beam.CombineGlobally(DeadLetterSummaryFn())
+    _ = letters | "CountDeadLetters" >> beam.ParDo(CountDeadLettersFn())
     staging = staging_folder(output)  # written there, then moved into place
     written = (
         results | "WriteEstimates" >> WriteEstimates(staging, summary, dedup,
                                                      estimate.contribution, run),
-        read["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(staging),
+        letters | "WriteDeadLetters" >> WriteDeadLetters(staging),
     )
     return written | "CommitOutputs" >> CommitOutputs(output, staging)
 
@@ -153,7 +155,7 @@ def _plan_job(args, methods, policy, tasks, backend):
     return EstimateJob(input=args.input, output=args.output, methods=tuple(methods),
                        policy=policy, fmt=args.input_format, dedup=args.dedup != "none",
                        max_reports_per_user=args.max_reports_per_user, run=metadata,
-                       input_bytes=input_bytes(args.input))
+                       input_bytes=input_bytes(args.input), max_job_bytes=args.max_job_bytes)
 
 
 def run(argv: list[str] | None = None, backend=None) -> dict:
@@ -180,6 +182,9 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
     if args.max_reports_per_user is not None and args.max_reports_per_user < 1:
         raise usage_error(_PROG, "--max_reports_per_user must be a positive integer, got "
                                  f"{args.max_reports_per_user}")
+    if args.max_job_bytes is None or args.max_job_bytes < 1:
+        raise usage_error(_PROG, f"--max_job_bytes must be a positive integer, got "
+                                 f"{args.max_job_bytes}")
     fraction = args.max_dead_letter_fraction
     if not 0 <= fraction <= 1:
         raise usage_error(_PROG, f"--max_dead_letter_fraction must be in [0, 1], got {fraction}")

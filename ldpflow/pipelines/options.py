@@ -80,6 +80,13 @@ class EstimateOptions(PipelineOptions):
         parser.add_argument("--dedup", choices=("report_id", "none"), default="report_id",
                             help="report_id: count each report id once, the other copies as "
                                  "duplicates; none: count every copy.")
+        from ldpflow.plan.steps import DEFAULT_MAX_JOB_BYTES
+
+        parser.add_argument("--max_job_bytes", type=int, default=DEFAULT_MAX_JOB_BYTES,
+                            help="The most memory (bytes) all parameter sets of the job may "
+                                 "need together (default 8 GiB): the sets with the most "
+                                 "reports are admitted while they fit, the reports of the "
+                                 "others are dead letters.")
 
 
 class VerdictOptions(PipelineOptions):

@@ -26,7 +26,7 @@ import dataclasses
 import hashlib
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -58,6 +58,10 @@ __all__ = [
     "reason_class",
     "verdict_counts",
     "add_counts",
+    "DEFAULT_MAX_JOB_BYTES",
+    "key_memory",
+    "admit_keys",
+    "admission_letter",
 ]
 
 #: Id-hash buckets per key (2**4 = 16): how many workers can share one key's dedup.
@@ -66,6 +70,10 @@ ID_BUCKET_BITS = 4
 USER_BUCKET_BITS = 4
 #: The envelope columns the batches keep for the contribution cap.
 CAP_KEEP = ("user_hashes", "event_times", "id_hashes", "report_ids")
+#: The most memory, in bytes, the parameter sets of one job may need together
+#: (``--max_job_bytes``): a third of the 24 GiB machines the project is measured on, two
+#: parameter sets of the largest size one may take (``--max_key_bytes``, 4 GiB).
+DEFAULT_MAX_JOB_BYTES = 8 * 2**30
 
 
 @dataclasses.dataclass(eq=False)
@@ -192,11 +200,15 @@ class RangeRead:
     letters); ``reasons``: dead letters by reason; ``letters``: source -> dead letters as
     JSON lines; ``ids``: ``(key, bucket, hashes)`` pieces; ``repeats``: ``(key, bucket,
     batch)`` pieces of the rows of repeated ids; ``users``: ``(bucket, key, batch)``
-    pieces by user-hash bucket.
+    pieces by user-hash bucket; ``census``: key -> the valid reports read (the accounting
+    read); ``over``: the range's keys needed more than the job's budget, so it counted none
+    (the driver reads it again for the keys admitted).
     """
 
     index: int
     records: int = 0
+    census: dict[tuple, int] = dataclasses.field(default_factory=dict)
+    over: bool = False
     tallies: dict[tuple, Tally] = dataclasses.field(default_factory=dict)
     reasons: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     letters: dict[str, list[str]] = dataclasses.field(default_factory=dict)
@@ -260,7 +272,8 @@ def _count(batch: ReportBatch) -> Accumulator:
 def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bool = True,
                count: bool = True, ids: bool = False,
                repeated: Mapping[str, np.ndarray] | None = None, unique: bool = True,
-               users: bool = False, opener=None) -> RangeRead:
+               users: bool = False, max_job_bytes: int | None = None,
+               refused: Collection[tuple] = (), opener=None) -> RangeRead:
     """Read one range; what it returns holds the parts asked for.
 
     Parameters
@@ -281,6 +294,12 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
         (by id-hash bucket) instead of being counted; ``unique=False`` drops the others.
     users : bool
         Emit the (remaining) batches by user-hash bucket (``users``) instead of counting.
+    max_job_bytes : int, optional
+        The job's budget (``--max_job_bytes``): before the range allocates the accumulator
+        of a key, the memory of its keys (:func:`key_memory`) is checked against it; past
+        it the range drops its counts and only takes its ``census`` (``over``).
+    refused : collection of tuple
+        Keys refused by :func:`admit_keys`: their reports are neither counted nor emitted.
     opener : callable, optional
         ``opener(path)`` -> a binary stream (default :func:`ldpflow.plan.files.open_file`).
     """
@@ -290,6 +309,8 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
         from ldpflow.plan.files import open_file as opener
     started = time.perf_counter()
     out = RangeRead(task.index)
+    refused = frozenset(tuple(key) for key in refused)
+    held = 0  # the memory of the keys this range counts (key_memory), within max_job_bytes
     with opener(task.path) as stream:
         for parsed in formats.read_reports(stream, task.fmt, source=task.path,
                                            start=task.start, end=task.end, policy=policy,
@@ -306,6 +327,10 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
                             Tally(None, dead_letters=letter.count)
             for key, batch in parsed.batches.items():
                 key = tuple(key)
+                if key in refused:
+                    continue
+                if account:
+                    out.census[key] = out.census.get(key, 0) + len(batch)
                 if ids:
                     for bucket, rows in bucket_parts(batch.id_hashes, ID_BUCKET_BITS):
                         out.ids.append((key, bucket, batch.id_hashes if rows is None
@@ -325,8 +350,16 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
                                          f"keep={CAP_KEEP}")
                     for bucket, rows in bucket_parts(batch.user_hashes, USER_BUCKET_BITS):
                         out.users.append((bucket, key, batch if rows is None else batch[rows]))
-                elif count:
-                    out.tallies[key] = out.tallies.get(key, Tally(None)) + Tally(_count(batch))
+                elif count and not out.over:
+                    have = out.tallies.get(key)
+                    if max_job_bytes is not None and (have is None or have.accumulator is None):
+                        held += key_memory(key)  # checked before the key's first allocation
+                        if held > max_job_bytes:  # counted again once keys are admitted
+                            out.over = True
+                            out.tallies = {k: Tally(None, dead_letters=t.dead_letters)
+                                           for k, t in out.tallies.items()}
+                            continue
+                    out.tallies[key] = (have or Tally(None)) + Tally(_count(batch))
     out.read_ms = int(1000 * (time.perf_counter() - started))
     return out
 
@@ -402,6 +435,55 @@ def cap_users(pieces: Iterable[tuple[tuple, ReportBatch]], cap: int
                       capped=int(mine.size - np.count_nonzero(mine)))
         tallies[key] = tallies[key] + tally if key in tallies else tally
     return list(tallies.items()), summary
+
+
+def key_memory(key) -> int:
+    """The memory, in bytes, one key needs from its first report to its result
+    (:func:`ldpflow.wire.parse.key_bytes`, decided from the parameters alone; 0 for a key
+    that is not a frequency oracle's)."""
+    from ldpflow.wire.parse import key_bytes
+
+    return key_bytes(ProtocolKey.coerce(key).build()) or 0
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.1f} MiB"
+
+
+def admit_keys(census: Mapping[tuple, int], budget: int | None) -> dict[tuple, str]:
+    """The job-wide admission of parameter sets: ``{key: valid reports read}`` -> the keys
+    refused, with their reason (``{}``: all admitted).
+
+    Keys are taken by reports read, most first, ties by key text, and each is admitted while
+    the memory of the keys admitted (:func:`key_memory`) stays within ``budget``
+    (``--max_job_bytes``; None: no budget); a key that does not fit is refused and the next
+    ones are still tried, so the outcome depends on the set of keys and their counts only,
+    never on the order they were read in. Every engine decides with this function."""
+    if budget is None:
+        return {}
+    order = sorted(census.items(), key=lambda kv: (-int(kv[1]), _key_text(kv[0])))
+    used, refused = 0, {}
+    for key, _ in order:
+        need = key_memory(key)
+        if used + need <= budget:
+            used += need
+            continue
+        protocol = ProtocolKey.coerce(key)
+        size = dict(protocol.parameters).get("domain_size")
+        refused[tuple(key)] = (
+            f"policy: past the job's memory budget of {_mib(budget)} for all parameter sets "
+            f"(--max_job_bytes): oracle {protocol.name} with domain_size {size} needs about "
+            f"{_mib(need)}, and the sets with more reports took the budget")
+    return refused
+
+
+def admission_letter(source: str, key, reason: str, count: int):
+    """The dead letter of a key refused by :func:`admit_keys`: its ``count`` valid reports,
+    without a record (``source``: the job's input pattern, so every engine writes it to one
+    file of one name)."""
+    from ldpflow.wire.envelope import DeadLetter
+
+    return DeadLetter(source, reason, None, tuple(key), int(count))
 
 
 def estimate_key(item: tuple[tuple, Tally], methods: Sequence[str]) -> dict[str, Any]:

@@ -164,3 +164,43 @@ def test_poisoning_detection_off_beam_is_a_usage_error(tmp_path):
     status = cli.main(["estimate", f"--input={tmp_path}/a.jsonl", f"--output={tmp_path}/o",
                        "--engine=local", "--poisoning=detect"])
     assert status == 2 and not (tmp_path / "o").exists()
+
+
+def _grr_key(epsilon, domain_size=16):
+    return tuple(ldpflow.oracle("grr", epsilon=epsilon, domain_size=domain_size).key)
+
+
+def test_admit_keys_takes_the_most_reports_first_whatever_the_order():
+    keys = [_grr_key(0.5 + i / 10) for i in range(6)]
+    need = steps.key_memory(keys[0])
+    assert need == 8 * 16 + 4096 * 16  # accumulator and estimates (wire.parse.key_bytes)
+    census = {key: 10 * (i % 3) + i for i, key in enumerate(keys)}  # 0 11 22 3 14 25
+    refused = steps.admit_keys(census, 3 * need)
+    assert set(refused) == {keys[0], keys[1], keys[3]}  # 25, 22, 14 admitted
+    assert steps.admit_keys(dict(reversed(list(census.items()))), 3 * need) == refused
+    assert all("(--max_job_bytes)" in reason for reason in refused.values())
+    # Ties by key text; a key too large is refused and the smaller ones are still tried.
+    big = _grr_key(1.0, 256)
+    tied = {keys[0]: 5, keys[1]: 5, big: 9}
+    assert set(steps.admit_keys(tied, need + 1)) == {keys[1], big}
+    assert steps.admit_keys(tied, None) == {}
+    assert steps.admit_keys(tied, steps.key_memory(big) + 2 * need) == {}
+
+
+def test_read_range_over_the_job_budget_counts_nothing_and_takes_its_census(files):
+    tasks = plan_ranges(files)
+    first = tasks[0]  # a.avro: OLH and GRR reports
+    whole = steps.read_range(first, AcceptancePolicy())
+    need = {key: steps.key_memory(key) for key in whole.census}
+    assert len(need) == 2 and not whole.over
+    over = steps.read_range(first, AcceptancePolicy(), max_job_bytes=max(need.values()))
+    assert over.over and over.census == whole.census
+    assert all(t.accumulator is None for t in over.tallies.values())
+    assert over.records == whole.records and over.reasons == whole.reasons
+    # Read again without the refused key: the other one's counts are the whole read's.
+    (grr,) = [key for key in need if key[0] == "grr"]
+    again = steps.read_range(first, AcceptancePolicy(), account=False, refused=[grr],
+                             max_job_bytes=max(need.values()))
+    assert not again.over and set(again.tallies) == set(need) - {grr}
+    (olh,) = again.tallies
+    assert again.tallies[olh].accumulator == whole.tallies[olh].accumulator
