@@ -36,6 +36,7 @@ reasons under ``OUTPUT/dead_letters/``.
 from __future__ import annotations
 
 import logging
+import uuid
 
 import apache_beam as beam
 
@@ -73,12 +74,14 @@ _LOGGER = logging.getLogger(__name__)
 _PROG = "ldpflow estimate"
 
 
-def build(pipeline: beam.Pipeline, args, methods: list[str], policy=None, run=None):
+def build(pipeline: beam.Pipeline, args, methods: list[str], policy=None, run=None,
+          progress=None):
     """Wire read -> estimate -> write into ``pipeline`` (``args``: the job's flags, from
     ``job_options``); returns the commit step (which moves the staged outputs into
     ``--output`` once both writers are done). ``run``: the run's metadata
     (:func:`~ldpflow.wire.results.run_metadata`, which :func:`run` passes) for
-    ``estimates.json`` and the Avro records; ``None`` leaves it out."""
+    ``estimates.json`` and the Avro records; ``None`` leaves it out. ``progress``: the
+    job's progress lines (:class:`~ldpflow.plan.progress.ProgressSpec`)."""
     if policy is None:  # run() checks the flags first, before any pipeline exists
         policy = acceptance_policy(args, _PROG)
     dedup = args.dedup != "none"
@@ -92,7 +95,7 @@ def build(pipeline: beam.Pipeline, args, methods: list[str], policy=None, run=No
                                                         ids_only=True)
         repeated = ids["reports"] | "RepeatedIds" >> RepeatedIds()
     read = pipeline | "ReadReports" >> ReadReports(args.input, args.input_format, policy, keep,
-                                                   repeated=repeated)
+                                                   repeated=repeated, progress=progress)
     estimate = EstimateReports(methods, dedup=dedup, max_reports_per_user=cap,
                                max_job_bytes=args.max_job_bytes, source=args.input)
     inputs = {"reports": read["reports"], "dead_letters": read["dead_letters"]}
@@ -116,7 +119,7 @@ def build(pipeline: beam.Pipeline, args, methods: list[str], policy=None, run=No
     return written | "CommitOutputs" >> CommitOutputs(output, staging)
 
 
-def _run_plan(args, methods: list[str], backend=None) -> dict:
+def _run_plan(args, methods: list[str], backend=None, temp_location: str | None = None) -> dict:
     """The job plan (``ldpflow.plan``) on ``--engine`` dask, spark or local (or on
     ``backend``, an engine already running)."""
     from ldpflow.engines import make_backend
@@ -135,7 +138,8 @@ def _run_plan(args, methods: list[str], backend=None) -> dict:
         raise usage_error(_PROG, f"--input {args.input!r} matched no files")
     policy = acceptance_policy(args, _PROG)
     if backend is not None:
-        return run_estimate(backend, _plan_job(args, methods, policy, tasks, backend))
+        return run_estimate(backend, _plan_job(args, methods, policy, tasks, backend,
+                                               temp_location))
     try:
         backend = make_backend(args.engine, dask_scheduler=args.dask_scheduler,
                                workers=args.workers, spark_master=args.spark_master)
@@ -143,19 +147,26 @@ def _run_plan(args, methods: list[str], backend=None) -> dict:
         raise usage_error(_PROG, f"--engine {args.engine} needs {exc.name}: pip install "
                                  f"'ldpflow[{args.engine}]'") from None
     with backend:
-        return run_estimate(backend, _plan_job(args, methods, policy, tasks, backend))
+        return run_estimate(backend, _plan_job(args, methods, policy, tasks, backend,
+                                               temp_location))
 
 
-def _plan_job(args, methods, policy, tasks, backend):
+def _plan_job(args, methods, policy, tasks, backend, temp_location=None):
     from ldpflow.plan.job import EstimateJob
+    from ldpflow.plan.progress import ProgressSpec
 
     metadata = run_metadata(inputs=args.input, files=len({task.path for task in tasks}),
                             policy=policy, methods=methods, runner=backend.description,
                             started=utc_now())
+    size = input_bytes(args.input)
     return EstimateJob(input=args.input, output=args.output, methods=tuple(methods),
                        policy=policy, fmt=args.input_format, dedup=args.dedup != "none",
                        max_reports_per_user=args.max_reports_per_user, run=metadata,
-                       input_bytes=input_bytes(args.input), max_job_bytes=args.max_job_bytes)
+                       input_bytes=size, max_job_bytes=args.max_job_bytes,
+                       progress=ProgressSpec(uuid.uuid4().hex, size),
+                       dedup_store=args.dedup_store or ("disk" if args.engine == "local"
+                                                        else "memory"),
+                       temp_location=temp_location)
 
 
 def run(argv: list[str] | None = None, backend=None) -> dict:
@@ -182,6 +193,9 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
     if args.max_reports_per_user is not None and args.max_reports_per_user < 1:
         raise usage_error(_PROG, "--max_reports_per_user must be a positive integer, got "
                                  f"{args.max_reports_per_user}")
+    from ldpflow.plan.progress import set_quiet
+
+    set_quiet(args.quiet == "true")
     if args.max_job_bytes is None or args.max_job_bytes < 1:
         raise usage_error(_PROG, f"--max_job_bytes must be a positive integer, got "
                                  f"{args.max_job_bytes}")
@@ -189,7 +203,10 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
     if not 0 <= fraction <= 1:
         raise usage_error(_PROG, f"--max_dead_letter_fraction must be in [0, 1], got {fraction}")
     if args.engine != "beam":
-        return _run_plan(args, methods, backend)
+        from apache_beam.options.pipeline_options import GoogleCloudOptions
+
+        return _run_plan(args, methods, backend,
+                         options.view_as(GoogleCloudOptions).temp_location)
     files = check_inputs(args.input, args.input_format, _PROG)
     policy = acceptance_policy(args, _PROG)
     runner = batch_runner(options, _PROG)
@@ -197,8 +214,11 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
     metadata = run_metadata(inputs=args.input, files=files, policy=policy, methods=methods,
                             runner=runner if isinstance(runner, str) else type(runner).__name__,
                             started=utc_now())
+    from ldpflow.plan.progress import ProgressSpec, finished
+
     pipeline = beam.Pipeline(runner=runner, options=options)
-    build(pipeline, args, methods, policy, metadata)
+    progress = ProgressSpec(uuid.uuid4().hex, input_bytes(args.input))
+    build(pipeline, args, methods, policy, metadata, progress)
     ran = run_pipeline(pipeline, options, _PROG)
     if ran.get("submitted"):
         return {"submitted": True, "output": output}
@@ -206,6 +226,7 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
                "timings_ms": {name: ran["distributions"][name] for name in
                               ("range_read_ms", "estimate_ms") if name in ran["distributions"]}}
     counts = ran["counters"]
+    finished(progress, counts.get("records"))
     if "records" in counts or "ranges" in counts:  # a range read counts, even of no record
         summary.update(records=counts.get("records", 0),
                        reports_estimated=counts.get("reports_estimated", 0),

@@ -87,6 +87,10 @@ class EstimateOptions(PipelineOptions):
                                  "need together (default 8 GiB): the sets with the most "
                                  "reports are admitted while they fit, the reports of the "
                                  "others are dead letters.")
+        parser.add_argument("--quiet", nargs="?", const="true", default=None,
+                            choices=("true", "false"),
+                            help="No progress lines on stderr (by default every 10 s: "
+                                 "records read, reports/s and an ETA).")
 
 
 class VerdictOptions(PipelineOptions):
@@ -187,6 +191,12 @@ class EngineOptions(PipelineOptions):
         parser.add_argument("--workers", type=int, default=None,
                             help="dask without --dask_scheduler: worker processes of the "
                                  "LocalCluster (default: one per core).")
+        parser.add_argument("--dedup_store", choices=("disk", "memory"), default=None,
+                            help="The job plan's dedup: disk writes the 8-byte id hashes to "
+                                 "a temporary folder (under --temp_location, else the "
+                                 "output's) and resolves them in passes of bounded memory; "
+                                 "memory shuffles them as arrays. Default: disk on --engine "
+                                 "local, memory on dask and spark.")
         parser.add_argument("--spark_master", default=None,
                             help="spark: the master URL (local[N], local-cluster[N,C,MB], "
                                  "spark://HOST:7077, yarn, ...; default: spark-submit's "

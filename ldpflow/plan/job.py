@@ -31,6 +31,9 @@ import dataclasses
 import functools
 import hashlib
 import logging
+import os
+import shutil
+import tempfile
 import time
 from typing import Any
 
@@ -62,6 +65,14 @@ class EstimateJob:
     input_bytes: int | None = None  # the input's size, for the verdict's share of lost parts
     #: The memory all parameter sets may need together (``--max_job_bytes``; None: no bound).
     max_job_bytes: int | None = steps.DEFAULT_MAX_JOB_BYTES
+    #: With dedup, where the id hashes go: ``memory`` (shuffled as arrays) or ``disk``
+    #: (written to a temporary folder and resolved in passes of bounded memory,
+    #: ``steps.spill_ids``; the folder is under ``temp_location``, else the output's
+    #: staging folder: a local disk every worker sees).
+    dedup_store: str = "memory"
+    temp_location: str | None = None
+    #: The job's progress lines (``ldpflow.plan.progress``; None: none).
+    progress: Any = None
 
 
 def plan_ranges(pattern: str, fmt: str | None = None, range_bytes: int | None = None
@@ -229,7 +240,22 @@ class Counted:
 
 
 def count_reports(backend: Backend, job: EstimateJob, staging: str) -> Counted:
-    """Steps 1 to 4 of the plan on ``backend`` (dead-letter files staged in ``staging``)."""
+    """Steps 1 to 4 of the plan on ``backend`` (dead-letter files staged in ``staging``);
+    with ``job.dedup_store`` ``disk``, the id hashes go through a temporary folder, removed
+    when the counts are done (or failed)."""
+    if not (job.dedup and job.dedup_store == "disk"):
+        return _count_reports(backend, job, staging, None)
+    folder = job.temp_location or staging
+    os.makedirs(folder, exist_ok=True)
+    spill = tempfile.mkdtemp(prefix=".ldpflow-ids-", dir=folder)
+    try:
+        return _count_reports(backend, job, staging, spill)
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+
+
+def _count_reports(backend: Backend, job: EstimateJob, staging: str, spill: str | None
+                   ) -> Counted:
     started = time.perf_counter()
     marks: dict[str, float] = {}
 
@@ -244,13 +270,14 @@ def count_reports(backend: Backend, job: EstimateJob, staging: str) -> Counted:
     keep = tuple(dict.fromkeys((("id_hashes",) if job.dedup else ())
                                + (steps.CAP_KEEP if cap is not None else ())))
     read = functools.partial(steps.read_range, policy=job.policy, keep=keep,
-                             max_job_bytes=job.max_job_bytes)
+                             max_job_bytes=job.max_job_bytes, progress=job.progress)
     ids_only = functools.partial(steps.read_range, policy=job.policy, keep=("id_hashes",),
                                  account=False, count=False)
     contribution = None
     if cap is None:
         reads = backend.persist(backend.map(backend.parallelize(tasks),
-                                            functools.partial(read, ids=job.dedup)))
+                                            functools.partial(read, ids=job.dedup,
+                                                              spill=spill)))
         tallies = _merged(backend.collect(backend.combine_per_key(
             backend.flat_map(reads, _tallies), _add)))
         admission = _admission(backend, reads, tallies, job.max_job_bytes)
@@ -282,7 +309,8 @@ def count_reports(backend: Backend, job: EstimateJob, staging: str) -> Counted:
     else:
         repeated = None
         if job.dedup:  # the cap must see the deduplicated reports: find the ids first
-            ids = backend.map(backend.parallelize(tasks), functools.partial(ids_only, ids=True))
+            ids = backend.map(backend.parallelize(tasks), functools.partial(ids_only, ids=True,
+                                                                            spill=spill))
             repeated, _ = _repeated_set(backend, backend.flat_map(ids, _id_pieces))
             mark("repeated_ids")
         reads = backend.persist(backend.map(backend.parallelize(tasks), functools.partial(
@@ -340,6 +368,9 @@ def run_estimate(backend: Backend, job: EstimateJob) -> dict[str, Any]:
     started = time.perf_counter()
     staging = outputs.staging_folder(job.output)
     counted = count_reports(backend, job, staging)
+    from ldpflow.plan.progress import finished
+
+    finished(job.progress, counted.records)  # the reads are done
     tallies = counted.tallies
     results = backend.collect(backend.map(
         backend.parallelize(sorted(tallies.items(), key=lambda kv: steps._key_text(kv[0]))),

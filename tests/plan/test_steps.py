@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -204,3 +205,55 @@ def test_read_range_over_the_job_budget_counts_nothing_and_takes_its_census(file
     assert not again.over and set(again.tallies) == set(need) - {grr}
     (olh,) = again.tallies
     assert again.tallies[olh].accumulator == whole.tallies[olh].accumulator
+
+
+def test_repeated_ids_on_disk_in_passes_equal_the_in_memory_shuffle(tmp_path):
+    """Spilled, sorted id files resolved in many small passes give the same repeated hashes
+    and ranges as the arrays shuffled in memory."""
+    rng = np.random.default_rng(7)
+    key = _grr_key(1.0)
+    ranges = [rng.integers(0, 2**64, 5000, dtype=np.uint64) for _ in range(4)]
+    ranges[1][:40] = ranges[0][100:140]  # copies across ranges
+    ranges[3][10:20] = ranges[3][20:30]  # and within one
+    in_memory, on_disk = [], []
+    for index, hashes in enumerate(ranges):
+        for bucket, rows in steps.bucket_parts(hashes, steps.ID_BUCKET_BITS):
+            part = hashes if rows is None else hashes[rows]
+            in_memory.append((key, bucket, index, part))
+            path = steps.spill_ids(str(tmp_path), index, key, bucket, [part[::2], part[1::2]])
+            assert np.array_equal(np.load(path), np.sort(part))
+            on_disk.append((key, bucket, index, path))
+
+    def resolved(pieces, **kw):
+        groups: dict[int, list] = {}
+        for piece in pieces:
+            groups.setdefault(piece[1], []).append(piece)
+        out = [found for group in groups.values() for found in steps.repeated_ids(group, **kw)]
+        return sorted((text, h.tolist(), r) for text, h, r in out)
+
+    expected = resolved(in_memory)
+    assert sum(len(h) for _, h, _ in expected) == 50
+    assert {r for _, _, where in expected for r in where} == {0, 1, 3}
+    for pass_bytes in (8, 800, steps.DEDUP_PASS_BYTES):  # one hash a pass .. one pass
+        assert resolved(on_disk, pass_bytes=pass_bytes) == expected
+
+
+@pytest.mark.parametrize("cap", [None, 2])
+def test_count_reports_dedup_on_disk_equals_in_memory(files, tmp_path, cap):
+    job = EstimateJob(input=files, output=str(tmp_path), methods=("base",),
+                      policy=AcceptancePolicy(), max_reports_per_user=cap)
+    memory = count_reports(LocalBackend(), job, str(tmp_path / "m"))
+    temp = tmp_path / "temp"
+    disk = count_reports(LocalBackend(), dataclasses.replace(
+        job, dedup_store="disk", temp_location=str(temp)), str(tmp_path / "d"))
+    assert os.listdir(temp) == []  # the id files are removed with their folder
+    assert disk.records == memory.records and disk.reasons == memory.reasons
+    assert disk.contribution == memory.contribution
+    assert disk.tallies.keys() == memory.tallies.keys()
+    assert sum(t.duplicates for t in disk.tallies.values()) == \
+        inputs.EXACT_COPIES + inputs.CONFLICTING_COPIES
+    for key, tally in memory.tallies.items():
+        theirs = disk.tallies[key]
+        assert (theirs.duplicates, theirs.conflicting, theirs.dead_letters, theirs.capped) == \
+            (tally.duplicates, tally.conflicting, tally.dead_letters, tally.capped)
+        assert theirs.accumulator == tally.accumulator
