@@ -73,18 +73,21 @@ class Progress:
         Whether this process sees the whole job (then the lines give bytes and an ETA).
     log : callable, optional
         ``log(line)`` (default: the ``ldpflow.progress`` logger at INFO).
+    started : float, optional
+        When the job started, on ``clock`` (default: now).
     """
 
     def __init__(self, total_bytes: int | None = None, interval: float = PROGRESS_SECONDS,
                  clock: Callable[[], float] = time.monotonic, label: str = "job",
-                 eta: bool = True, log: Callable[[str], None] | None = None):
+                 eta: bool = True, log: Callable[[str], None] | None = None,
+                 started: float | None = None):
         self.total_bytes = total_bytes
         self.interval = float(interval)
         self._clock = clock
         self._label = label
         self._eta = eta
         self._log = log or (lambda line: _LOGGER.info("%s", line))
-        self.started = clock()
+        self.started = clock() if started is None else float(started)
         self._last = self.started
         self.records = 0
         self.bytes = 0  # of ranges done
@@ -143,12 +146,14 @@ class ProgressSpec:
     """What a job's range reads need to report progress (it pickles: sent with the tasks).
 
     ``job``: the job's id; ``total_bytes``: the bytes its ranges plan to read;
-    ``driver``: the process id of the process that made it (whose lines are the job's)."""
+    ``driver``: the process id of the process that made it (whose lines are the job's);
+    ``started``: when, on :func:`time.monotonic` (the driver's rates count from then)."""
 
     job: str
     total_bytes: int | None = None
     interval: float = PROGRESS_SECONDS
     driver: int = dataclasses.field(default_factory=os.getpid)
+    started: float = dataclasses.field(default_factory=time.monotonic)
 
     def tracker(self, clock: Callable[[], float] = time.monotonic) -> Progress:
         """This process's :class:`Progress` of the job (one per process and job)."""
@@ -157,7 +162,9 @@ class ProgressSpec:
             if found is None:
                 whole = os.getpid() == self.driver
                 found = Progress(self.total_bytes, self.interval, clock,
-                                 "job" if whole else f"worker {os.getpid()}", eta=whole)
+                                 "job" if whole else f"worker {os.getpid()}", eta=whole,
+                                 started=self.started if whole and clock is time.monotonic
+                                 else None)
                 _TRACKERS[self.job] = found
             return found
 
