@@ -37,6 +37,7 @@ reasons under ``OUTPUT/dead_letters/``; ``--format csv`` adds ``OUTPUT/estimates
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import TYPE_CHECKING
 
 from ldpflow.pipelines.common import (
@@ -61,12 +62,14 @@ _LOGGER = logging.getLogger(__name__)
 _PROG = "ldpflow estimate"
 
 
-def build(pipeline: beam.Pipeline, args, methods: list[str], policy=None, run=None):
+def build(pipeline: beam.Pipeline, args, methods: list[str], policy=None, run=None,
+          progress=None):
     """Wire read -> estimate -> write into ``pipeline`` (``args``: the job's flags, from
     ``job_options``); returns the commit step (which moves the staged outputs into
     ``--output`` once both writers are done). ``run``: the run's metadata
     (:func:`~ldpflow.wire.results.run_metadata`, which :func:`run` passes) for
-    ``estimates.json`` and the Avro records; ``None`` leaves it out."""
+    ``estimates.json`` and the Avro records; ``None`` leaves it out. ``progress``: the
+    job's progress lines (:class:`~ldpflow.plan.progress.ProgressSpec`)."""
     # Beam is imported here, not with the module: --engine dask|spark|local never needs it.
     import apache_beam as beam
 
@@ -99,8 +102,9 @@ def build(pipeline: beam.Pipeline, args, methods: list[str], policy=None, run=No
                                                         ids_only=True)
         repeated = ids["reports"] | "RepeatedIds" >> RepeatedIds()
     read = pipeline | "ReadReports" >> ReadReports(args.input, args.input_format, policy, keep,
-                                                   repeated=repeated)
-    estimate = EstimateReports(methods, dedup=dedup, max_reports_per_user=cap)
+                                                   repeated=repeated, progress=progress)
+    estimate = EstimateReports(methods, dedup=dedup, max_reports_per_user=cap,
+                               max_job_bytes=args.max_job_bytes, source=args.input)
     inputs = {"reports": read["reports"], "dead_letters": read["dead_letters"]}
     if dedup:
         inputs["repeats"] = read["repeats"]
@@ -109,19 +113,21 @@ def build(pipeline: beam.Pipeline, args, methods: list[str], policy=None, run=No
         sections = estimate.reports | "DetectPoisoning" >> DetectPoisoning()
         results = ({"results": results, "poisoning": sections}
                    | "AttachPoisoning" >> AttachPoisoning())
-    summary = read["dead_letters"] | "SummariseDeadLetters" >> beam.CombineGlobally(
-        DeadLetterSummaryFn())
-    _ = read["dead_letters"] | "CountDeadLetters" >> beam.ParDo(CountDeadLettersFn())
+    # The read's dead letters and those of the keys the job-wide budget refused.
+    letters = ((read["dead_letters"], estimate.refused) | "AllDeadLetters" >> beam.Flatten())
+    summary = letters | "SummariseDeadLetters" >> beam.CombineGlobally(DeadLetterSummaryFn())
+    _ = letters | "CountDeadLetters" >> beam.ParDo(CountDeadLettersFn())
     staging = staging_folder(output)  # written there, then moved into place
     written = (
         results | "WriteEstimates" >> WriteEstimates(staging, summary, dedup,
                                                      estimate.contribution, run),
-        read["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(staging),
+        letters | "WriteDeadLetters" >> WriteDeadLetters(staging),
     )
     return written | "CommitOutputs" >> CommitOutputs(output, staging)
 
 
-def _run_plan(args, methods: list[str], backend=None, labelling=None) -> dict:
+def _run_plan(args, methods: list[str], backend=None, labelling=None,
+              temp_location: str | None = None) -> dict:
     """The job plan (``ldpflow.plan``) on ``--engine`` dask, spark or local (or on
     ``backend``, an engine already running)."""
     from ldpflow.engines import make_backend
@@ -141,7 +147,7 @@ def _run_plan(args, methods: list[str], backend=None, labelling=None) -> dict:
     policy = acceptance_policy(args, _PROG)
     if backend is not None:
         return run_estimate(backend, _plan_job(args, methods, policy, tasks, backend,
-                                               labelling))
+                                               labelling, temp_location))
     try:
         backend = make_backend(args.engine, dask_scheduler=args.dask_scheduler,
                                workers=args.workers, spark_master=args.spark_master)
@@ -150,7 +156,7 @@ def _run_plan(args, methods: list[str], backend=None, labelling=None) -> dict:
                                  f"'ldpflow[{args.engine}]'") from None
     with backend:
         return run_estimate(backend, _plan_job(args, methods, policy, tasks, backend,
-                                               labelling))
+                                               labelling, temp_location))
 
 
 def _labels_and_formats(args) -> dict:
@@ -176,18 +182,24 @@ def _labels_and_formats(args) -> dict:
     return {"value_labels": labels, "formats": (args.format,)}
 
 
-def _plan_job(args, methods, policy, tasks, backend, labelling=None):
+def _plan_job(args, methods, policy, tasks, backend, labelling=None, temp_location=None):
     from ldpflow.plan.job import EstimateJob
+    from ldpflow.plan.progress import ProgressSpec
 
     if labelling is None:
         labelling = _labels_and_formats(args)
     metadata = run_metadata(inputs=args.input, files=len({task.path for task in tasks}),
                             policy=policy, methods=methods, runner=backend.description,
                             started=utc_now(), **labelling)
+    size = input_bytes(args.input)
     return EstimateJob(input=args.input, output=args.output, methods=tuple(methods),
                        policy=policy, fmt=args.input_format, dedup=args.dedup != "none",
                        max_reports_per_user=args.max_reports_per_user, run=metadata,
-                       input_bytes=input_bytes(args.input))
+                       input_bytes=size, max_job_bytes=args.max_job_bytes,
+                       progress=ProgressSpec(uuid.uuid4().hex, size),
+                       dedup_store=args.dedup_store or ("disk" if args.engine == "local"
+                                                        else "memory"),
+                       temp_location=temp_location)
 
 
 def run(argv: list[str] | None = None, backend=None) -> dict:
@@ -214,6 +226,12 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
     if args.max_reports_per_user is not None and args.max_reports_per_user < 1:
         raise usage_error(_PROG, "--max_reports_per_user must be a positive integer, got "
                                  f"{args.max_reports_per_user}")
+    from ldpflow.plan.progress import set_quiet
+
+    set_quiet(args.quiet == "true")
+    if args.max_job_bytes is None or args.max_job_bytes < 1:
+        raise usage_error(_PROG, f"--max_job_bytes must be a positive integer, got "
+                                 f"{args.max_job_bytes}")
     fraction = args.max_dead_letter_fraction
     if not 0 <= fraction <= 1:
         raise usage_error(_PROG, f"--max_dead_letter_fraction must be in [0, 1], got {fraction}")
@@ -229,8 +247,11 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
                             started=utc_now(), **labelling)
     import apache_beam as beam
 
+    from ldpflow.plan.progress import ProgressSpec, finished
+
     pipeline = beam.Pipeline(runner=runner, options=options)
-    build(pipeline, args, methods, policy, metadata)
+    progress = ProgressSpec(uuid.uuid4().hex, input_bytes(args.input))
+    build(pipeline, args, methods, policy, metadata, progress)
     ran = run_pipeline(pipeline, options, _PROG)
     if ran.get("submitted"):
         return {"submitted": True, "output": output}
@@ -238,6 +259,7 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
                "timings_ms": {name: ran["distributions"][name] for name in
                               ("range_read_ms", "estimate_ms") if name in ran["distributions"]}}
     counts = ran["counters"]
+    finished(progress, counts.get("records"))
     if "records" in counts or "ranges" in counts:  # a range read counts, even of no record
         summary.update(records=counts.get("records", 0),
                        reports_estimated=counts.get("reports_estimated", 0),

@@ -298,10 +298,23 @@ METHODS = Group("The post-processing methods to apply", (
          help="Comma-separated post-processing methods (base: the raw unbiased estimate)."),
 ))
 
+def _default_max_job_bytes() -> int:
+    from ldpflow.plan.steps import DEFAULT_MAX_JOB_BYTES
+
+    return DEFAULT_MAX_JOB_BYTES
+
+
 ESTIMATE = Group("What ldpflow estimate counts", (
     Flag("dedup", choices=("report_id", "none"), default="report_id",
          help="report_id: count each report id once, the other copies as duplicates; none: "
               "count every copy."),
+    Flag("max_job_bytes", int, Lazy(_default_max_job_bytes),
+         help="The most memory (bytes) all parameter sets of the job may need together "
+              "(default 8 GiB): the sets with the most reports are admitted while they fit, "
+              "the reports of the others are dead letters."),
+    Flag("quiet", nargs="?", const="true", choices=("true", "false"),
+         help="No progress lines on stderr (by default every 10 s: records read, reports/s "
+              "and an ETA)."),
 ))
 
 VERDICT = Group("When a batch job fails (ldpflow.pipelines.verdict)", (
@@ -371,6 +384,11 @@ ENGINE = Group("The engine that runs the job (docs/engines.md)", (
     Flag("workers", int,
          help="dask without --dask_scheduler: worker processes of the LocalCluster (default: "
               "one per core)."),
+    Flag("dedup_store", choices=("disk", "memory"),
+         help="The job plan's dedup: disk writes the 8-byte id hashes to a temporary folder "
+              "(beside the output's staging) and resolves them in passes of bounded memory; "
+              "memory shuffles them as arrays. Default: disk on --engine local, memory on "
+              "dask and spark."),
     Flag("spark_master",
          help="spark: the master URL (local[N], local-cluster[N,C,MB], spark://HOST:7077, "
               "yarn, ...; default: spark-submit's --master, else local[*])."),

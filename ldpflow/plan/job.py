@@ -31,6 +31,9 @@ import dataclasses
 import functools
 import hashlib
 import logging
+import os
+import shutil
+import tempfile
 import time
 from typing import Any
 
@@ -60,6 +63,16 @@ class EstimateJob:
     run: dict | None = None
     range_bytes: int | None = None
     input_bytes: int | None = None  # the input's size, for the verdict's share of lost parts
+    #: The memory all parameter sets may need together (``--max_job_bytes``; None: no bound).
+    max_job_bytes: int | None = steps.DEFAULT_MAX_JOB_BYTES
+    #: With dedup, where the id hashes go: ``memory`` (shuffled as arrays) or ``disk``
+    #: (written to a temporary folder and resolved in passes of bounded memory,
+    #: ``steps.spill_ids``; the folder is under ``temp_location``, else the output's
+    #: staging folder: a local disk every worker sees).
+    dedup_store: str = "memory"
+    temp_location: str | None = None
+    #: The job's progress lines (``ldpflow.plan.progress``; None: none).
+    progress: Any = None
 
 
 def plan_ranges(pattern: str, fmt: str | None = None, range_bytes: int | None = None
@@ -94,6 +107,10 @@ def _stats(read: RangeRead):
     return [(read.records, read.reasons, read.read_ms)]
 
 
+def _census(read: RangeRead):
+    return [(read.index, read.census, read.over)]
+
+
 def _id_pieces(read: RangeRead):
     return [(steps.shuffle_key(key, bucket), (key, bucket, read.index, hashes))
             for key, bucket, hashes in read.ids]
@@ -103,9 +120,9 @@ def _repeated(group):
     return steps.repeated_ids(group[1])
 
 
-def _repeat_pieces(read: RangeRead):
+def _repeat_pieces(read: RangeRead, refused: frozenset = frozenset()):
     return [(steps.shuffle_key(key, bucket), (key, bucket, batch))
-            for key, bucket, batch in read.repeats]
+            for key, bucket, batch in read.repeats if key not in refused]
 
 
 def _dropped(group, keep_rows: bool = False):
@@ -132,8 +149,8 @@ def _write_letters(group, staging: str):
     return out
 
 
-def _user_pieces(read: RangeRead):
-    return [(bucket, (key, batch)) for bucket, key, batch in read.users]
+def _user_pieces(read: RangeRead, refused: frozenset = frozenset()):
+    return [(bucket, (key, batch)) for bucket, key, batch in read.users if key not in refused]
 
 
 def _kept_user_pieces(item):
@@ -164,6 +181,40 @@ def _repeated_set(backend: Backend, id_pieces) -> tuple[dict[str, np.ndarray], l
     return {text: np.unique(np.concatenate(p)) for text, p in parts.items()}, sorted(ranges)
 
 
+@dataclasses.dataclass(frozen=True)
+class Admission:
+    """The job-wide admission of keys (:func:`ldpflow.plan.steps.admit_keys`) after the
+    accounting read: the keys refused with their reasons, the valid reports read per key,
+    and the ranges that counted nothing because their keys passed the budget."""
+
+    refused: dict[tuple, str]
+    census: dict[tuple, int]
+    over: list[int]
+
+    @property
+    def refused_keys(self) -> frozenset:
+        return frozenset(self.refused)
+
+    def letters(self, source: str) -> list:
+        """The dead letters of the refused keys (one a key, of its count, no record)."""
+        return [steps.admission_letter(source, key, reason, self.census.get(key, 0))
+                for key, reason in sorted(self.refused.items(),
+                                          key=lambda kv: steps._key_text(kv[0]))
+                if self.census.get(key, 0)]
+
+
+def _admission(backend: Backend, reads, keys, budget: int | None) -> Admission:
+    """Admit the keys (``keys``: every key a tally names) by the reads' census."""
+    census: dict[tuple, int] = {}
+    over = []
+    for index, counts, is_over in backend.collect(backend.flat_map(reads, _census)):
+        census = steps.add_counts(census, counts)
+        if is_over:
+            over.append(index)
+    every = {key: census.get(key, 0) for key in set(keys) | set(census)}
+    return Admission(steps.admit_keys(every, budget), census, sorted(over))
+
+
 def _merged(pairs) -> dict[tuple, Tally]:
     out: dict[tuple, Tally] = {}
     for key, tally in pairs:
@@ -189,7 +240,22 @@ class Counted:
 
 
 def count_reports(backend: Backend, job: EstimateJob, staging: str) -> Counted:
-    """Steps 1 to 4 of the plan on ``backend`` (dead-letter files staged in ``staging``)."""
+    """Steps 1 to 4 of the plan on ``backend`` (dead-letter files staged in ``staging``);
+    with ``job.dedup_store`` ``disk``, the id hashes go through a temporary folder, removed
+    when the counts are done (or failed)."""
+    if not (job.dedup and job.dedup_store == "disk"):
+        return _count_reports(backend, job, staging, None)
+    folder = job.temp_location or staging
+    os.makedirs(folder, exist_ok=True)
+    spill = tempfile.mkdtemp(prefix=".ldpflow-ids-", dir=folder)
+    try:
+        return _count_reports(backend, job, staging, spill)
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+
+
+def _count_reports(backend: Backend, job: EstimateJob, staging: str, spill: str | None
+                   ) -> Counted:
     started = time.perf_counter()
     marks: dict[str, float] = {}
 
@@ -203,18 +269,32 @@ def count_reports(backend: Backend, job: EstimateJob, staging: str) -> Counted:
     # are read again with their full ids, which decide what is a copy.
     keep = tuple(dict.fromkeys((("id_hashes",) if job.dedup else ())
                                + (steps.CAP_KEEP if cap is not None else ())))
-    read = functools.partial(steps.read_range, policy=job.policy, keep=keep)
+    read = functools.partial(steps.read_range, policy=job.policy, keep=keep,
+                             max_job_bytes=job.max_job_bytes, progress=job.progress)
     ids_only = functools.partial(steps.read_range, policy=job.policy, keep=("id_hashes",),
                                  account=False, count=False)
     contribution = None
     if cap is None:
         reads = backend.persist(backend.map(backend.parallelize(tasks),
-                                            functools.partial(read, ids=job.dedup)))
+                                            functools.partial(read, ids=job.dedup,
+                                                              spill=spill)))
         tallies = _merged(backend.collect(backend.combine_per_key(
             backend.flat_map(reads, _tallies), _add)))
+        admission = _admission(backend, reads, tallies, job.max_job_bytes)
+        for key in admission.refused:
+            tallies.pop(key, None)
+        if admission.over:  # ranges that stopped counting: again, for the keys admitted
+            again = backend.map(backend.parallelize([tasks[i] for i in admission.over]),
+                                functools.partial(read, account=False,
+                                                  refused=admission.refused_keys))
+            for key, tally in _merged(backend.collect(backend.combine_per_key(
+                    backend.flat_map(again, _tallies), _add))).items():
+                tallies[key] = tallies[key] + tally if key in tallies else tally
         mark("read_and_count")
         if job.dedup:
             repeated, ranges = _repeated_set(backend, backend.flat_map(reads, _id_pieces))
+            refused_texts = {steps._key_text(key) for key in admission.refused}
+            repeated = {text: h for text, h in repeated.items() if text not in refused_texts}
             mark("repeated_ids")
             if repeated:  # read again, for the rows of repeated ids alone
                 again = backend.map(backend.parallelize([tasks[i] for i in ranges]),
@@ -229,16 +309,23 @@ def count_reports(backend: Backend, job: EstimateJob, staging: str) -> Counted:
     else:
         repeated = None
         if job.dedup:  # the cap must see the deduplicated reports: find the ids first
-            ids = backend.map(backend.parallelize(tasks), functools.partial(ids_only, ids=True))
+            ids = backend.map(backend.parallelize(tasks), functools.partial(ids_only, ids=True,
+                                                                            spill=spill))
             repeated, _ = _repeated_set(backend, backend.flat_map(ids, _id_pieces))
             mark("repeated_ids")
         reads = backend.persist(backend.map(backend.parallelize(tasks), functools.partial(
             read, count=False, users=True, repeated=repeated or None)))
-        users = backend.flat_map(reads, _user_pieces)
         tallies = _merged(backend.collect(backend.flat_map(reads, _tallies)))  # dead letters
+        # Admitted before the cap's shuffle, where the accumulators are allocated.
+        admission = _admission(backend, reads, tallies, job.max_job_bytes)
+        refused = admission.refused_keys
+        for key in refused:
+            tallies.pop(key, None)
+        users = backend.flat_map(reads, functools.partial(_user_pieces, refused=refused))
         if repeated:
             resolved = backend.persist(backend.flat_map(
-                backend.group_by_key(backend.flat_map(reads, _repeat_pieces)),
+                backend.group_by_key(backend.flat_map(reads, functools.partial(
+                    _repeat_pieces, refused=refused))),
                 functools.partial(_dropped, keep_rows=True)))
             for key, tally in _merged(backend.collect(
                     backend.flat_map(resolved, _only_tallies))).items():
@@ -253,14 +340,21 @@ def count_reports(backend: Backend, job: EstimateJob, staging: str) -> Counted:
         contribution = {"max_reports_per_user": cap, "users": sum(c for c, _ in counts),
                         "max_epsilon_per_user": max((e for _, e in counts), default=0.0)}
     stats = backend.collect(backend.flat_map(reads, _stats))
+    refused_letters = admission.letters(job.input)
+    letter_pieces = backend.flat_map(reads, _letter_pieces)
+    if refused_letters:
+        letter_pieces = backend.union(letter_pieces, backend.parallelize(
+            [(_text_key(letter.source), (letter.source, [letter.to_json()]))
+             for letter in refused_letters]))
     written = backend.collect(backend.flat_map(
-        backend.group_by_key(backend.flat_map(reads, _letter_pieces)),
-        functools.partial(_write_letters, staging=staging)))
+        backend.group_by_key(letter_pieces), functools.partial(_write_letters, staging=staging)))
     backend.release(reads)
     mark("dead_letters")
     reasons: dict[str, tuple[int, ...]] = {}
     for _, by_reason, _ in stats:
         reasons = steps.add_tallies(reasons, by_reason)
+    for letter in refused_letters:
+        reasons = steps.add_tallies(reasons, {letter.reason: steps.letter_tally(letter)})
     return Counted(tallies, sum(s[0] for s in stats), reasons, sorted(written),
                    [s[2] for s in stats], contribution, marks)
 
@@ -274,6 +368,9 @@ def run_estimate(backend: Backend, job: EstimateJob) -> dict[str, Any]:
     started = time.perf_counter()
     staging = outputs.staging_folder(job.output)
     counted = count_reports(backend, job, staging)
+    from ldpflow.plan.progress import finished
+
+    finished(job.progress, counted.records)  # the reads are done
     tallies = counted.tallies
     results = backend.collect(backend.map(
         backend.parallelize(sorted(tallies.items(), key=lambda kv: steps._key_text(kv[0]))),

@@ -26,7 +26,7 @@ import dataclasses
 import hashlib
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,6 +49,8 @@ __all__ = [
     "shuffle_key",
     "read_range",
     "repeated_ids",
+    "spill_ids",
+    "DEDUP_PASS_BYTES",
     "drop_copies",
     "cap_users",
     "estimate_key",
@@ -58,14 +60,26 @@ __all__ = [
     "reason_class",
     "verdict_counts",
     "add_counts",
+    "DEFAULT_MAX_JOB_BYTES",
+    "key_memory",
+    "admit_keys",
+    "admission_letter",
 ]
 
 #: Id-hash buckets per key (2**4 = 16): how many workers can share one key's dedup.
 ID_BUCKET_BITS = 4
 #: User-hash buckets (16), across keys: how many workers can share the contribution cap.
 USER_BUCKET_BITS = 4
+#: The most id hashes (in bytes, 8 a report) one pass of the dedup on disk holds at once:
+#: a group of spilled hashes (one key, one bucket) is resolved in successive hash ranges of
+#: about this size, so the peak does not depend on the number of reports.
+DEDUP_PASS_BYTES = 32 << 20
 #: The envelope columns the batches keep for the contribution cap.
 CAP_KEEP = ("user_hashes", "event_times", "id_hashes", "report_ids")
+#: The most memory, in bytes, the parameter sets of one job may need together
+#: (``--max_job_bytes``): a third of the 24 GiB machines the project is measured on, two
+#: parameter sets of the largest size one may take (``--max_key_bytes``, 4 GiB).
+DEFAULT_MAX_JOB_BYTES = 8 * 2**30
 
 
 @dataclasses.dataclass(eq=False)
@@ -192,11 +206,15 @@ class RangeRead:
     letters); ``reasons``: dead letters by reason; ``letters``: source -> dead letters as
     JSON lines; ``ids``: ``(key, bucket, hashes)`` pieces; ``repeats``: ``(key, bucket,
     batch)`` pieces of the rows of repeated ids; ``users``: ``(bucket, key, batch)``
-    pieces by user-hash bucket.
+    pieces by user-hash bucket; ``census``: key -> the valid reports read (the accounting
+    read); ``over``: the range's keys needed more than the job's budget, so it counted none
+    (the driver reads it again for the keys admitted).
     """
 
     index: int
     records: int = 0
+    census: dict[tuple, int] = dataclasses.field(default_factory=dict)
+    over: bool = False
     tallies: dict[tuple, Tally] = dataclasses.field(default_factory=dict)
     reasons: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     letters: dict[str, list[str]] = dataclasses.field(default_factory=dict)
@@ -260,7 +278,9 @@ def _count(batch: ReportBatch) -> Accumulator:
 def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bool = True,
                count: bool = True, ids: bool = False,
                repeated: Mapping[str, np.ndarray] | None = None, unique: bool = True,
-               users: bool = False, opener=None) -> RangeRead:
+               users: bool = False, max_job_bytes: int | None = None,
+               refused: Collection[tuple] = (), spill: str | None = None,
+               progress=None, opener=None) -> RangeRead:
     """Read one range; what it returns holds the parts asked for.
 
     Parameters
@@ -281,6 +301,20 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
         (by id-hash bucket) instead of being counted; ``unique=False`` drops the others.
     users : bool
         Emit the (remaining) batches by user-hash bucket (``users``) instead of counting.
+    max_job_bytes : int, optional
+        The job's budget (``--max_job_bytes``): before the range allocates the accumulator
+        of a key, the memory of its keys (:func:`key_memory`) is checked against it; past
+        it the range drops its counts and only takes its ``census`` (``over``).
+    refused : collection of tuple
+        Keys refused by :func:`admit_keys`: their reports are neither counted nor emitted.
+    spill : str, optional
+        With ``ids``: a folder (on a disk every worker of the job sees) where the range's id
+        hashes are written, one sorted ``.npy`` file per key and bucket
+        (:func:`spill_ids`); the ``ids`` pieces then name the files instead of holding the
+        hashes, and :func:`repeated_ids` reads them in passes of bounded size.
+    progress : ProgressSpec, optional
+        The job's progress (:mod:`ldpflow.plan.progress`), which the accounting read adds
+        its records and bytes to.
     opener : callable, optional
         ``opener(path)`` -> a binary stream (default :func:`ldpflow.plan.files.open_file`).
     """
@@ -290,10 +324,18 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
         from ldpflow.plan.files import open_file as opener
     started = time.perf_counter()
     out = RangeRead(task.index)
+    refused = frozenset(tuple(key) for key in refused)
+    spilled: dict[tuple, list[np.ndarray]] = {}
+    held = 0  # the memory of the keys this range counts (key_memory), within max_job_bytes
     with opener(task.path) as stream:
+        from ldpflow.plan.progress import RangeProgress
+
+        tracker = RangeProgress(progress if account else None, task.path, task.start,
+                                task.end, stream)
         for parsed in formats.read_reports(stream, task.fmt, source=task.path,
                                            start=task.start, end=task.end, policy=policy,
                                            keep=tuple(keep)):
+            tracker.chunk(parsed.records)
             if account:
                 out.records += parsed.records
                 for letter in parsed.dead_letters:
@@ -306,10 +348,17 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
                             Tally(None, dead_letters=letter.count)
             for key, batch in parsed.batches.items():
                 key = tuple(key)
+                if key in refused:
+                    continue
+                if account:
+                    out.census[key] = out.census.get(key, 0) + len(batch)
                 if ids:
                     for bucket, rows in bucket_parts(batch.id_hashes, ID_BUCKET_BITS):
-                        out.ids.append((key, bucket, batch.id_hashes if rows is None
-                                        else batch.id_hashes[rows]))
+                        part = batch.id_hashes if rows is None else batch.id_hashes[rows]
+                        if spill is None:
+                            out.ids.append((key, bucket, part))
+                        else:  # gathered per key and bucket, written once at the end
+                            spilled.setdefault((key, bucket), []).append(part)
                 if repeated is not None:
                     rest, repeats = split_repeated(key, batch, repeated)
                     if repeats is not None:
@@ -325,10 +374,55 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
                                          f"keep={CAP_KEEP}")
                     for bucket, rows in bucket_parts(batch.user_hashes, USER_BUCKET_BITS):
                         out.users.append((bucket, key, batch if rows is None else batch[rows]))
-                elif count:
-                    out.tallies[key] = out.tallies.get(key, Tally(None)) + Tally(_count(batch))
+                elif count and not out.over:
+                    have = out.tallies.get(key)
+                    if max_job_bytes is not None and (have is None or have.accumulator is None):
+                        held += key_memory(key)  # checked before the key's first allocation
+                        if held > max_job_bytes:  # counted again once keys are admitted
+                            out.over = True
+                            out.tallies = {k: Tally(None, dead_letters=t.dead_letters)
+                                           for k, t in out.tallies.items()}
+                            continue
+                    out.tallies[key] = (have or Tally(None)) + Tally(_count(batch))
+        tracker.done()
+    for (key, bucket), parts in spilled.items():
+        out.ids.append((key, bucket, spill_ids(spill, task.index, key, bucket, parts)))
     out.read_ms = int(1000 * (time.perf_counter() - started))
     return out
+
+
+def spill_ids(folder: str, index: int, key, bucket: int, parts: Sequence[np.ndarray]) -> str:
+    """Write one range's id hashes of one key and bucket, sorted, as ``folder/NAME.npy``;
+    returns the path (which the id-hash shuffle moves instead of the hashes)."""
+    import os
+
+    hashes = np.sort(parts[0] if len(parts) == 1 else np.concatenate(parts))
+    digest = hashlib.blake2b(_key_text(key).encode("utf-8"), digest_size=8).hexdigest()
+    path = os.path.join(folder, f"ids-{index:06d}-{digest}-{int(bucket):03d}.npy")
+    np.save(path, hashes, allow_pickle=False)
+    return path
+
+
+def _spilled_passes(parts: list[tuple[int, str]], bucket: int, pass_bytes: int
+                    ) -> Iterable[list[tuple[int, np.ndarray]]]:
+    """The ``(range, hashes)`` parts of one spilled group (sorted files of one bucket), in
+    successive hash ranges of about ``pass_bytes`` together: each file is mapped, not read,
+    and only the slice of the pass is loaded. Every copy of a hash falls in one pass, as the
+    cuts are hash values."""
+    files = [(r, np.load(path, mmap_mode="r")) for r, path in parts]
+    total = 8 * sum(int(m.size) for _, m in files)
+    passes = max(1, -(-total // max(int(pass_bytes), 8)))
+    width = 1 << (64 - ID_BUCKET_BITS)
+    low = int(bucket) * width
+    cuts = [low + (width * i) // passes for i in range(passes + 1)]
+    for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+        sub = []
+        for r, mapped in files:
+            a = int(np.searchsorted(mapped, np.uint64(lo)))
+            b = mapped.size if hi >= 1 << 64 else int(np.searchsorted(mapped, np.uint64(hi)))
+            if b > a:
+                sub.append((r, np.array(mapped[a:b])))
+        yield sub
 
 
 def _grouped(pieces: Iterable[tuple]) -> dict[tuple, list]:
@@ -339,20 +433,41 @@ def _grouped(pieces: Iterable[tuple]) -> dict[tuple, list]:
     return dict(sorted(groups.items(), key=lambda kv: (_key_text(kv[0][0]), kv[0][1])))
 
 
-def repeated_ids(pieces: Iterable[tuple[tuple, int, int, np.ndarray]]
-                 ) -> list[tuple[str, np.ndarray, list[int]]]:
+def _repeated_of(parts: list[tuple[int, np.ndarray]]) -> tuple[np.ndarray, set[int]]:
+    """The hashes seen more than once among ``(range, hashes)`` parts, and the ranges
+    holding them. A thin call into :func:`ldpflow.core.dedup.first_copies`."""
+    if not parts:
+        return np.zeros(0, dtype=np.uint64), set()
+    hashes = np.concatenate([h for _, h in parts])
+    kept, _ = first_copies(hashes)
+    if kept.all():
+        return np.zeros(0, dtype=np.uint64), set()
+    repeated = np.unique(hashes[~kept])
+    return repeated, {r for r, h in parts if np.isin(h, repeated).any()}
+
+
+def repeated_ids(pieces: Iterable[tuple[tuple, int, int, np.ndarray | str]],
+                 pass_bytes: int = DEDUP_PASS_BYTES) -> list[tuple[str, np.ndarray, list[int]]]:
     """One id-hash shuffle group of ``(key, bucket, range index, hashes)`` pieces ->
     ``(key text, sorted hashes seen more than once, ranges holding them)`` per key and
-    bucket that has any. A thin call into :func:`ldpflow.core.dedup.first_copies`."""
+    bucket that has any. ``hashes`` is an array, or the path of a sorted file of them
+    (:func:`spill_ids`): then the group is resolved in passes over hash ranges of about
+    ``pass_bytes`` (:data:`DEDUP_PASS_BYTES`), with the same result."""
     out = []
-    for (key, _), parts in _grouped((k, b, (r, h)) for k, b, r, h in pieces).items():
-        hashes = np.concatenate([h for _, h in parts])
-        kept, _ = first_copies(hashes)
-        if kept.all():
-            continue
-        repeated = np.unique(hashes[~kept])
-        ranges = sorted({r for r, h in parts if np.isin(h, repeated).any()})
-        out.append((_key_text(key), repeated, ranges))
+    for (key, bucket), parts in _grouped((k, b, (r, h)) for k, b, r, h in pieces).items():
+        on_disk = [(r, h) for r, h in parts if isinstance(h, str)]
+        in_memory = [(r, h) for r, h in parts if not isinstance(h, str)]
+        if on_disk and in_memory:
+            raise ValueError("an id-hash group must be all on disk or all in memory")
+        passes = _spilled_passes(on_disk, bucket, pass_bytes) if on_disk else [in_memory]
+        found, ranges = [], set()
+        for part in passes:
+            repeated, where = _repeated_of(part)
+            if repeated.size:
+                found.append(repeated)
+                ranges |= where
+        if found:
+            out.append((_key_text(key), np.concatenate(found), sorted(ranges)))
     return out
 
 
@@ -402,6 +517,55 @@ def cap_users(pieces: Iterable[tuple[tuple, ReportBatch]], cap: int
                       capped=int(mine.size - np.count_nonzero(mine)))
         tallies[key] = tallies[key] + tally if key in tallies else tally
     return list(tallies.items()), summary
+
+
+def key_memory(key) -> int:
+    """The memory, in bytes, one key needs from its first report to its result
+    (:func:`ldpflow.wire.parse.key_bytes`, decided from the parameters alone; 0 for a key
+    that is not a frequency oracle's)."""
+    from ldpflow.wire.parse import key_bytes
+
+    return key_bytes(ProtocolKey.coerce(key).build()) or 0
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.1f} MiB"
+
+
+def admit_keys(census: Mapping[tuple, int], budget: int | None) -> dict[tuple, str]:
+    """The job-wide admission of parameter sets: ``{key: valid reports read}`` -> the keys
+    refused, with their reason (``{}``: all admitted).
+
+    Keys are taken by reports read, most first, ties by key text, and each is admitted while
+    the memory of the keys admitted (:func:`key_memory`) stays within ``budget``
+    (``--max_job_bytes``; None: no budget); a key that does not fit is refused and the next
+    ones are still tried, so the outcome depends on the set of keys and their counts only,
+    never on the order they were read in. Every engine decides with this function."""
+    if budget is None:
+        return {}
+    order = sorted(census.items(), key=lambda kv: (-int(kv[1]), _key_text(kv[0])))
+    used, refused = 0, {}
+    for key, _ in order:
+        need = key_memory(key)
+        if used + need <= budget:
+            used += need
+            continue
+        protocol = ProtocolKey.coerce(key)
+        size = dict(protocol.parameters).get("domain_size")
+        refused[tuple(key)] = (
+            f"policy: past the job's memory budget of {_mib(budget)} for all parameter sets "
+            f"(--max_job_bytes): oracle {protocol.name} with domain_size {size} needs about "
+            f"{_mib(need)}, and the sets with more reports took the budget")
+    return refused
+
+
+def admission_letter(source: str, key, reason: str, count: int):
+    """The dead letter of a key refused by :func:`admit_keys`: its ``count`` valid reports,
+    without a record (``source``: the job's input pattern, so every engine writes it to one
+    file of one name)."""
+    from ldpflow.wire.envelope import DeadLetter
+
+    return DeadLetter(source, reason, None, tuple(key), int(count))
 
 
 def estimate_key(item: tuple[tuple, Tally], methods: Sequence[str]) -> dict[str, Any]:

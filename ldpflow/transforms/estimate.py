@@ -15,7 +15,13 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from ldpflow.core.postprocess import postprocess
-from ldpflow.plan.steps import dead_letter_summary, letter_tally, reason_class
+from ldpflow.plan.steps import (
+    admission_letter,
+    admit_keys,
+    dead_letter_summary,
+    letter_tally,
+    reason_class,
+)
 from ldpflow.transforms.caps import CapContributions
 from ldpflow.transforms.combine import FrequencyOracleCombineFn
 from ldpflow.transforms.dedup import DEFAULT_BUCKETS, DeduplicateReports, Tally, TallyCombineFn
@@ -23,7 +29,7 @@ from ldpflow.wire.envelope import DeadLetter
 from ldpflow.wire.results import estimate_result
 
 __all__ = ["CountReports", "EstimateReports", "EstimateFn", "DeadLetterSummaryFn",
-           "CountDeadLettersFn", "reason_class"]
+           "CountDeadLettersFn", "AdmitKeysFn", "reason_class"]
 
 
 class CountReports(beam.PTransform):
@@ -123,6 +129,45 @@ def _dead_tally(letter: DeadLetter):
     return tuple(letter.key), Tally(None, dead_letters=letter.count)
 
 
+def _reports_read(tally: Tally) -> int:
+    """The valid reports read of a key (before dedup and the cap): the plan's census."""
+    counted = 0 if tally.accumulator is None else int(tally.accumulator.n)
+    return counted + tally.duplicates + tally.capped
+
+
+def _census(element):
+    key, tally = element
+    return tuple(key), _reports_read(tally)
+
+
+def _refused_keys(census, budget: int):
+    return admit_keys(dict(census), budget)
+
+
+class AdmitKeysFn(beam.DoFn):
+    """``(key, Tally)`` -> the admitted keys' elements (main output) and, for a key the
+    job-wide budget refused (:func:`ldpflow.plan.steps.admit_keys`, a side input: the
+    refused keys), one dead letter of its reports (output ``refused``), so that its result
+    is never built."""
+
+    def __init__(self, source: str):
+        super().__init__()
+        self._source = source
+        self._dead = Metrics.counter("ldpflow", "dead_letters")  # as the read counts its own
+
+    def process(self, element, refused):
+        key, tally = element
+        reason = refused.get(tuple(key))
+        if reason is None:
+            yield element
+            return
+        count = _reports_read(tally)
+        if count:
+            self._dead.inc(count)
+            yield beam.pvalue.TaggedOutput("refused", admission_letter(self._source, key,
+                                                                       reason, count))
+
+
 class EstimateReports(beam.PTransform):
     """Reports and their dead letters -> one result dict per key (see ``estimate_result``).
 
@@ -143,8 +188,14 @@ class EstimateReports(beam.PTransform):
     """
 
     def __init__(self, methods: Sequence[str], dedup: bool = False,
-                 buckets: int = DEFAULT_BUCKETS, max_reports_per_user: int | None = None):
+                 buckets: int = DEFAULT_BUCKETS, max_reports_per_user: int | None = None,
+                 max_job_bytes: int | None = None, source: str = ""):
         super().__init__()
+        self._max_job_bytes = max_job_bytes
+        self._source = source
+        #: The dead letters of the keys the job-wide budget refused (a PCollection once
+        #: expanded; empty without ``max_job_bytes``).
+        self.refused = None
         self._methods = tuple(methods)
         self._dedup = dedup
         self._buckets = buckets
@@ -191,9 +242,20 @@ class EstimateReports(beam.PTransform):
             | "Keyed" >> beam.Filter(lambda letter: letter.key is not None)
             | "DeadTally" >> beam.Map(_dead_tally)
         )
-        return (
+        tallies = (
             (*counted, dead)
             | "Gather" >> beam.Flatten()
             | "Tally" >> beam.CombinePerKey(TallyCombineFn())  # a few tallies per key
-            | "Estimate" >> beam.ParDo(EstimateFn(self._methods))
         )
+        if self._max_job_bytes is not None:  # before any result is built
+            refused = (tallies
+                       | "Census" >> beam.Map(_census)
+                       | "CensusList" >> beam.combiners.ToList()
+                       | "RefusedKeys" >> beam.Map(_refused_keys, self._max_job_bytes))
+            split = tallies | "AdmitKeys" >> beam.ParDo(
+                AdmitKeysFn(self._source), beam.pvalue.AsSingleton(refused)).with_outputs(
+                    "refused", main="admitted")
+            tallies, self.refused = split.admitted, split.refused
+        else:
+            self.refused = tallies.pipeline | "NoRefusedKeys" >> beam.Create([])
+        return tallies | "Estimate" >> beam.ParDo(EstimateFn(self._methods))

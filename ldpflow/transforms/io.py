@@ -26,6 +26,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from ldpflow.plan.outputs import dead_letter_file, estimates_files
+from ldpflow.plan.progress import ProgressSpec, RangeProgress
 from ldpflow.transforms.dedup import split_repeated
 from ldpflow.wire import formats, outputs
 from ldpflow.wire.parse import AcceptancePolicy
@@ -44,7 +45,6 @@ __all__ = [
 ]
 
 _LOGGER = logging.getLogger(__name__)
-_PROGRESS_SECONDS = 10.0
 
 
 def as_policy(policy: AcceptancePolicy | Mapping[str, Any] | None) -> AcceptancePolicy:
@@ -101,14 +101,20 @@ class ReadRangeFn(beam.DoFn):
     the namespace ``ldpflow-ids``: a second, light read for deduplication. Given the side
     input ``repeated`` (``ldpflow.transforms.dedup.RepeatedIds``), the rows of repeated ids
     go to the tagged output ``repeats`` instead of the main one.
+
+    Every read adds its records and bytes to the job's progress (``progress``, a
+    :class:`~ldpflow.plan.progress.ProgressSpec`; the light read of ids does not), which
+    logs a line every 10 s: one mechanism with the job plan's reads.
     """
 
     DEAD_LETTERS = "dead_letters"
     REPEATS = "repeats"
 
     def __init__(self, policy: AcceptancePolicy | Mapping[str, Any] | None = None,
-                 keep: Iterable[str] = (), ids_only: bool = False):
+                 keep: Iterable[str] = (), ids_only: bool = False,
+                 progress: ProgressSpec | None = None):
         super().__init__()
+        self._progress = None if ids_only else (progress or ProgressSpec(uuid.uuid4().hex))
         self._policy = as_policy(policy)
         self._ids_only = ids_only
         self._keep = ("id_hashes",) if ids_only else tuple(keep)
@@ -123,11 +129,13 @@ class ReadRangeFn(beam.DoFn):
 
     def process(self, element, repeated=None):
         path, fmt, start, end = element
-        started = last_log = time.monotonic()
+        started = time.monotonic()
         records = reports = dead = 0
         with open_input(path) as stream:
+            progress = RangeProgress(self._progress, path, start, end, stream)
             for parsed in formats.read_reports(stream, fmt, source=path, start=start, end=end,
                                                policy=self._policy, keep=self._keep):
+                progress.chunk(parsed.records)
                 refused = sum(letter.count for letter in parsed.dead_letters)
                 records += parsed.records
                 reports += parsed.reports
@@ -149,11 +157,7 @@ class ReadRangeFn(beam.DoFn):
                         yield key, batch
                 for letter in parsed.dead_letters:
                     yield beam.pvalue.TaggedOutput(self.DEAD_LETTERS, letter)
-                now = time.monotonic()
-                if now - last_log >= _PROGRESS_SECONDS:
-                    _LOGGER.info("%s [%d, %s): %d records so far (%.0f/s)", path, start, end,
-                                 records, records / (now - started))
-                    last_log = now
+            progress.done()
         self._ranges.inc()
         self._range_records.update(records)
         self._range_ms.update(int(1000 * (time.monotonic() - started)))
@@ -186,16 +190,19 @@ class ReadReports(beam.PTransform):
     repeated : PCollection, optional
         ``(key text, repeated id hashes)`` (``RepeatedIds``): the rows of those ids go to
         ``result["repeats"]`` instead of ``result["reports"]`` (needs ``id_hashes`` kept).
+    progress : ProgressSpec, optional
+        The job's progress lines (:mod:`ldpflow.plan.progress`; default: the read's own,
+        of unknown size).
     """
 
     def __init__(self, file_pattern: str, fmt: str | None = None,
                  policy: AcceptancePolicy | Mapping[str, Any] | None = None,
                  keep: Iterable[str] = (), range_bytes: int = formats.RANGE_BYTES,
-                 ids_only: bool = False, repeated=None):
+                 ids_only: bool = False, repeated=None, progress: ProgressSpec | None = None):
         super().__init__()
         self._pattern = file_pattern
         self._plan = PlanRangesFn(fmt, range_bytes)
-        self._read = ReadRangeFn(policy, keep, ids_only)
+        self._read = ReadRangeFn(policy, keep, ids_only, progress)
         self._repeated = repeated
 
     def expand(self, pbegin):

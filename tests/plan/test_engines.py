@@ -19,14 +19,19 @@ import fastavro
 import numpy as np
 import pytest
 
+import ldpflow
 from ldpflow.pipelines import estimate
+from ldpflow.plan.steps import key_memory
 from tests.plan import inputs
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
 
 #: The run-time fields of estimates.json (times, and the engine's name).
 RUN_TIME_FIELDS = ("started", "finished", "runner")
-CONFIGS = {"dedup": [], "cap": ["--max_reports_per_user=2"]}
+#: A job budget that admits the OLH key (the most reports) and refuses the GRR one.
+BUDGET = key_memory(ldpflow.oracle("olh", epsilon=1.0, domain_size=64).key) + 1
+CONFIGS = {"dedup": [], "cap": ["--max_reports_per_user=2"],
+           "budget": [f"--max_job_bytes={BUDGET}"]}
 #: Spark's two executors: a local cluster of 2 workers (1 core, 1 GiB each).
 SPARK_MASTER = os.environ.get("LDPFLOW_TEST_SPARK_MASTER", "local-cluster[2,1,1024]")
 
@@ -100,9 +105,14 @@ def test_beam_counts_what_the_files_hold(request, runs, files, config):
     total = inputs.OLH_REPORTS + inputs.GRR_REPORTS + inputs.EXACT_COPIES + \
         inputs.CONFLICTING_COPIES
     assert summary["records"] == doc["records"] == total
-    assert summary["dead_letters"] == broken == sum(len(v.splitlines()) for v in letters.values())
+    refused = inputs.GRR_REPORTS if config == "budget" else 0  # one letter of 300 reports
+    assert summary["dead_letters"] == broken + refused == sum(
+        json.loads(line)["count"] for v in letters.values() for line in v.splitlines())
     assert summary["duplicates"] == inputs.EXACT_COPIES + inputs.CONFLICTING_COPIES
-    if config == "cap":  # 300 users of 3 OLH and 2 GRR reports (fewer where refused)
+    if config == "budget":
+        assert [r["oracle"] for r in doc["results"]] == ["olh"]
+        assert summary["reports_estimated"] == total - broken - refused - summary["duplicates"]
+    elif config == "cap":  # 300 users of 3 OLH and 2 GRR reports (fewer where refused)
         assert summary["capped"] > 0 and doc["contribution"]["users"] == 300
         assert summary["reports_estimated"] == 2 * 300
     else:
@@ -120,7 +130,8 @@ def test_engine_gives_beams_counts_and_outputs(request, runs, files, engine, con
     document, letters, records = out
     assert json.loads(document)["dead_letters"] == json.loads(beam_out[0])["dead_letters"]
     assert document == beam_out[0]  # byte-identical but for the run-time fields
-    assert letters == beam_out[1] and len(letters) == 2  # a.avro and b.jsonl.gz
+    # a.avro and b.jsonl.gz (and the input pattern's, for the key refused by the budget)
+    assert letters == beam_out[1] and len(letters) == (3 if config == "budget" else 2)
     assert records == beam_out[2]
 
 
@@ -133,13 +144,15 @@ def test_plan_engines_give_identical_integer_accumulators(request, files, config
     _, args = job_options("estimate", [f"--input={files}", "--output=x", *CONFIGS[config]])
     job = EstimateJob(input=files, output=str(tmp_path), methods=("base",),
                       policy=acceptance_policy(args, "test"),
-                      max_reports_per_user=args.max_reports_per_user)
+                      max_reports_per_user=args.max_reports_per_user,
+                      max_job_bytes=args.max_job_bytes)
     counted = {}
     for engine in ("local", "dask", "spark"):
         backend = LocalBackend() if engine == "local" else _backend(request, engine)
         counted[engine] = count_reports(backend, job, str(tmp_path / f"staging-{engine}"))
     local = counted["local"]
-    assert {key[0] for key in local.tallies} == {"olh", "grr"}
+    assert {key[0] for key in local.tallies} == ({"olh"} if config == "budget" else
+                                                 {"olh", "grr"})
     for engine in ("dask", "spark"):
         other = counted[engine]
         assert other.records == local.records and other.reasons == local.reasons

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -164,3 +165,95 @@ def test_poisoning_detection_off_beam_is_a_usage_error(tmp_path):
     status = cli.main(["estimate", f"--input={tmp_path}/a.jsonl", f"--output={tmp_path}/o",
                        "--engine=local", "--poisoning=detect"])
     assert status == 2 and not (tmp_path / "o").exists()
+
+
+def _grr_key(epsilon, domain_size=16):
+    return tuple(ldpflow.oracle("grr", epsilon=epsilon, domain_size=domain_size).key)
+
+
+def test_admit_keys_takes_the_most_reports_first_whatever_the_order():
+    keys = [_grr_key(0.5 + i / 10) for i in range(6)]
+    need = steps.key_memory(keys[0])
+    assert need == 8 * 16 + 4096 * 16  # accumulator and estimates (wire.parse.key_bytes)
+    census = {key: 10 * (i % 3) + i for i, key in enumerate(keys)}  # 0 11 22 3 14 25
+    refused = steps.admit_keys(census, 3 * need)
+    assert set(refused) == {keys[0], keys[1], keys[3]}  # 25, 22, 14 admitted
+    assert steps.admit_keys(dict(reversed(list(census.items()))), 3 * need) == refused
+    assert all("(--max_job_bytes)" in reason for reason in refused.values())
+    # Ties by key text; a key too large is refused and the smaller ones are still tried.
+    big = _grr_key(1.0, 256)
+    tied = {keys[0]: 5, keys[1]: 5, big: 9}
+    assert set(steps.admit_keys(tied, need + 1)) == {keys[1], big}
+    assert steps.admit_keys(tied, None) == {}
+    assert steps.admit_keys(tied, steps.key_memory(big) + 2 * need) == {}
+
+
+def test_read_range_over_the_job_budget_counts_nothing_and_takes_its_census(files):
+    tasks = plan_ranges(files)
+    first = tasks[0]  # a.avro: OLH and GRR reports
+    whole = steps.read_range(first, AcceptancePolicy())
+    need = {key: steps.key_memory(key) for key in whole.census}
+    assert len(need) == 2 and not whole.over
+    over = steps.read_range(first, AcceptancePolicy(), max_job_bytes=max(need.values()))
+    assert over.over and over.census == whole.census
+    assert all(t.accumulator is None for t in over.tallies.values())
+    assert over.records == whole.records and over.reasons == whole.reasons
+    # Read again without the refused key: the other one's counts are the whole read's.
+    (grr,) = [key for key in need if key[0] == "grr"]
+    again = steps.read_range(first, AcceptancePolicy(), account=False, refused=[grr],
+                             max_job_bytes=max(need.values()))
+    assert not again.over and set(again.tallies) == set(need) - {grr}
+    (olh,) = again.tallies
+    assert again.tallies[olh].accumulator == whole.tallies[olh].accumulator
+
+
+def test_repeated_ids_on_disk_in_passes_equal_the_in_memory_shuffle(tmp_path):
+    """Spilled, sorted id files resolved in many small passes give the same repeated hashes
+    and ranges as the arrays shuffled in memory."""
+    rng = np.random.default_rng(7)
+    key = _grr_key(1.0)
+    ranges = [rng.integers(0, 2**64, 5000, dtype=np.uint64) for _ in range(4)]
+    ranges[1][:40] = ranges[0][100:140]  # copies across ranges
+    ranges[3][10:20] = ranges[3][20:30]  # and within one
+    in_memory, on_disk = [], []
+    for index, hashes in enumerate(ranges):
+        for bucket, rows in steps.bucket_parts(hashes, steps.ID_BUCKET_BITS):
+            part = hashes if rows is None else hashes[rows]
+            in_memory.append((key, bucket, index, part))
+            path = steps.spill_ids(str(tmp_path), index, key, bucket, [part[::2], part[1::2]])
+            assert np.array_equal(np.load(path), np.sort(part))
+            on_disk.append((key, bucket, index, path))
+
+    def resolved(pieces, **kw):
+        groups: dict[int, list] = {}
+        for piece in pieces:
+            groups.setdefault(piece[1], []).append(piece)
+        out = [found for group in groups.values() for found in steps.repeated_ids(group, **kw)]
+        return sorted((text, h.tolist(), r) for text, h, r in out)
+
+    expected = resolved(in_memory)
+    assert sum(len(h) for _, h, _ in expected) == 50
+    assert {r for _, _, where in expected for r in where} == {0, 1, 3}
+    for pass_bytes in (8, 800, steps.DEDUP_PASS_BYTES):  # one hash a pass .. one pass
+        assert resolved(on_disk, pass_bytes=pass_bytes) == expected
+
+
+@pytest.mark.parametrize("cap", [None, 2])
+def test_count_reports_dedup_on_disk_equals_in_memory(files, tmp_path, cap):
+    job = EstimateJob(input=files, output=str(tmp_path), methods=("base",),
+                      policy=AcceptancePolicy(), max_reports_per_user=cap)
+    memory = count_reports(LocalBackend(), job, str(tmp_path / "m"))
+    temp = tmp_path / "temp"
+    disk = count_reports(LocalBackend(), dataclasses.replace(
+        job, dedup_store="disk", temp_location=str(temp)), str(tmp_path / "d"))
+    assert os.listdir(temp) == []  # the id files are removed with their folder
+    assert disk.records == memory.records and disk.reasons == memory.reasons
+    assert disk.contribution == memory.contribution
+    assert disk.tallies.keys() == memory.tallies.keys()
+    assert sum(t.duplicates for t in disk.tallies.values()) == \
+        inputs.EXACT_COPIES + inputs.CONFLICTING_COPIES
+    for key, tally in memory.tallies.items():
+        theirs = disk.tallies[key]
+        assert (theirs.duplicates, theirs.conflicting, theirs.dead_letters, theirs.capped) == \
+            (tally.duplicates, tally.conflicting, tally.dead_letters, tally.capped)
+        assert theirs.accumulator == tally.accumulator
