@@ -157,13 +157,17 @@ def _read_up_to(stream, size: int) -> bytes:
 def _json_chunk(chunk: bytes, number: int, source, policy, keep, cache):
     """Parse one chunk of lines (a generator of Parsed); returns its number of lines."""
     dead: list[DeadLetter] = []
-    view = np.frombuffer(chunk, dtype=np.uint8)
-    ends = np.flatnonzero(view == 10)
-    lines = int(ends.size) + (0 if chunk.endswith(b"\n") or not chunk else 1)
-    if ends.size == 0 or ends[-1] != len(chunk) - 1:  # a last line with no newline
-        ends = np.append(ends, len(chunk))
-    starts = np.concatenate([[0], ends[:-1] + 1])
-    too_long = np.flatnonzero((ends - starts) > MAX_LINE_BYTES)
+    newline = np.frombuffer(chunk, dtype=np.uint8) == 10
+    lines = int(np.count_nonzero(newline)) + (0 if chunk.endswith(b"\n") or not chunk else 1)
+    nonblank: int | None = _nonblank_lines(chunk, newline)
+    if not _lines_are_short(chunk):  # where the long lines are
+        ends = np.flatnonzero(newline)
+        if ends.size == 0 or ends[-1] != len(chunk) - 1:  # a last line with no newline
+            ends = np.append(ends, len(chunk))
+        starts = np.concatenate([[0], ends[:-1] + 1])
+        too_long = np.flatnonzero((ends - starts) > MAX_LINE_BYTES)
+    else:
+        too_long = np.zeros(0, dtype=np.int64)
     if too_long.size:  # refused unread; an empty line keeps the others' numbers
         pieces, at = [], 0
         for i in too_long.tolist():
@@ -175,8 +179,19 @@ def _json_chunk(chunk: bytes, number: int, source, policy, keep, cache):
             at = ends[i]
         pieces.append(chunk[at:])
         chunk = b"".join(pieces)
-    yield from _json_parse(chunk, number, source, policy, keep, cache, dead)
+        nonblank = None
+    del newline
+    yield from _json_parse(chunk, number, source, policy, keep, cache, dead, nonblank)
     return lines
+
+
+def _lines_are_short(chunk: bytes) -> bool:
+    """True when no line of ``chunk`` is longer than :data:`MAX_LINE_BYTES` by a cheap
+    proof: every window of ``MAX_LINE_BYTES // 2`` bytes holds a newline, so a line spans at
+    most two windows (and the search in each window stops at its first newline). False when
+    a window holds none: then a line may be too long, and the lines are measured."""
+    step = max(MAX_LINE_BYTES // 2, 1)
+    return all(chunk.find(b"\n", lo, lo + step) >= 0 for lo in range(0, len(chunk), step))
 
 
 def _at(number: int, offset: int) -> str:
@@ -184,31 +199,92 @@ def _at(number: int, offset: int) -> str:
 
 
 def _json_read(chunk: bytes, unread: tuple[str, ...] = ()) -> pa.Table:
+    """The lines of ``chunk`` as the envelope table (without the fields left unread),
+    exactly as ``pyarrow.json`` parses them against the whole envelope schema.
+
+    The lines of a file mostly hold the same fields (those of one protocol), and most of the
+    envelope's fields (the other protocols' payloads, their nested records) are in none of
+    them; parsing a field no line holds still costs a column. So a chunk is first parsed
+    against the fields the last chunk held (:func:`_held_fields`), with any other field an
+    error: where that succeeds, every other field is proven absent from every line, and is
+    added as a null column (what the whole schema gives it). Where it fails (a line holds
+    another field, or is malformed), the chunk is parsed against the whole schema, as it
+    always was, and the fields it holds are remembered for the next chunk.
+    """
+    full = _json_schema(unread)
+    held = _HELD.get(unread)
+    if held is not None and held not in _HELD_MISSES:
+        try:
+            table = _pyarrow_json(chunk, _json_schema(unread, held), "error")
+        except pa.ArrowException:  # the whole schema says what is wrong, if anything
+            pass
+        else:
+            return _with_nulls(table, full)
+    table = _pyarrow_json(chunk, full, "ignore")
+    now = _held_fields(table)
+    if now == held:  # the same fields failed: a field held null, or an unknown field
+        if len(_HELD_MISSES) >= 64:
+            _HELD_MISSES.clear()
+        _HELD_MISSES.add(held)
+    _HELD[unread] = now
+    return table
+
+
+#: The fields the last chunk held, by the records left unread; and field sets that failed
+#: again after they were learned (their lines hold other fields, null or unknown ones:
+#: those chunks are parsed against the whole schema at once).
+_HELD: dict[tuple[str, ...], tuple[str, ...]] = {}
+_HELD_MISSES: set[tuple[str, ...]] = set()
+
+
+def _held_fields(table: pa.Table) -> tuple[str, ...]:
+    """The top-level fields that hold a value in some row of ``table``."""
+    return tuple(name for name, column in zip(table.column_names, table.columns, strict=True)
+                 if column.null_count < len(column))
+
+
+def _pyarrow_json(chunk: bytes, schema: pa.Schema, unexpected: str) -> pa.Table:
     import pyarrow.json as pj
 
     return pj.read_json(
-        io.BytesIO(chunk),
+        pa.BufferReader(chunk),  # zero-copy (a Python file object is read through copies)
         read_options=pj.ReadOptions(use_threads=True, block_size=_JSON_BLOCK_BYTES),
-        parse_options=pj.ParseOptions(explicit_schema=_json_schema(unread),
-                                      unexpected_field_behavior="ignore"),
+        parse_options=pj.ParseOptions(explicit_schema=schema,
+                                      unexpected_field_behavior=unexpected),
     )
 
 
+def _with_nulls(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with the fields of ``schema`` it lacks as null columns, in schema order."""
+    n = table.num_rows
+    columns = [table.column(f.name) if f.name in table.column_names
+               else pa.chunked_array([pa.nulls(n, f.type)]) for f in schema]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
 @functools.cache
-def _json_schema(unread: tuple[str, ...] = ()) -> pa.Schema:
-    """The envelope as the JSON reader parses it, without the fields left unread."""
+def _json_schema(unread: tuple[str, ...] = (), only: tuple[str, ...] | None = None
+                 ) -> pa.Schema:
+    """The envelope as the JSON reader parses it, without the fields left unread (and with
+    only the fields ``only`` names, when given)."""
     schema = arrow_schema(json_form=True, nullable=True)
-    return pa.schema([f for f in schema if f.name not in unread]) if unread else schema
+    fields = [f for f in schema if f.name not in unread and (only is None or f.name in only)]
+    return pa.schema(fields) if unread or only is not None else schema
 
 
-def _json_parse(chunk, number, source, policy, keep, cache, dead) -> Iterator[Parsed]:
+def _json_parse(chunk, number, source, policy, keep, cache, dead, nonblank=None
+                ) -> Iterator[Parsed]:
+    """The chunk's lines parsed (``nonblank``: :func:`_nonblank_lines` of ``chunk``, when it
+    is known)."""
     if not chunk or chunk.isspace():
         if dead:
             yield Parsed({}, dead, len(dead))
         return
     try:
         table = _json_read(chunk, unread_records(policy))
-        if table.num_rows != _nonblank_lines(chunk):  # e.g. two objects on one line
+        if nonblank is None:
+            nonblank = _nonblank_lines(chunk)
+        if table.num_rows != nonblank:  # e.g. two objects on one line
             raise pa.ArrowInvalid("a line holds other than one JSON object")
     except (pa.ArrowInvalid, pa.ArrowException):
         lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
@@ -229,17 +305,18 @@ def _json_parse(chunk, number, source, policy, keep, cache, dead) -> Iterator[Pa
     yield parsed
 
 
-def _nonblank_lines(chunk: bytes) -> int:
-    """The number of lines of ``chunk``, less the empty ones (cheap: no scan in Python).
+def _nonblank_lines(chunk: bytes, newline: np.ndarray | None = None) -> int:
+    """The number of lines of ``chunk``, less the empty ones (vectorised; ``newline``: the
+    chunk's bytes that are newlines, when they are known).
 
     A line of spaces also counts; a chunk holding one reads fewer rows than this and goes
     the line-by-line way, which is right either way.
     """
-    lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
-    empty = int(chunk.startswith(b"\n"))
-    if b"\n\n" in chunk:  # runs of newlines: each newline after a newline ends an empty line
+    if newline is None:
         newline = np.frombuffer(chunk, dtype=np.uint8) == 10
-        empty += int(np.count_nonzero(newline[1:] & newline[:-1]))
+    lines = int(np.count_nonzero(newline)) + (0 if chunk.endswith(b"\n") else 1)
+    # Each newline right after a newline (or at the start) ends an empty line.
+    empty = int(chunk.startswith(b"\n")) + int(np.count_nonzero(newline[1:] & newline[:-1]))
     return lines - empty
 
 
