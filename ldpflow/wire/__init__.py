@@ -4,9 +4,15 @@
   :class:`DeadLetter`;
 * :mod:`~ldpflow.wire.parse`: the one parse path (columnar, validated once) and the
   server's :class:`AcceptancePolicy`;
-* :mod:`~ldpflow.wire.formats`: Avro, JSON lines and Parquet, read by byte range and
-  written column by column; Pub/Sub message bodies;
-* :mod:`~ldpflow.wire.avro`: Avro container framing (blocks, resync, vectorised encoding);
+* :mod:`~ldpflow.wire.formats`: the front of the readers and writers: format detection,
+  byte ranges, the reader and writer dispatch (and the names other packages import);
+* one module per format, each with its reader and writer: :mod:`~ldpflow.wire.avro`
+  (container framing: blocks, resync, vectorised encoding), :mod:`~ldpflow.wire.jsonl`
+  (JSON lines), :mod:`~ldpflow.wire.parquet`, :mod:`~ldpflow.wire.messages` (Pub/Sub
+  message bodies);
+* what the readers and writers share: :mod:`~ldpflow.wire.reading` (needed fields, damage,
+  dead-letter bound), :mod:`~ldpflow.wire.compression` (bounded decompression),
+  :mod:`~ldpflow.wire.tables` (the envelope as Arrow columns);
 * :mod:`~ldpflow.wire.buffers`: Arrow buffers as numpy arrays;
 * :mod:`~ldpflow.wire.results`: estimate and heavy-hitter documents and records.
 

@@ -1,4 +1,5 @@
-"""Avro object container files, block by block: header, block index, resync, columnar writes.
+"""Avro report files: container framing (header, block index, resync, columnar writes) and
+the report reader and writers.
 
 An Avro container is a header (magic ``Obj\\x01``, a metadata map holding the writer's
 schema and codec, a 16-byte sync marker) and blocks, each ``count`` (varint), ``size``
@@ -25,11 +26,18 @@ reads that framing itself, so that
 
 :func:`encode_container` writes a table of envelopes as a container, vectorised with numpy
 over rows (no per-record Python): each field's bytes are laid out as whole columns.
+
+Reports are read by :func:`read_chunks` (one byte range): runs of container blocks decoded
+by polars into Arrow columns. A run polars cannot decode is retried block by block, then
+with fastavro record by record (a foreign schema is resolved that way); a block nothing can
+decode is one dead letter with its record count, and reading goes on at the next block.
+:func:`write_records` writes a few records given as dicts (fastavro).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 import os
@@ -41,12 +49,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ldpflow.wire import reading
 from ldpflow.wire.buffers import offsets_and_data
+from ldpflow.wire.envelope import field_kind
+from ldpflow.wire.parse import Parsed, parse_table, records_to_table
+from ldpflow.wire.reading import CHUNK_BYTES, CHUNK_ROWS, unread_records
 
 __all__ = ["MAGIC", "Header", "Block", "Damage", "read_header", "iter_blocks",
            "ContainerWriter", "encode_container", "to_null", "plausible_count",
            "surplus_bytes", "Sentinel", "sentinel", "with_sentinels", "sentinel_rows",
-           "block_surplus", "count_damage", "CODECS"]
+           "block_surplus", "count_damage", "CODECS", "read_chunks", "write_records"]
 
 MAGIC = b"Obj\x01"
 CODECS = ("null", "deflate", "snappy")
@@ -800,3 +812,192 @@ def _encode_rows(table: pa.Table, schema: dict) -> bytes:
             array = array.dictionary_decode()
         _encode_value(rows, field["type"], array, np.ones(n, dtype=bool))
     return rows.assemble()
+
+
+# -- reading reports ---------------------------------------------------------------------------
+_AVRO_KIND = {"string": "string", "long": "int", "int": "int", "double": "float",
+              "float": "float", "bytes": "bytes"}
+
+
+def _avro_projection(schema: dict, fields: list[str], optional: set[str]):
+    """Columns to decode, and the required fields the writer's schema proves present."""
+    top = {f["name"]: f["type"] for f in schema.get("fields", [])} if isinstance(schema, dict) \
+        else {}
+    columns, known_present = [], []
+    for name in fields:
+        if name not in top:
+            continue
+        if name in optional and isinstance(top[name], str) and \
+                _AVRO_KIND.get(top[name]) == field_kind((name,)):
+            known_present.append(name)
+            continue
+        columns.append(name)
+    return columns, known_present
+
+
+def read_chunks(stream, source, start, end, policy, keep):
+    try:
+        header = read_header(stream)
+    except (AvroFormatError, OSError) as exc:
+        if start == 0:
+            yield reading.lost_file(source, stream, f"unreadable Avro file: {exc}")
+        return
+    fields, optional = reading.needed_fields(keep, policy)
+    columns, known_present = _avro_projection(header.schema, fields, optional)
+    cache: dict = {}
+    pending: list[Block] = []
+    rows = size = 0
+    # Damage right after the header, with no intact block after it, is the signature of a
+    # damaged header (a flipped bit in its metadata or its sync marker): the counts the
+    # "blocks" claim are then garbage, so the file is lost whole, of unknown count.
+    held: list[Damage] | None = [] if start == 0 else None
+    for item in iter_blocks(stream, header, start, end):
+        if isinstance(item, Damage):
+            if held is not None and (held or item.offset == header.end):
+                held.append(item)
+                continue
+            yield from _avro_decode(header, pending, columns, known_present, source, policy,
+                                    keep, cache)
+            pending, rows, size = [], 0, 0
+            yield _avro_damage(source, item)
+            continue
+        if held:  # an intact block after all: the damage is what it says
+            for damage in held:
+                yield _avro_damage(source, damage)
+        held = None
+        pending.append(item)
+        rows += item.count
+        size += len(item.raw)
+        if rows >= CHUNK_ROWS or size >= CHUNK_BYTES // 4:  # compressed: leave room to expand
+            yield from _avro_decode(header, pending, columns, known_present, source, policy,
+                                    keep, cache)
+            pending, rows, size = [], 0, 0
+    yield from _avro_decode(header, pending, columns, known_present, source, policy, keep,
+                            cache)
+    if held:  # the header and what was skipped after it (this range's part of the file)
+        lost = header.end + sum(d.skipped for d in held)
+        yield reading.damage(source, f"unreadable Avro file: no intact block follows the header, "
+                                     f"which is damaged or not this file's ({held[0].reason}); the "
+                                     f"file is lost ({lost} bytes, how many records: unknown)",
+                             None, lost)
+
+
+def _avro_damage(source: str, item: Damage) -> Parsed:
+    lost = (" (how many records: unknown)" if item.count is None else
+            f" ({item.count} records lost)")
+    return reading.damage(source, f"damaged Avro data at byte {item.offset}: {item.reason}; "
+                                  f"skipped {item.skipped} bytes to the next block{lost}",
+                          item.count, item.skipped)
+
+
+def _polars_table(data: bytes, columns: list[str]) -> pa.Table:
+    import polars as pl
+
+    frame = pl.read_avro(io.BytesIO(data), columns=columns or None)
+    return frame.to_arrow()
+
+
+def _avro_decode(header, blocks, columns, known_present, source, policy, keep, cache):
+    """A run of blocks in one columnar decode, each block's count proven by a sentinel
+    (:class:`ldpflow.wire.Sentinel`); a run polars does not decode is retried block by
+    block, and a block it does not decode is read record by record."""
+    if not blocks:
+        return
+    if header.codec not in CODECS:  # bzip2, xz, ...: fastavro reads them, record by
+        for block in blocks:            # record (their counts are not checked)
+            yield from _avro_records(header, block, source, policy, keep, cache)
+        return
+    if header.codec != "null":  # uncompressed here (snappy: checked against its CRC32)
+        header, checked = to_null(header, blocks)
+        for damage in (b for b in checked if isinstance(b, Damage)):
+            yield reading.damage(source, f"damaged Avro data at byte {damage.offset}: "
+                                         f"{damage.reason} ({damage.count} records lost)",
+                                 damage.count)
+        blocks = [b for b in checked if isinstance(b, Block)]
+        if not blocks:
+            return
+    key = ("sentinel", header.raw, tuple(columns))
+    if key not in cache:
+        cache[key] = sentinel(header.schema, columns)
+    mark = cache[key]
+    if mark is None:  # no string column decoded: every block is checked on its own
+        for block in blocks:
+            yield from _avro_records(header, block, source, policy, keep, cache)
+        return
+    data = header.raw + with_sentinels(blocks, mark, header.sync)
+    try:
+        table = _polars_table(data, columns)
+        if table.num_rows != sum(b.count + 1 for b in blocks):  # polars stopped short
+            raise ValueError(f"decoded {table.num_rows} of {sum(b.count for b in blocks)} "
+                             "records")
+    except BaseException as exc:  # noqa: BLE001 - polars raises (and panics) many types
+        if isinstance(exc, (KeyboardInterrupt, SystemExit, MemoryError)):
+            raise
+        if len(blocks) > 1:
+            for block in blocks:
+                yield from _avro_decode(header, [block], columns, known_present, source,
+                                        policy, keep, cache)
+            return
+        yield from _avro_records(header, blocks[0], source, policy, keep, cache)
+        return
+    rows = sentinel_rows(blocks)
+    marks = table.column(mark.column).take(pa.array(rows)).to_numpy(zero_copy_only=False)
+    proven = marks == mark.nonce
+    parts, first = [], 0
+    for block, last, ok in zip(blocks, rows.tolist(), proven.tolist(), strict=True):
+        if ok:
+            parts.append(table.slice(first, last - first))
+        else:  # its count understates its records: refused whole (see ldpflow.wire.avro)
+            damage = count_damage(header, block)
+            yield reading.damage(source, f"damaged Avro data at byte {damage.offset}: "
+                                         f"{damage.reason} ({damage.count} records lost)",
+                                 damage.count)
+        first = last + 1
+    if not parts:
+        return
+    table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+    yield parse_table(table, source=source, policy=policy, keep=keep,
+                      known_present=known_present, protocols=cache)
+
+
+def _avro_records(header, block, source, policy, keep, cache):
+    """One block record by record with fastavro (foreign schemas resolve here)."""
+    import fastavro
+
+    data = header.raw + block.raw
+    try:
+        records = list(fastavro.reader(io.BytesIO(data)))
+        if len(records) != block.count:
+            raise ValueError(f"decoded {len(records)} of {block.count} records")
+        surplus = block_surplus(header, block) if header.codec == "null" else 0
+    except Exception as exc:  # noqa: BLE001 - fastavro raises many types on corrupt input
+        lost = plausible_count(block.count, len(block.raw))
+        yield reading.damage(source, f"undecodable Avro block at byte {block.offset} "
+                                     f"({'an unknown number of' if lost is None else lost} records "
+                                     f"lost): {type(exc).__name__}: {exc}", lost, len(block.raw))
+        return
+    if surplus:  # its count understates its records: refused whole (see ldpflow.wire.avro)
+        damage = count_damage(header, block, surplus)
+        yield reading.damage(source, f"damaged Avro data at byte {damage.offset}: "
+                                     f"{damage.reason} ({damage.count} records lost)",
+                             damage.count)
+        return
+    table, dead = records_to_table(records, source, ignore=unread_records(policy))
+    parsed = parse_table(table, source=source, policy=policy, keep=keep, protocols=cache)
+    parsed.dead_letters[:0] = dead
+    parsed.records += len(dead)
+    yield parsed
+
+
+def write_records(stream: IO[bytes], records, schema: str = "report",
+                  codec: str = "snappy") -> None:
+    """Write records given as Python dicts through fastavro (a few result records, or
+    hand-made reports in tests and tools)."""
+    import fastavro
+
+    from ldpflow.schemas import load_schema
+
+    # A fixed sync marker (of the schema's name): the same records give the same bytes.
+    sync = hashlib.sha256(f"ldpflow-{schema}".encode()).digest()[:16]
+    fastavro.writer(stream, load_schema(schema), records, codec=codec,
+                    sync_interval=1 << 20, sync_marker=sync)

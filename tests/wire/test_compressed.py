@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import ldpflow
-from ldpflow.wire import formats
+from ldpflow.wire import formats, jsonl
 
 ORACLE = ldpflow.oracle("grr", epsilon=1.0, domain_size=8)
 LINE = json.dumps({"report_id": "r", "user_id": "u", "event_time": 0, "oracle": "grr",
@@ -82,14 +82,14 @@ def test_each_read_of_a_decompression_bomb_is_bounded_by_its_size(bomb, suffix):
 
 def test_the_largest_buffer_handed_to_the_json_parser_is_one_chunk(bomb, monkeypatch):
     seen: list[int] = []
-    parse = formats._json_parse
+    parse = jsonl._json_parse
 
     def spy(chunk, *args, **kwargs):
         seen.append(len(chunk))
         return parse(chunk, *args, **kwargs)
 
-    monkeypatch.setattr(formats, "_json_parse", spy)
-    monkeypatch.setattr(formats, "_JSON_CHUNK_BYTES", 4 << 20)
+    monkeypatch.setattr(jsonl, "_json_parse", spy)
+    monkeypatch.setattr(jsonl, "_JSON_CHUNK_BYTES", 4 << 20)
     stream = formats.decompressed(io.BytesIO(_compress(bomb, ".gz")), "r.jsonl.gz")
     records = sum(p.records for p in formats.read_reports(stream, "json"))
     assert records == len(bomb) // len(LINE)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import ldpflow
 from ldpflow.core.dedup import report_id_hashes
-from ldpflow.wire import formats
+from ldpflow.wire import formats, jsonl
 
 ORACLE = ldpflow.oracle("grr", epsilon=1.0, domain_size=8)
 MAX_LINE = 300  # the longest line read (the product's is 1 MiB), small to keep this fast
@@ -53,8 +53,8 @@ def _read_ranges(data: bytes, ranges: list[tuple[int, int | None]]):
        cuts=st.lists(st.floats(0, 1), max_size=6))
 def test_every_line_belongs_to_exactly_one_range(lengths, range_bytes, block_bytes, cuts):
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(formats, "MAX_LINE_BYTES", MAX_LINE)
-        patch.setattr(formats, "_JSON_CHUNK_BYTES", block_bytes)
+        patch.setattr(jsonl, "MAX_LINE_BYTES", MAX_LINE)
+        patch.setattr(jsonl, "_JSON_CHUNK_BYTES", block_bytes)
         _check_ranges(lengths, range_bytes, cuts)
 
 
@@ -73,8 +73,8 @@ def _check_ranges(lengths, range_bytes, cuts):
 
 def test_a_line_longer_than_a_range_is_one_dead_letter_and_the_rest_read_once(
         monkeypatch):
-    monkeypatch.setattr(formats, "MAX_LINE_BYTES", MAX_LINE)
-    monkeypatch.setattr(formats, "_JSON_CHUNK_BYTES", 256)
+    monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", MAX_LINE)
+    monkeypatch.setattr(jsonl, "_JSON_CHUNK_BYTES", 256)
     lengths = [120] * 10 + [5000] + [120] * 30
     data, kept = _lines(lengths)
     ranges = formats.plan_ranges(io.BytesIO(data), "json", len(data), True, 1024)
