@@ -31,7 +31,7 @@ import io
 import json
 import os
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 __all__ = ["LabelsError", "ValueLabels", "load_value_labels", "parse_value_labels",
@@ -303,9 +303,11 @@ def parse_value_labels(data: bytes, source: str = "value labels",
     return ValueLabels(labels, source)
 
 
-def load_value_labels(path: str, domain_size: int | None = None) -> ValueLabels:
+def load_value_labels(path: str, domain_size: int | None = None,
+                      read: Callable[[str], bytes] | None = None) -> ValueLabels:
     """The label file at ``path`` (``.json`` is JSON, ``.csv`` CSV, anything else by its
-    content), checked against ``domain_size`` when given.
+    content), checked against ``domain_size`` when given. ``read`` reads a path that is not
+    local (``gs://``, ...; the jobs pass Beam's file systems); default: local files only.
 
     Raises
     ------
@@ -313,13 +315,20 @@ def load_value_labels(path: str, domain_size: int | None = None) -> ValueLabels:
         One line: the file cannot be read, or is refused (see the module's docstring).
     """
     try:
-        size = os.path.getsize(path)
-        if size > MAX_FILE_BYTES:
-            raise LabelsError(f"{path}: {size} bytes, more than the limit {MAX_FILE_BYTES}")
-        with open(path, "rb") as f:
-            data = f.read()
+        if read is not None and "://" in path and not path.startswith("file://"):
+            data = read(path)
+        else:
+            local = path[len("file://"):] if path.startswith("file://") else path
+            size = os.path.getsize(local)
+            if size > MAX_FILE_BYTES:
+                raise LabelsError(f"{path}: {size} bytes, more than the limit "
+                                  f"{MAX_FILE_BYTES}")
+            with open(local, "rb") as f:
+                data = f.read()
     except OSError as exc:
         raise LabelsError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise LabelsError(f"{path}: {len(data)} bytes, more than the limit {MAX_FILE_BYTES}")
     ext = os.path.splitext(path)[1].lower()
     labels = parse_value_labels(data, path, {".json": "json", ".csv": "csv"}.get(ext))
     if domain_size is not None:

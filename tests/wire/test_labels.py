@@ -104,3 +104,18 @@ def test_the_run_block_records_the_dictionary_and_is_checked_against_its_version
     tampered = {**block, "labels": {"0": "a", "3": "c"}}
     with pytest.raises(LabelsError, match="not to the version it records"):
         ValueLabels.from_run_block(tampered)
+
+
+def test_a_remote_label_file_is_read_through_the_given_reader(tmp_path):
+    seen = []
+
+    def read(path):
+        seen.append(path)
+        return b"0,a\n1,b\n"
+
+    assert load_value_labels("gs://bucket/l.csv", 4, read=read).labels == {0: "a", 1: "b"}
+    assert seen == ["gs://bucket/l.csv"]
+    local = tmp_path / "l.json"
+    local.write_text('{"2": "c"}', encoding="utf-8")
+    assert load_value_labels(f"file://{local}", read=read).labels == {2: "c"}  # local
+    assert seen == ["gs://bucket/l.csv"]
