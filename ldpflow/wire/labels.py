@@ -43,6 +43,10 @@ MAX_LABELS = 2**24
 MAX_FILE_BYTES = 1 << 30
 _VERSION_PREFIX = "blake2b-128:"
 _SHOWN = 40  # characters of a label quoted in a message
+#: Unicode's White_Space characters: a label of these alone is empty (the JS client's rule
+#: too; str.isspace and String.prototype.trim each differ from it, and from each other).
+WHITE_SPACE = ("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+               "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
 
 
 class LabelsError(ValueError):
@@ -193,7 +197,7 @@ def _check_labels(items: Iterable[tuple[int, str]], where: str) -> None:
         if not isinstance(label, str):
             raise LabelsError(f"{where}: the label of value {value} must be a string, got "
                               f"{type(label).__name__}")
-        if not label.strip():
+        if not label.strip(WHITE_SPACE):
             raise LabelsError(f"{where}: the label of value {value} is empty")
         try:
             label.encode("utf-8")
