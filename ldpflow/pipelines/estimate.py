@@ -159,6 +159,17 @@ def _run_plan(args, methods: list[str], backend=None, labelling=None,
                                                labelling, temp_location))
 
 
+def _read_remote(path: str) -> bytes:
+    """A label file on another file system (``gs://``, ...), through Beam's."""
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        with FileSystems.open(path) as f:
+            return f.read()
+    except ValueError as exc:  # a scheme Beam has no file system for (BeamIOError: OSError)
+        raise OSError(str(exc)) from None
+
+
 def _labels_and_formats(args) -> dict:
     """``run_metadata``'s ``value_labels`` and ``formats`` of ``--value_labels`` and
     ``--format`` (docs/pipeline.md), checked: a one-line usage error (exit 2) if not."""
@@ -167,7 +178,8 @@ def _labels_and_formats(args) -> dict:
     labels = None  # --format: the parser's choices (wire.results.FORMATS; a test checks)
     if args.value_labels is not None:
         try:
-            labels = load_value_labels(args.value_labels, args.expect_domain_size)
+            labels = load_value_labels(args.value_labels, args.expect_domain_size,
+                                       read=_read_remote)
         except LabelsError as exc:
             raise usage_error(_PROG, f"--value_labels {exc}") from None
     expected = args.expect_value_labels

@@ -17,6 +17,11 @@ hitters found, with their intervals, labels shown whole and decoded. Invisible c
 in string values are shown as escapes, and values that look alike (equal after Unicode
 normalisation, such as the NFC and NFD forms of one string) are marked with a warning sign
 and their code points. Every string from the input is escaped.
+
+Value labels (``--value_labels FILE``, or those the estimates' run block records; the two
+must be one dictionary, and every labelled value must lie in each result's domain, else a
+usage error) name each bar ``LABEL (VALUE)`` and fill a label column of the table; a value
+without one shows its integer (docs/pipeline.md, "Value labels and CSV output").
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ table{border-collapse:collapse;margin:.6em 0}td,th{padding:.25em .7em;text-align
 border-bottom:1px solid #eaeef2}th{background:#f6f8fa}td.l,th.l{text-align:left}
 .muted{color:#57606a}.bad{color:#cf222e}svg text{font:12px system-ui,sans-serif}
 svg text.tick{fill:#57606a;font-size:11px}.twin{color:#9a6700;font-weight:600}
-td.label{max-width:28em;overflow-wrap:anywhere;white-space:pre-wrap}
+td.label{max-width:28em;overflow-wrap:anywhere}
 """
 _PREFERRED = ("norm-sub", "base-cut", "power-ns", "mle-apx", "norm", "base-pos", "base")
 

@@ -31,7 +31,7 @@ import io
 import json
 import os
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 __all__ = ["LabelsError", "ValueLabels", "load_value_labels", "parse_value_labels",
@@ -43,6 +43,10 @@ MAX_LABELS = 2**24
 MAX_FILE_BYTES = 1 << 30
 _VERSION_PREFIX = "blake2b-128:"
 _SHOWN = 40  # characters of a label quoted in a message
+#: Unicode's White_Space characters: a label of these alone is empty (the JS client's rule
+#: too; str.isspace and String.prototype.trim each differ from it, and from each other).
+WHITE_SPACE = ("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+               "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
 
 
 class LabelsError(ValueError):
@@ -193,7 +197,7 @@ def _check_labels(items: Iterable[tuple[int, str]], where: str) -> None:
         if not isinstance(label, str):
             raise LabelsError(f"{where}: the label of value {value} must be a string, got "
                               f"{type(label).__name__}")
-        if not label.strip():
+        if not label.strip(WHITE_SPACE):
             raise LabelsError(f"{where}: the label of value {value} is empty")
         try:
             label.encode("utf-8")
@@ -303,9 +307,11 @@ def parse_value_labels(data: bytes, source: str = "value labels",
     return ValueLabels(labels, source)
 
 
-def load_value_labels(path: str, domain_size: int | None = None) -> ValueLabels:
+def load_value_labels(path: str, domain_size: int | None = None,
+                      read: Callable[[str], bytes] | None = None) -> ValueLabels:
     """The label file at ``path`` (``.json`` is JSON, ``.csv`` CSV, anything else by its
-    content), checked against ``domain_size`` when given.
+    content), checked against ``domain_size`` when given. ``read`` reads a path that is not
+    local (``gs://``, ...; the jobs pass Beam's file systems); default: local files only.
 
     Raises
     ------
@@ -313,13 +319,20 @@ def load_value_labels(path: str, domain_size: int | None = None) -> ValueLabels:
         One line: the file cannot be read, or is refused (see the module's docstring).
     """
     try:
-        size = os.path.getsize(path)
-        if size > MAX_FILE_BYTES:
-            raise LabelsError(f"{path}: {size} bytes, more than the limit {MAX_FILE_BYTES}")
-        with open(path, "rb") as f:
-            data = f.read()
+        if read is not None and "://" in path and not path.startswith("file://"):
+            data = read(path)
+        else:
+            local = path[len("file://"):] if path.startswith("file://") else path
+            size = os.path.getsize(local)
+            if size > MAX_FILE_BYTES:
+                raise LabelsError(f"{path}: {size} bytes, more than the limit "
+                                  f"{MAX_FILE_BYTES}")
+            with open(local, "rb") as f:
+                data = f.read()
     except OSError as exc:
         raise LabelsError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise LabelsError(f"{path}: {len(data)} bytes, more than the limit {MAX_FILE_BYTES}")
     ext = os.path.splitext(path)[1].lower()
     labels = parse_value_labels(data, path, {".json": "json", ".csv": "csv"}.get(ext))
     if domain_size is not None:

@@ -5,7 +5,9 @@ post-processing method, with the standard errors, confidence intervals, top valu
 significant values of the raw estimate: ``docs/uncertainty.md``), :func:`estimate_records`
 into Avro ``Estimate`` records, :func:`estimates_document` gathers all keys with the run's
 accounting (``records = reports_estimated + duplicates + dead_letters.total``) and its
-metadata (:func:`run_metadata`), and :func:`heavy_hitters_document` does the same for heavy
+metadata (:func:`run_metadata`, with the run's value labels if it has any:
+``ldpflow.wire.labels``), :func:`estimates_csv` writes that document as ``estimates.csv``
+(one row per value and method), and :func:`heavy_hitters_document` does the same for heavy
 hitters. NumPy stops here.
 """
 
@@ -291,6 +293,7 @@ def estimate_records(result: Mapping[str, Any], window: tuple[int, int] | None =
         }
         for method, freqs in result["estimates"].items()
     ]
+
 
 def _avro_labels(run: Mapping[str, Any] | None) -> dict[str, Any]:
     """The Avro records' ``value_labels_version`` and ``value_labels`` (``{"VALUE": label}``),

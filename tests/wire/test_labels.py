@@ -46,6 +46,7 @@ def test_json_labels_as_an_object_or_an_array():
     (b"0,a,b\n", "csv", "line 1: 3 fields, expected 2"),
     (b"0,a\n1,\n", "csv", "the label of value 1 is empty"),
     (b"0,a\n1,   \n", "csv", "the label of value 1 is empty"),
+    ("0,a\n1,\u3000\u2028\x85\n".encode(), "csv", "the label of value 1 is empty"),
     (b"0,same\n1,same\n", "csv", "values 0 and 1 have the same label"),
     ("0,caf\u00e9\n1,cafe\u0301\n".encode(), "csv", "equal after NFC normalisation"),
     (b"0,caf\xe9\n", "csv", "not UTF-8 (byte 0xe9 at offset 5)"),
@@ -104,3 +105,30 @@ def test_the_run_block_records_the_dictionary_and_is_checked_against_its_version
     tampered = {**block, "labels": {"0": "a", "3": "c"}}
     with pytest.raises(LabelsError, match="not to the version it records"):
         ValueLabels.from_run_block(tampered)
+
+
+def test_a_remote_label_file_is_read_through_the_given_reader(tmp_path):
+    seen = []
+
+    def read(path):
+        seen.append(path)
+        return b"0,a\n1,b\n"
+
+    assert load_value_labels("gs://bucket/l.csv", 4, read=read).labels == {0: "a", 1: "b"}
+    assert seen == ["gs://bucket/l.csv"]
+    local = tmp_path / "l.json"
+    local.write_text('{"2": "c"}', encoding="utf-8")
+    assert load_value_labels(f"file://{local}", read=read).labels == {2: "c"}  # local
+    assert seen == ["gs://bucket/l.csv"]
+
+
+def test_white_space_is_unicodes_white_space_as_in_the_js_client():
+    import unicodedata
+
+    from ldpflow.wire.labels import WHITE_SPACE
+
+    # U+001C..U+001F are spaces to str.isspace, not to Unicode; U+FEFF is no space
+    assert parse_value_labels("0,\x1c\n1,\ufeff\n".encode(), "l").labels == {
+        0: "\x1c", 1: "\ufeff"}
+    assert all(unicodedata.category(c) in ("Zs", "Zl", "Zp", "Cc") for c in WHITE_SPACE)
+    assert len(WHITE_SPACE) == 25  # Unicode 15's White_Space property

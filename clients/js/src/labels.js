@@ -19,6 +19,8 @@ import { blake2b } from "./blake2b.js";
 export const VALUE_LABELS_VERSION_PREFIX = "blake2b-128:";
 const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"));
 const LONE_SURROGATE = /\p{Cs}/u;
+// Unicode's White_Space: a label of these alone is empty (ldpflow's rule; trim() differs).
+const BLANK = /^\p{White_Space}*$/u;
 const SHOWN = 40;
 
 function quote(text) {
@@ -83,7 +85,7 @@ export class ValueLabels {
       if (typeof label !== "string") {
         throw new TypeError(`the label of value ${value} must be a string, got ${typeof label}`);
       }
-      if (label.trim() === "") throw new RangeError(`the label of value ${value} is empty`);
+      if (BLANK.test(label)) throw new RangeError(`the label of value ${value} is empty`);
       if (LONE_SURROGATE.test(label)) {
         throw new RangeError(`the label of value ${value} is not valid Unicode (a lone surrogate)`);
       }

@@ -39,6 +39,8 @@ test("encode and decode, NFC lookup, unlabelled values as integers", () => {
   assert.throws(() => labels.encode("blue"), /no value has the label "blue"/);
   assert.throws(() => labels.checkDomain(2), /value 2 is outside \[0, 2\)/);
   assert.equal(new ValueLabels(["a", null, "c"]).decode(2), "c");
+  // white space is Unicode's, as ldpflow's: U+001C is a label, U+FEFF too
+  assert.equal(new ValueLabels([[0, "\x1c"], [1, "\ufeff"]]).size, 2);
 });
 
 test("a bad dictionary is refused with the reason", () => {
@@ -48,6 +50,7 @@ test("a bad dictionary is refused with the reason", () => {
     [[[1.5, "a"]], /values must be integers/],
     [{ x: "a" }, /the value "x" is not an integer/],
     [[[0, "  "]], /the label of value 0 is empty/],
+    [[[0, "\u3000\u2028\x85"]], /the label of value 0 is empty/],
     [[[0, "same"], [1, "same"]], /values 0 and 1 have the same label/],
     [[[0, "caf\u00e9"], [1, "cafe\u0301"]], /equal after NFC normalisation/],
     [[[0, "bad\ud800"]], /lone surrogate/],
