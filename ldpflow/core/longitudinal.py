@@ -41,12 +41,12 @@ import dataclasses
 import hashlib
 import math
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
-from ldpflow.core import bitvectors, hashing, randomness, validation
+from ldpflow.core import bitvectors, hashing, randomness, registry, validation
 from ldpflow.core.keys import Keyed
 from ldpflow.core.oracles.base import FrequencyOracle, Reports
 from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing
@@ -85,6 +85,7 @@ class Longitudinal(Keyed, abc.ABC):
     """A memoized protocol: ``epsilon`` per report, ``epsilon_permanent`` per memo."""
 
     name = ""
+    family: ClassVar[str] = registry.LONGITUDINAL
     epsilon: float
     epsilon_permanent: float
     domain_size: int
@@ -198,8 +199,8 @@ class LongitudinalLocalHashing(Longitudinal):
         return min(memos, self.hash_range) * self.epsilon_permanent
 
 
-PROTOCOLS: dict[str, type[Longitudinal]] = {"rappor": MemoizedUnaryEncoding,
-                                            "loloha": LongitudinalLocalHashing}
+#: The longitudinal protocols by registry name (a live view of the registry).
+PROTOCOLS: registry.Protocols = registry.Protocols(registry.LONGITUDINAL)
 
 
 def _symbol_response(keep: np.ndarray, symbols: np.ndarray, other: np.ndarray, g: int

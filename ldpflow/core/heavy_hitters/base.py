@@ -50,7 +50,7 @@ from typing import Any, ClassVar, cast
 import numpy as np
 import numpy.typing as npt
 
-from ldpflow.core import codecs, hashing, randomness, validation
+from ldpflow.core import codecs, hashing, randomness, registry, validation
 from ldpflow.core.heavy_hitters.counting import candidate_support
 from ldpflow.core.keys import Keyed, ProtocolKey
 from ldpflow.core.oracles.base import CheckedReports, Reports
@@ -700,6 +700,7 @@ class HeavyHitterProtocol(Keyed, CheckedReports, _GroupHashed):
     """
 
     name: ClassVar[str]
+    family: ClassVar[str] = registry.HEAVY_HITTER
     #: The server options :meth:`advance` and :meth:`identify` accept, with their defaults.
     server_options: ClassVar[Mapping[str, Any]] = {}
     top_k: int

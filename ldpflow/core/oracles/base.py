@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from ldpflow.core import bitvectors, parallel, randomness, validation
+from ldpflow.core import bitvectors, parallel, randomness, registry, validation
 from ldpflow.core.keys import Keyed
 from ldpflow.core.validation import InvalidReportError
 
@@ -323,6 +323,7 @@ class FrequencyOracle(Keyed, CheckedReports):
 
     #: Registry key (``grr``, ``oue``, ...).
     name: ClassVar[str]
+    family: ClassVar[str] = registry.FREQUENCY_ORACLE
     epsilon: float
     domain_size: int
     _report_target = property(lambda self: f"oracle {self.name!r}")  # type: ignore
