@@ -28,6 +28,8 @@ import argparse
 import logging
 import sys
 
+from ldpflow.core.registry import HEAVY_HITTER, names
+
 __all__ = ["main"]
 
 
@@ -36,8 +38,8 @@ _SUMMARIES = {
     "simulate": "Synthetic users -> perturbed report files and truth.json.",
     "estimate": "Report files -> consistent frequency estimates (Apache Beam).",
     "stream": "Reports from Pub/Sub -> windowed consistent estimates (Apache Beam).",
-    "heavy-hitters": ("Heavy-hitter reports (pem spm mcm treehist sfp) -> the most frequent "
-                      "values of a huge domain (Apache Beam)."),
+    "heavy-hitters": (f"Heavy-hitter reports ({' '.join(names(HEAVY_HITTER))}) -> the most "
+                      "frequent values of a huge domain (Apache Beam)."),
     "pubsub": "Pub/Sub emulator helpers: create a topic and subscription, publish reports.",
     "audit": "An empirical lower bound on a client's epsilon, from reports of known inputs.",
     "report": "An estimates document -> one self-contained HTML page.",

@@ -16,6 +16,7 @@ import dataclasses
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from ldpflow.core.oracles import registry
+from ldpflow.core.registry import HEAVY_HITTER, names, protocol_flags
 
 __all__ = [
     "InputOptions",
@@ -234,7 +235,7 @@ class HeavyHittersOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser):
-        parser.add_argument("--protocol", choices=("mcm", "pem", "sfp", "spm", "treehist"),
+        parser.add_argument("--protocol", choices=sorted(names(HEAVY_HITTER)),
                             default="pem",
                             help="The heavy-hitter protocol of the reports.")
         parser.add_argument("--k", type=int, default=None,
@@ -242,9 +243,9 @@ class HeavyHittersOptions(PipelineOptions):
         parser.add_argument("--bits", type=int, default=None,
                             help="m: the width of the values, in [1, 64] (default: from the "
                                  "input).")
-        for flag, protocols, text in _SHAPE_HELP:
-            parser.add_argument(f"--{flag}", type=int, default=None,
-                                help=f"{protocols}: {text}")
+        for flag in protocol_flags(HEAVY_HITTER):  # each protocol's own parameters
+            parser.add_argument(f"--{flag.name}", type=flag.type, default=flag.default,
+                                help=flag.text)
         parser.add_argument("--survivors", type=int, default=None,
                             help="pem, treehist, sfp: candidates each pass keeps (pem: "
                                  "default 2k, or as many as Q allows; treehist, sfp: 4k).")
@@ -275,28 +276,6 @@ class HeavyHittersOptions(PipelineOptions):
                                  "recall, F1 and NCR of every result.")
 
 
-#: The protocols' parameter flags: (flag, protocols, help), the protocols' own parameters
-#: (``ldpflow.core.heavy_hitters.shape_parameters``; a test keeps the two in step).
-_SHAPE_HELP = (
-    ("query_limit", "pem, spm, mcm, sfp",
-     "Q, the most candidates one pass may estimate (default 2**20, or the input's)."),
-    ("start_bits", "pem", "gamma (default ceil(log2 k), or the input's)."),
-    ("step_bits", "pem, treehist",
-     "pem: eta (default the largest with k * 2**eta <= Q); treehist: bits per level "
-     "(default 8)."),
-    ("num_groups", "pem", "g (default ceil((bits - start_bits) / step_bits); must agree)."),
-    ("hash_range", "pem, treehist",
-     "OLH's number of buckets, a power of two (default from epsilon)."),
-    ("num_segments", "spm", "t, the segments of a value (default from Q)."),
-    ("segment_top", "spm", "values kept per segment and pairs per segment pair (default k)."),
-    ("num_channels", "mcm", "T, the channels (default 4k)."),
-    ("channel_seed", "mcm", "the key of the public value-to-channel hash (default 0)."),
-    ("fragment_bits", "sfp", "the width of a fragment (default 16)."),
-    ("hash_bits", "sfp", "the width of the hash that glues fragments (default 6)."),
-    ("hash_seed", "sfp", "the key of that hash (default 0)."),
-)
-
-
 @dataclasses.dataclass(frozen=True)
 class Job:
     """A Beam job of the CLI: its option groups (in help order) and required flags."""
@@ -318,8 +297,8 @@ JOBS = {
                    AcceptanceOptions),
                   ("subscription",)),
     "heavy-hitters": Job("heavy-hitters",
-                         "Heavy-hitter reports (pem, spm, mcm, treehist, sfp) -> the most "
-                         "frequent values of a huge domain.",
+                         f"Heavy-hitter reports ({', '.join(names(HEAVY_HITTER))}) -> the "
+                         "most frequent values of a huge domain.",
                          (InputOptions, OutputOptions, HeavyHittersOptions,
                           PoisoningOptions, VerdictOptions),
                          ("input", "output")),

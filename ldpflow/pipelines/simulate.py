@@ -52,6 +52,7 @@ import numpy as np
 from ldpflow.core import codecs, simulation, validation
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.core.oracles import FrequencyOracle, registry
+from ldpflow.core.registry import HEAVY_HITTER, protocol_flags
 from ldpflow.pipelines.usage import HelpFormatter, Parser, check_output
 from ldpflow.wire import formats
 
@@ -89,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Refuse a larger --domain_size (memory grows with it); the "
                              "default is ldpflow estimate's --max_domain_size.")
     hh_group = parser.add_argument_group(
-        "heavy hitters (pem spm mcm treehist sfp)",
+        f"heavy hitters ({' '.join(hh.PROTOCOLS)})",
         "pem: without --query_limit, --start_bits, --step_bits, --num_groups and --hash_range "
         "the configuration is chosen automatically from --users, --epsilon, --k and --bits "
         "(ldpflow.core.heavy_hitters.configure); the other protocols take their defaults. The "
@@ -98,23 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="m: the width of the values (default with --values_file: from the "
                           "data, see --coverage).")
     hh_group.add_argument("--k", type=int, default=None, help="The top-k size.")
-    hh_group.add_argument("--query_limit", type=int, default=None,
-                     help="pem, spm, mcm, sfp: Q (default 2**20).")
-    hh_group.add_argument("--start_bits", type=int, default=None,
-                     help="pem: gamma (default ceil(log2 k)).")
-    hh_group.add_argument("--step_bits", type=int, default=None,
-                     help="pem: eta (default the largest with k * 2**eta <= Q); treehist: "
-                          "bits per level (default 8).")
-    hh_group.add_argument("--num_groups", type=int, default=None,
-                     help="pem: g (must agree if given).")
-    for flag, text in (("num_segments", "spm: t, the segments of a value"),
-                       ("segment_top", "spm: values kept per segment and pairs per pair"),
-                       ("num_channels", "mcm: T, the channels (default 4k)"),
-                       ("channel_seed", "mcm: the key of the value-to-channel hash"),
-                       ("fragment_bits", "sfp: the width of a fragment (default 16)"),
-                       ("hash_bits", "sfp: the width of the gluing hash (default 6)"),
-                       ("hash_seed", "sfp: the key of that hash")):
-        hh_group.add_argument(f"--{flag}", type=int, default=None, help=f"{text}.")
+    for flag in protocol_flags(HEAVY_HITTER):  # --hash_range is the oracles' flag too
+        if flag.name != "hash_range":
+            hh_group.add_argument(f"--{flag.name}", type=flag.type, default=flag.default,
+                                  help=flag.text)
     hh_group.add_argument("--max_candidates", type=int, default=hh.config.DEFAULT_MAX_CANDIDATES,
                      help="The automatic configuration's compute budget: the most candidates "
                           "one stage may estimate.")

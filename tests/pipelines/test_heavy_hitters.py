@@ -3,6 +3,7 @@ document, dead letters through the Beam path, decoded strings, configurations ke
 
 from __future__ import annotations
 
+import argparse
 import glob
 import gzip
 import json
@@ -359,9 +360,15 @@ def test_repeated_reports_are_identified_once_and_counted(tmp_path):
 
 
 def test_the_job_has_one_flag_per_protocol_parameter_naming_its_protocols():
-    from ldpflow.pipelines.options import _SHAPE_HELP
+    from ldpflow.core.registry import HEAVY_HITTER, protocol_flags
+    from ldpflow.pipelines import options
 
-    assert {flag for flag, _, _ in _SHAPE_HELP} == hh.SHAPE_FLAGS
-    for flag, protocols, _ in _SHAPE_HELP:
-        assert set(protocols.split(", ")) == {
-            name for name in hh.PROTOCOLS if flag in hh.shape_parameters(name)}, flag
+    flags = protocol_flags(HEAVY_HITTER)
+    assert {flag.name for flag in flags} == hh.SHAPE_FLAGS
+    for flag in flags:
+        assert set(flag.protocols) == {
+            name for name in hh.PROTOCOLS if flag.name in hh.shape_parameters(name)}, flag
+    parser = argparse.ArgumentParser()
+    options.HeavyHittersOptions._add_argparse_args(parser)
+    helps = {a.dest: a.help for a in parser._actions}
+    assert all(helps[flag.name] == flag.text for flag in flags)

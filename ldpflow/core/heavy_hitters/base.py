@@ -671,12 +671,27 @@ class PassState:
 
 
 # -- the protocol base --------------------------------------------------------------------------
+def query_limit_parameter() -> Any:
+    """The ``query_limit`` field of the protocols that bound a pass's candidates (Q)."""
+    return registry.parameter(DEFAULT_QUERY_LIMIT, help="Q, the most candidates one pass may "
+                                                         "estimate (default 2**20).")
+
+
+def hash_range_parameter() -> Any:
+    """The ``hash_range`` field of the protocols that count prefixes with OLH (None: OLH's
+    optimum for epsilon)."""
+    return registry.parameter(None, help="OLH's number of buckets, a power of two (default "
+                                         "from epsilon).")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _GroupHashed:
     """The ``group_hash`` field every heavy-hitter configuration has (see
     :class:`HeavyHitterProtocol`)."""
 
-    group_hash: int = dataclasses.field(default=DEFAULT_GROUP_HASH, compare=False)
+    # A report of before the field (or null) was made with version 1.
+    group_hash: int = registry.parameter(DEFAULT_GROUP_HASH, absent=GROUP_HASH_BLAKE2B,
+                                         compare=False)
 
 
 class HeavyHitterProtocol(Keyed, CheckedReports, _GroupHashed):

@@ -47,10 +47,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ldpflow.core import codecs, hashing, randomness, validation
+from ldpflow.core import codecs, hashing, randomness, registry, validation
 from ldpflow.core.heavy_hitters import counting
 from ldpflow.core.heavy_hitters.base import (
-    DEFAULT_QUERY_LIMIT,
     DEFAULT_SIGNIFICANCE,
     MAX_QUERY_LIMIT,
     HeavyHitterProtocol,
@@ -59,9 +58,11 @@ from ldpflow.core.heavy_hitters.base import (
     PassState,
     default_survivors,
     extend_prefixes,
+    hash_range_parameter,
     olh_budget,
     olh_frequencies,
     olh_variance,
+    query_limit_parameter,
     select_survivors,
 )
 from ldpflow.core.keys import PEM as NAME
@@ -173,11 +174,14 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
     top_k: int
     value_bits: int
     epsilon: float
-    query_limit: int = DEFAULT_QUERY_LIMIT
-    start_bits: int = None  # type: ignore[assignment]  # None: ceil(log2 top_k)
-    step_bits: int = None  # type: ignore[assignment]  # None: the largest within Q
-    num_groups: int = None  # type: ignore[assignment]  # None: from start and step bits
-    hash_range: int = None  # type: ignore[assignment]  # None: OLH's optimum
+    query_limit: int = query_limit_parameter()
+    start_bits: int = registry.parameter(  # None: ceil(log2 top_k)
+        None, help="gamma (default ceil(log2 k)).")
+    step_bits: int = registry.parameter(  # None: the largest within Q
+        None, help="eta (default the largest with k * 2**eta <= Q).")
+    num_groups: int = registry.parameter(  # None: from start and step bits
+        None, help="g (default ceil((bits - start_bits) / step_bits); must agree).")
+    hash_range: int = hash_range_parameter()  # None: OLH's optimum
 
     def __post_init__(self) -> None:
         self._check_group_hash()

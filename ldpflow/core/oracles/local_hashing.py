@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ldpflow.core import hashing, randomness, validation
+from ldpflow.core import hashing, randomness, registry, validation
 from ldpflow.core.oracles.base import FrequencyOracle, Reports
 
 #: The widest values whose full domain is aggregated (a 2**L counter vector).
@@ -150,7 +150,8 @@ class OptimizedLocalHashing(LocalHashing):
     name = "olh"
     epsilon: float
     domain_size: int
-    hash_range: int = None  # type: ignore[assignment]  # None: the optimal power of two
+    hash_range: int = registry.parameter(  # None: the optimal power of two
+        None, help="g, the buckets (default the optimal power of two for epsilon).")
 
     def __post_init__(self) -> None:
         if self.hash_range is None:
@@ -165,7 +166,7 @@ class BinaryLocalHashing(LocalHashing):
     name = "blh"
     epsilon: float
     domain_size: int
-    hash_range: int = 2
+    hash_range: int = registry.parameter(2, help="g, the buckets: 2.")
 
     def __post_init__(self) -> None:
         self._validate()

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ldpflow.core import bitvectors, hashing, randomness, validation
+from ldpflow.core import bitvectors, hashing, randomness, registry, validation
 from ldpflow.core.oracles.base import Accumulator, Estimate, FrequencyOracle, Reports
 
 __all__ = ["CountMeanSketch", "HadamardCountMeanSketch", "sketch_seeds", "MAX_NUM_HASHES"]
@@ -151,8 +151,10 @@ class CountMeanSketch(_Sketch):
     name = "cms"
     epsilon: float
     domain_size: int
-    hash_range: int = 1024
-    num_hashes: int = 256
+    hash_range: int = registry.parameter(1024, help="the buckets of each hash (default 1024).")
+    num_hashes: int = registry.parameter(  # a report must say how many hashes it chose from
+        256, help="the hash functions a client picks one of (default 256).",
+        wire_required=True)
 
     @property
     def c(self) -> float:
@@ -239,8 +241,10 @@ class HadamardCountMeanSketch(_Sketch):
     name = "hcms"
     epsilon: float
     domain_size: int
-    hash_range: int = 1024
-    num_hashes: int = 256
+    hash_range: int = registry.parameter(1024, help="the buckets of each hash (default 1024).")
+    num_hashes: int = registry.parameter(  # a report must say how many hashes it chose from
+        256, help="the hash functions a client picks one of (default 256).",
+        wire_required=True)
 
     @property
     def c(self) -> float:
