@@ -96,7 +96,7 @@ class ProtocolKey(tuple):
         if not registry.is_heavy_hitter(name):
             raise ValueError(f"heavy-hitter keys are of {', '.join(HEAVY_HITTERS)}, got "
                              f"{name!r}")
-        return cls(name, {**protocol.parameters, "codec": codec or "int"})
+        return cls(protocol.name, {**protocol.parameters, "codec": codec or "int"})
 
     @property
     def name(self) -> str:

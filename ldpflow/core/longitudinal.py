@@ -49,7 +49,7 @@ import numpy.typing as npt
 from ldpflow.core import bitvectors, hashing, randomness, registry, validation
 from ldpflow.core.keys import Keyed
 from ldpflow.core.oracles.base import FrequencyOracle, Reports
-from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing
+from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing, olh_probabilities
 from ldpflow.core.oracles.unary import SymmetricUnaryEncoding
 
 __all__ = [
@@ -59,7 +59,7 @@ __all__ = [
     "LongitudinalClient",
     "KeyedSource",
     "simulate_rounds",
-    "PROTOCOLS",
+    "LONGITUDINAL_PROTOCOLS",
 ]
 
 
@@ -183,8 +183,7 @@ class LongitudinalLocalHashing(Longitudinal):
 
     @property
     def permanent_p(self) -> float:
-        e = math.exp(self.epsilon_permanent)
-        return e / (e + self.hash_range - 1)
+        return olh_probabilities(self.epsilon_permanent, self.hash_range)[0]
 
     @property
     def permanent_q(self) -> float:
@@ -200,7 +199,7 @@ class LongitudinalLocalHashing(Longitudinal):
 
 
 #: The longitudinal protocols by registry name (a live view of the registry).
-PROTOCOLS: registry.Protocols = registry.Protocols(registry.LONGITUDINAL)
+LONGITUDINAL_PROTOCOLS: registry.Protocols = registry.Protocols(registry.LONGITUDINAL)
 
 
 def _symbol_response(keep: np.ndarray, symbols: np.ndarray, other: np.ndarray, g: int
@@ -252,7 +251,7 @@ class LongitudinalClient:
 
     @classmethod
     def from_state(cls, state: dict[str, Any], source=None) -> LongitudinalClient:
-        protocol = PROTOCOLS[state["protocol"]](**state["parameters"])
+        protocol = LONGITUDINAL_PROTOCOLS[state["protocol"]](**state["parameters"])
         client = cls(protocol, bytes.fromhex(state["secret"]), source)
         client._memos = {int(m) for m in state["memos"]}
         return client

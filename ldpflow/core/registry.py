@@ -69,10 +69,10 @@ FAMILIES = (FREQUENCY_ORACLE, HEAVY_HITTER, LONGITUDINAL)
 _WHAT = {FREQUENCY_ORACLE: "oracle", HEAVY_HITTER: "protocol", LONGITUDINAL: "protocol",
          None: "protocol"}
 
-_TABLE: dict[str, type] = {}
+_TABLE: dict[str, Any] = {}  # name -> protocol class
 
 
-def register(cls: type) -> type:
+def register(cls: Any) -> Any:
     """Enter ``cls`` under its ``name`` (called when a protocol class is defined).
 
     A class that does not set ``name`` itself (an abstract base, a test's subclass of a
@@ -112,7 +112,7 @@ class Protocols(Mapping):
     def __init__(self, family: str | None):
         self._family = family
 
-    def __getitem__(self, name: str) -> type:
+    def __getitem__(self, name: str) -> Any:
         if name not in self:
             raise KeyError(name)
         return _TABLE[name]
@@ -131,7 +131,7 @@ class Protocols(Mapping):
         return f"Protocols({self._family!r}: {' '.join(self)})"
 
 
-def lookup(name: str, family: str | None = None) -> type:
+def lookup(name: str, family: str | None = None) -> Any:
     """The class registered under ``name`` (and of ``family``, if given).
 
     Raises

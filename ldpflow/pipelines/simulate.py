@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     hh_group.add_argument("--max_candidates", type=int, default=hh.config.DEFAULT_MAX_CANDIDATES,
                      help="The automatic configuration's compute budget: the most candidates "
                           "one stage may estimate.")
-    hh_group.add_argument("--codec", choices=sorted(codecs.CODECS), default=_INFERRED,
+    hh_group.add_argument("--codec", choices=sorted(codecs.VALUE_CODECS), default=_INFERRED,
                      help="int: values are integers; string: --values_file holds strings "
                           "(default: int, or with --values_file string unless every line of "
                           "it is an integer).")

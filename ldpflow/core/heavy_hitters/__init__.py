@@ -13,7 +13,9 @@ One protocol family behind one contract (:class:`HeavyHitterProtocol`, see
 * ``sfp`` -- :class:`SequenceFragmentPuzzle` (Apple's Differential Privacy Team, "Learning
   with Privacy at Scale").
 
-:data:`PROTOCOLS` maps the keys to the classes and :func:`make` builds one. Counting
+:data:`PROTOCOLS` maps the keys to the classes (a view of :mod:`ldpflow.core.registry`:
+each class registers itself, and every module of this package is imported here, so a new
+protocol is one new module) and :func:`make` builds one. Counting
 (:mod:`~ldpflow.core.heavy_hitters.counting`), evaluation helpers
 (:mod:`~ldpflow.core.heavy_hitters.evaluation`) and the configuration rule
 (:mod:`~ldpflow.core.heavy_hitters.config`) are submodules.
@@ -22,6 +24,8 @@ One protocol family behind one contract (:class:`HeavyHitterProtocol`, see
 from __future__ import annotations
 
 import dataclasses
+import importlib as _importlib
+import pkgutil as _pkgutil
 from typing import Any
 
 from ldpflow.core import registry
@@ -130,6 +134,9 @@ __all__ = [
     "counting",
     "evaluation",
 ]
+
+for _module in _pkgutil.iter_modules(__path__):  # modules not named above: new protocols
+    _importlib.import_module(f"{__name__}.{_module.name}")
 
 #: The heavy-hitter protocols by registry key (a live view of the registry's heavy-hitter
 #: family; each class registers itself).

@@ -67,7 +67,11 @@ from ldpflow.core.heavy_hitters.base import (
 )
 from ldpflow.core.keys import PEM as NAME
 from ldpflow.core.oracles.base import Reports
-from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing, optimal_hash_range
+from ldpflow.core.oracles.local_hashing import (
+    OptimizedLocalHashing,
+    olh_probabilities,
+    optimal_hash_range,
+)
 
 __all__ = [
     "NAME",
@@ -167,6 +171,8 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
     """
 
     name = NAME  # the ``oracle`` tag of its reports (a class attribute, not a parameter)
+    #: :mod:`ldpflow.core.poisoning` tests the OLH counts of each stage's prefixes.
+    poisoning_family = "prefix"
     #: The survivor rule of every stage (see :meth:`select`).
     server_options = {"survivors": None, "threshold_sigma": None, "threshold": None,
                       "refine_sigma": DEFAULT_REFINE_SIGMA,
@@ -268,14 +274,13 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
 
     @property
     def p(self) -> float:
-        """OLH's ``p* = e / (e + g - 1)``."""
-        e = math.exp(self.epsilon)
-        return e / (e + self.hash_range - 1)
+        """OLH's ``p* = e / (e + g - 1)`` (:func:`olh_probabilities`)."""
+        return olh_probabilities(self.epsilon, self.hash_range)[0]
 
     @property
     def q(self) -> float:
         """OLH's ``q* = 1 / g``."""
-        return 1.0 / self.hash_range
+        return olh_probabilities(self.epsilon, self.hash_range)[1]
 
     def variance(self, n: int, frequency: float | npt.ArrayLike = 0.0) -> float | np.ndarray:
         """The exact variance of one estimated frequency from a group of ``n`` reports."""

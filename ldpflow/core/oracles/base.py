@@ -324,6 +324,12 @@ class FrequencyOracle(Keyed, CheckedReports):
     #: Registry key (``grr``, ``oue``, ...).
     name: ClassVar[str]
     family: ClassVar[str] = registry.FREQUENCY_ORACLE
+    #: How :mod:`ldpflow.core.poisoning` defends the oracle's estimates: ``grr``, ``unary``,
+    #: ``subset`` or ``hash`` (the attacks and tests of its report form); None: no defence.
+    poisoning_family: ClassVar[str | None] = None
+    #: Which cell map of :mod:`ldpflow.core.audit` reduces its reports for a pair of inputs
+    #: (``grr``, ``unary``, ``local_hashing``, ...: its report form); None: not audited.
+    audit_cells: ClassVar[str | None] = None
     epsilon: float
     domain_size: int
     _report_target = property(lambda self: f"oracle {self.name!r}")  # type: ignore

@@ -34,6 +34,8 @@ class DirectEncoding(IndexReports, FrequencyOracle):
     """
 
     name = "grr"
+    poisoning_family = "grr"
+    audit_cells = "grr"
     epsilon: float
     domain_size: int
 

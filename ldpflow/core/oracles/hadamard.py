@@ -53,6 +53,7 @@ class HadamardResponse(IndexReports, FrequencyOracle):
     """
 
     name = "hr"
+    audit_cells = "hadamard"
     epsilon: float
     domain_size: int
 
@@ -132,6 +133,7 @@ class OneBitHadamard(FrequencyOracle):
     """
 
     name = "onebit"
+    audit_cells = "onebit"
     epsilon: float
     domain_size: int
 

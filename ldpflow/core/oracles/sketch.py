@@ -66,8 +66,7 @@ class _Sketch(FrequencyOracle):
         object.__setattr__(self, "hash_range",
                            validation.check_power_of_two(self.hash_range, name="hash_range"))
         k = self.num_hashes
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or \
-                not 1 <= k <= MAX_NUM_HASHES:
+        if not validation.is_integer(k) or not 1 <= k <= MAX_NUM_HASHES:
             raise ValueError(f"num_hashes must be an integer in [1, {MAX_NUM_HASHES}], got {k!r}")
         object.__setattr__(self, "num_hashes", int(k))
 
@@ -149,6 +148,7 @@ class CountMeanSketch(_Sketch):
     """
 
     name = "cms"
+    audit_cells = "cms"
     epsilon: float
     domain_size: int
     hash_range: int = registry.parameter(1024, help="the buckets of each hash (default 1024).")
@@ -239,6 +239,7 @@ class HadamardCountMeanSketch(_Sketch):
     """
 
     name = "hcms"
+    audit_cells = "hcms"
     epsilon: float
     domain_size: int
     hash_range: int = registry.parameter(1024, help="the buckets of each hash (default 1024).")
