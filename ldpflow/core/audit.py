@@ -455,7 +455,7 @@ def cell_map(oracle: FrequencyOracle, value: int, other_value: int) -> CellMap:
 def raw_output_map(oracle: FrequencyOracle) -> CellMap | None:
     """The generic search's cells: the output index of grr and hr reports (at most
     :data:`MAX_RAW_OUTPUTS` of them); None for other oracles."""
-    if oracle.name not in ("grr", "hr"):
+    if not oracle.audit_raw_outputs:
         return None
     size = int(oracle.index_range)  # type: ignore[attr-defined]
     if size > MAX_RAW_OUTPUTS:

@@ -222,7 +222,7 @@ class FlagSpec:
         The flag's default: None (the protocol's own default, or one chosen from the input).
     help : str
         The text, without the protocols (``Q, the most candidates ...``); where protocols
-        describe the parameter differently, each one's text after its name
+        describe the parameter differently, each text after the protocols that say it
         (``pem: eta ...; treehist: bits per level ...``).
     protocols : tuple of str
         The protocols that take the flag, in registration order.
@@ -256,12 +256,14 @@ def protocol_flags(family: str | None = None) -> tuple[FlagSpec, ...]:
                 found.setdefault(f.name, []).append((name, f))
     out = []
     for flag, owners in found.items():
-        texts = dict.fromkeys(f.metadata["help"] for _, f in owners)
+        texts: dict[str, list[str]] = {}  # help text -> the protocols that say it
+        for name, f in owners:
+            texts.setdefault(f.metadata["help"], []).append(name)
         if len(texts) == 1:
             text = next(iter(texts))
         else:
-            text = "; ".join(f"{name}: {f.metadata['help'].rstrip('.')}" for name, f in owners
-                             ) + "."
+            text = "; ".join(f"{', '.join(who)}: {said.rstrip('.')}"
+                             for said, who in texts.items()) + "."
         out.append(FlagSpec(flag, _flag_type(owners[0][1]), None, text,
                             tuple(name for name, _ in owners)))
     return tuple(out)

@@ -62,6 +62,18 @@ def test_the_heavy_hitter_flags_are_the_protocols_shape_parameters():
         step.help = "x"  # type: ignore[misc]
 
 
+def test_the_oracle_flags_group_the_protocols_that_say_the_same():
+    hash_range, num_hashes = registry.protocol_flags(registry.FREQUENCY_ORACLE)
+    assert hash_range.protocols == ("olh", "blh", "cms", "hcms")
+    assert hash_range.help.endswith("; cms, hcms: the buckets of each hash (default 1024).")
+    assert hash_range.help.startswith("olh: g, the buckets")
+    assert num_hashes.text == "cms, hcms: the hash functions a client picks one of (default 256)."
+    assert [f.name for f in registry.protocol_flags()] == [  # all families, first use first
+        "hash_range", "num_hashes", "query_limit", "start_bits", "step_bits", "num_groups",
+        "num_segments", "segment_top", "num_channels", "channel_seed", "fragment_bits",
+        "hash_bits", "hash_seed"]
+
+
 def test_the_wire_facts_come_from_the_fields():
     assert registry.wire_required("cms") == ("epsilon", "domain_size", "num_hashes")
     assert registry.wire_required("olh") == ("epsilon", "domain_size")

@@ -330,6 +330,8 @@ class FrequencyOracle(Keyed, CheckedReports):
     #: Which cell map of :mod:`ldpflow.core.audit` reduces its reports for a pair of inputs
     #: (``grr``, ``unary``, ``local_hashing``, ...: its report form); None: not audited.
     audit_cells: ClassVar[str | None] = None
+    #: Whether the audit's generic search may also count its raw outputs (one index a report).
+    audit_raw_outputs: ClassVar[bool] = False
     epsilon: float
     domain_size: int
     _report_target = property(lambda self: f"oracle {self.name!r}")  # type: ignore

@@ -54,6 +54,7 @@ class HadamardResponse(IndexReports, FrequencyOracle):
 
     name = "hr"
     audit_cells = "hadamard"
+    audit_raw_outputs = True
     epsilon: float
     domain_size: int
 

@@ -53,6 +53,18 @@ def sketch_seeds(num_hashes: int) -> np.ndarray:
         return hashing.splitmix64_mix(j * np.uint64(hashing.GOLDEN_GAMMA))
 
 
+def _hash_range_parameter() -> Any:
+    """The sketches' ``hash_range`` field: ``m``, the buckets of each hash."""
+    return registry.parameter(1024, help="the buckets of each hash (default 1024).")
+
+
+def _num_hashes_parameter() -> Any:
+    """The sketches' ``num_hashes`` field: a report must say how many hashes it chose from
+    (its column alone does not tell), so it is required on the wire."""
+    return registry.parameter(256, help="the hash functions a client picks one of (default "
+                                        "256).", wire_required=True)
+
+
 class _Sketch(FrequencyOracle):
     """Shared parameters, hashing and estimation of CMS and HCMS."""
 
@@ -151,10 +163,8 @@ class CountMeanSketch(_Sketch):
     audit_cells = "cms"
     epsilon: float
     domain_size: int
-    hash_range: int = registry.parameter(1024, help="the buckets of each hash (default 1024).")
-    num_hashes: int = registry.parameter(  # a report must say how many hashes it chose from
-        256, help="the hash functions a client picks one of (default 256).",
-        wire_required=True)
+    hash_range: int = _hash_range_parameter()
+    num_hashes: int = _num_hashes_parameter()
 
     @property
     def c(self) -> float:
@@ -242,10 +252,8 @@ class HadamardCountMeanSketch(_Sketch):
     audit_cells = "hcms"
     epsilon: float
     domain_size: int
-    hash_range: int = registry.parameter(1024, help="the buckets of each hash (default 1024).")
-    num_hashes: int = registry.parameter(  # a report must say how many hashes it chose from
-        256, help="the hash functions a client picks one of (default 256).",
-        wire_required=True)
+    hash_range: int = _hash_range_parameter()
+    num_hashes: int = _num_hashes_parameter()
 
     @property
     def c(self) -> float:
