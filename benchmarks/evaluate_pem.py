@@ -21,7 +21,7 @@ Sweeps (each point repeated ``--repetitions`` times, 3 by default):
 * ``eta``: eta in 2, 4, ..., 14, 15 at k = 32 and epsilon = 0.9 (the PEM paper's setting), 2
   and 4 (where F1 is neither near 0 nor near 1 at eta = 15).
 
-The baselines (:mod:`ldpflow.core.heavy_hitter_baselines`: SPM and MCM with their default
+The baselines (:mod:`ldpflow.core.heavy_hitters.spm` and ``mcm``: SPM and MCM with their default
 parameters and the same ``Q``) run the ``epsilon`` sweep's points (same k, same epsilons)
 on the same populations, in the first ``--baseline_repetitions`` (2) repetitions only, to keep
 the default run near 6 minutes on 2 cores. Their points come after PEM's in the point list,
@@ -49,11 +49,11 @@ import time
 
 import numpy as np
 
-from ldpflow.core import heavy_hitter_baselines as hb
 from ldpflow.core import heavy_hitters as hh
+from ldpflow.core.heavy_hitters import MultipleChannelMethod, SegmentPairsMethod
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-BASELINES = {"spm": hb.SegmentPairsMethod, "mcm": hb.MultipleChannelMethod}
+BASELINES = {"spm": SegmentPairsMethod, "mcm": MultipleChannelMethod}
 START, END = "<!-- pem-results:start -->", "<!-- pem-results:end -->"
 
 

@@ -69,6 +69,7 @@ import numpy.typing as npt
 from ldpflow.core import hashing, randomness, validation
 from ldpflow.core.oracles import pgr
 from ldpflow.core.oracles.base import FrequencyOracle, Reports
+from ldpflow.core.oracles.registry import ORACLES
 
 __all__ = [
     "DEFAULT_ALPHA",
@@ -411,33 +412,33 @@ def _pgr_map(oracle: Any, v: int, w: int) -> CellMap:
                    np.zeros(4, dtype=np.int64), law, np.ones((2, 1)), compute)
 
 
-_MAPS: dict[str, Callable[[Any, int, int], CellMap]] = {
+#: The cell maps by the ``audit_cells`` an oracle class declares (its report form): the
+#: audit knows the events of the oracles whose class names one of these.
+_CELL_MAPS: dict[str, Callable[[Any, int, int], CellMap]] = {
     "grr": _grr_map,
-    "oue": _unary_map,
-    "sue": _unary_map,
-    "olh": _local_hashing_map,
-    "blh": _local_hashing_map,
-    "hr": _hadamard_map,
-    "ss": _subset_map,
+    "unary": _unary_map,
+    "subset": _subset_map,
+    "local_hashing": _local_hashing_map,
+    "hadamard": _hadamard_map,
     "onebit": _onebit_map,
     "cms": _cms_map,
     "hcms": _hcms_map,
     "pgr": _pgr_map,
 }
-#: The registry keys the audit knows the events of.
-AUDITED_ORACLES: tuple[str, ...] = tuple(_MAPS)
+#: The registry keys the audit knows the events of (registration order).
+AUDITED_ORACLES: tuple[str, ...] = tuple(
+    name for name, cls in ORACLES.items() if cls.audit_cells in _CELL_MAPS)
 
 
 def _check_pair(oracle: FrequencyOracle, value: int, other_value: int) -> tuple[int, int]:
     if not isinstance(oracle, FrequencyOracle):
         raise TypeError(f"oracle must be a FrequencyOracle, got {type(oracle).__name__}")
-    if oracle.name not in _MAPS:
-        raise ValueError(f"oracle must be one of {' '.join(_MAPS)}, got {oracle.name!r}")
+    if oracle.audit_cells not in _CELL_MAPS:
+        raise ValueError(f"oracle must be one of {' '.join(AUDITED_ORACLES)}, got "
+                         f"{oracle.name!r}")
     pair = []
     for name, x in (("value", value), ("other_value", other_value)):
-        if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
-            raise TypeError(f"{name} must be an integer, got {type(x).__name__}")
-        if not 0 <= int(x) < oracle.domain_size:
+        if not 0 <= validation.check_integer(x, name=name) < oracle.domain_size:
             raise ValueError(f"{name} must be in [0, {oracle.domain_size}), got {x!r}")
         pair.append(int(x))
     if pair[0] == pair[1]:
@@ -448,13 +449,13 @@ def _check_pair(oracle: FrequencyOracle, value: int, other_value: int) -> tuple[
 def cell_map(oracle: FrequencyOracle, value: int, other_value: int) -> CellMap:
     """The reduced cells of ``oracle``'s reports for the inputs ``(value, other_value)``."""
     v, w = _check_pair(oracle, value, other_value)
-    return _MAPS[oracle.name](oracle, v, w)
+    return _CELL_MAPS[oracle.audit_cells](oracle, v, w)  # type: ignore[index]
 
 
 def raw_output_map(oracle: FrequencyOracle) -> CellMap | None:
     """The generic search's cells: the output index of grr and hr reports (at most
     :data:`MAX_RAW_OUTPUTS` of them); None for other oracles."""
-    if oracle.name not in ("grr", "hr"):
+    if not oracle.audit_raw_outputs:
         return None
     size = int(oracle.index_range)  # type: ignore[attr-defined]
     if size > MAX_RAW_OUTPUTS:

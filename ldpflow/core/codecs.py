@@ -42,7 +42,7 @@ __all__ = [
     "infer_codec",
     "invalid_integers",
     "check_unsigned",
-    "CODECS",
+    "VALUE_CODECS",
 ]
 
 
@@ -387,7 +387,7 @@ def invalid_integers(values: npt.ArrayLike, bits: int) -> tuple[np.ndarray, list
     rows_list: list[int] = []
     reasons: list[str] = []
     for i, v in enumerate(arr.tolist() if kind != "O" else list(arr)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        if not validation.is_integer(v):
             rows_list.append(i)
             reasons.append(not_integer)
         elif not 0 <= int(v) < 2**bits:
@@ -426,14 +426,14 @@ def check_unsigned(values: npt.ArrayLike, bits: int, *, name: str = "values") ->
 
 
 #: Codec name -> class, for configuration and command-line flags.
-CODECS: dict[str, type] = {"int": IntegerCodec, "string": StringCodec}
+VALUE_CODECS: dict[str, type] = {"int": IntegerCodec, "string": StringCodec}
 
 
 def make_codec(name: str, *, bits: int) -> IntegerCodec | StringCodec:
     """The codec called ``name`` (``"int"`` or ``"string"``) for ``bits``-bit values."""
-    if name not in CODECS:
-        raise ValueError(f"codec must be one of {sorted(CODECS)}, got {name!r}")
-    return CODECS[name](bits=bits)
+    if name not in VALUE_CODECS:
+        raise ValueError(f"codec must be one of {sorted(VALUE_CODECS)}, got {name!r}")
+    return VALUE_CODECS[name](bits=bits)
 
 
 def infer_codec(lines: Iterable[str]) -> str:

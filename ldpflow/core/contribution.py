@@ -17,15 +17,10 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from ldpflow.core import validation
 from ldpflow.core.dedup import string_hashes, unpacked_ids
 
 __all__ = ["capped_rows", "epsilon_per_user", "tie_breaks"]
-
-
-def _check_cap(cap: int) -> int:
-    if isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1:
-        raise ValueError(f"cap must be a positive integer, got {cap!r}")
-    return int(cap)
 
 
 def capped_rows(user_hashes: npt.ArrayLike, event_times: npt.ArrayLike,
@@ -46,7 +41,7 @@ def capped_rows(user_hashes: npt.ArrayLike, event_times: npt.ArrayLike,
     ndarray of bool, shape (n,)
         The kept rows: each user's ``cap`` earliest reports (ties: smaller id hash first).
     """
-    cap = _check_cap(cap)
+    cap = validation.check_limit(cap, name="cap")
     users = np.asarray(user_hashes, dtype=np.uint64)
     times = np.asarray(event_times, dtype=np.int64)
     ids = np.asarray(id_hashes, dtype=np.uint64)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from ldpflow.core import validation
+
 __all__ = [
     "GOLDEN_GAMMA",
     "splitmix64_mix",
@@ -102,8 +104,7 @@ def keyed_string_hashes(offsets: npt.ArrayLike, data: npt.ArrayLike,
     strings still active at word ``j`` are a prefix): the cost is that of the total number
     of words, with no Python loop over strings.
     """
-    if isinstance(key, bool) or not isinstance(key, (int, np.integer)) or \
-            not 0 <= int(key) < 2**64:
+    if not validation.is_integer(key) or not 0 <= int(key) < 2**64:
         raise ValueError(f"key must be an integer in [0, 2**64), got {key!r}")
     k = _U64(int(key))
     offsets = np.asarray(offsets, dtype=np.int64).reshape(-1)

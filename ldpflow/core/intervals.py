@@ -46,7 +46,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import numbers
 import statistics
 from typing import Any
 
@@ -54,6 +53,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ldpflow.core import postprocess as _postprocess
+from ldpflow.core import validation
 from ldpflow.core.oracles import registry
 from ldpflow.core.oracles.base import Estimate
 
@@ -96,9 +96,7 @@ def _check_estimate(estimate: Estimate) -> Estimate:
 
 
 def _check_confidence(confidence: float) -> float:
-    if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real):
-        raise TypeError(f"confidence must be a real number, got {type(confidence).__name__}")
-    if not 0.0 < float(confidence) < 1.0:  # also rejects NaN
+    if not 0.0 < validation.check_real(confidence, name="confidence") < 1.0:  # rejects NaN
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     return float(confidence)
 
@@ -206,11 +204,7 @@ def confidence_intervals(estimate: Estimate, confidence: float = DEFAULT_CONFIDE
 
 
 def _check_count(value: int, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-    return int(value)
+    return validation.check_positive_int(value, name=name, minimum=0)
 
 
 def _by_estimate(f: FloatArray, candidates: IntArray) -> IntArray:
@@ -394,10 +388,7 @@ def bootstrap_intervals(
     """
     estimate = _check_estimate(estimate)
     confidence = _check_confidence(confidence)
-    if isinstance(replicates, bool) or not isinstance(replicates, numbers.Integral):
-        raise TypeError(f"replicates must be an integer, got {type(replicates).__name__}")
-    if replicates < MIN_REPLICATES:
-        raise ValueError(f"replicates must be >= {MIN_REPLICATES}, got {replicates!r}")
+    validation.check_positive_int(replicates, name="replicates", minimum=MIN_REPLICATES)
     if method not in BOOTSTRAP_METHODS:
         raise ValueError(
             f"method must be one of {', '.join(BOOTSTRAP_METHODS)} for bootstrap intervals, "

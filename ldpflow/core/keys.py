@@ -13,8 +13,9 @@ the reports' identity (values of two codecs cannot be counted together) but not 
 parameter of the protocol, so :meth:`ProtocolKey.build` leaves it out and
 :attr:`ProtocolKey.codec` reads it.
 
-This module imports no protocol: :meth:`ProtocolKey.build` imports the registries when it
-is called.
+This module imports no protocol: the protocol classes register themselves when they are
+defined (:class:`Keyed`), and :meth:`ProtocolKey.build` looks the name up in
+:mod:`ldpflow.core.registry`.
 """
 
 from __future__ import annotations
@@ -25,13 +26,15 @@ import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from ldpflow.core import registry
+
 __all__ = ["ProtocolKey", "Keyed", "PEM", "HEAVY_HITTERS"]
 
 #: The registry name of the prefix extending method, the default heavy-hitter protocol.
 PEM = "pem"
-#: The registry names of the heavy-hitter protocols (the keys of
-#: :data:`ldpflow.core.heavy_hitters.PROTOCOLS`): their keys carry a ``codec``.
-HEAVY_HITTERS: tuple[str, ...] = (PEM, "spm", "mcm", "treehist", "sfp")
+#: The registry names of the heavy-hitter protocols (a live view of the registry's
+#: :data:`~ldpflow.core.registry.HEAVY_HITTER` family): their keys carry a ``codec``.
+HEAVY_HITTERS: registry.Protocols = registry.Protocols(registry.HEAVY_HITTER)
 
 
 class ProtocolKey(tuple):
@@ -90,10 +93,10 @@ class ProtocolKey(tuple):
             If ``protocol`` is no heavy-hitter protocol.
         """
         name = getattr(protocol, "name", None)
-        if name not in HEAVY_HITTERS:
+        if not registry.is_heavy_hitter(name):
             raise ValueError(f"heavy-hitter keys are of {', '.join(HEAVY_HITTERS)}, got "
                              f"{name!r}")
-        return cls(name, {**protocol.parameters, "codec": codec or "int"})
+        return cls(protocol.name, {**protocol.parameters, "codec": codec or "int"})
 
     @property
     def name(self) -> str:
@@ -107,7 +110,8 @@ class ProtocolKey(tuple):
     @property
     def codec(self) -> str | None:
         """The value codec of a heavy-hitter key (``int`` when absent); None for oracles."""
-        return self.parameters.get("codec", "int") if self.name in HEAVY_HITTERS else None
+        return (self.parameters.get("codec", "int") if registry.is_heavy_hitter(self.name)
+                else None)
 
     def to_json(self) -> str:
         """The stable text form: ``{"oracle": name, parameter: value, ...}``, keys sorted."""
@@ -120,7 +124,7 @@ class ProtocolKey(tuple):
         if not isinstance(params, dict) or not isinstance(params.get("oracle"), str):
             raise ValueError(f"a protocol key's text is an object with 'oracle', got {text!r}")
         name = params.pop("oracle")
-        heavy = name in HEAVY_HITTERS
+        heavy = registry.is_heavy_hitter(name)
         codec = params.pop("codec", None) if heavy else None
         key = cls(name, params)
         protocol = key.build()
@@ -140,13 +144,8 @@ class ProtocolKey(tuple):
 @functools.lru_cache(maxsize=512)
 def _build(key: ProtocolKey) -> Any:
     params = key.parameters
-    if key.name in HEAVY_HITTERS:
-        from ldpflow.core.heavy_hitters import PROTOCOLS
-
-        params.pop("codec", None)
-        return PROTOCOLS[key.name](**params)
-    from ldpflow.core.oracles import registry
-
+    if registry.is_heavy_hitter(key.name):
+        params.pop("codec", None)  # the reports' value codec: no parameter of the protocol
     return registry.make(key.name, **params)
 
 
@@ -155,6 +154,12 @@ class Keyed:
     wire (the frequency oracles, the heavy-hitter protocols)."""
 
     name: ClassVar[str]
+    #: The protocol's family (:data:`~ldpflow.core.registry.FAMILIES`), set by its base.
+    family: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        registry.register(cls)  # a class that sets its own ``name`` is a protocol
 
     @property
     def parameters(self) -> dict[str, Any]:

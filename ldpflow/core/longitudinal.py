@@ -41,15 +41,15 @@ import dataclasses
 import hashlib
 import math
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
-from ldpflow.core import bitvectors, hashing, randomness, validation
+from ldpflow.core import bitvectors, hashing, randomness, registry, validation
 from ldpflow.core.keys import Keyed
 from ldpflow.core.oracles.base import FrequencyOracle, Reports
-from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing
+from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing, olh_probabilities
 from ldpflow.core.oracles.unary import SymmetricUnaryEncoding
 
 __all__ = [
@@ -59,7 +59,7 @@ __all__ = [
     "LongitudinalClient",
     "KeyedSource",
     "simulate_rounds",
-    "PROTOCOLS",
+    "LONGITUDINAL_PROTOCOLS",
 ]
 
 
@@ -85,6 +85,7 @@ class Longitudinal(Keyed, abc.ABC):
     """A memoized protocol: ``epsilon`` per report, ``epsilon_permanent`` per memo."""
 
     name = ""
+    family: ClassVar[str] = registry.LONGITUDINAL
     epsilon: float
     epsilon_permanent: float
     domain_size: int
@@ -182,8 +183,7 @@ class LongitudinalLocalHashing(Longitudinal):
 
     @property
     def permanent_p(self) -> float:
-        e = math.exp(self.epsilon_permanent)
-        return e / (e + self.hash_range - 1)
+        return olh_probabilities(self.epsilon_permanent, self.hash_range)[0]
 
     @property
     def permanent_q(self) -> float:
@@ -198,8 +198,8 @@ class LongitudinalLocalHashing(Longitudinal):
         return min(memos, self.hash_range) * self.epsilon_permanent
 
 
-PROTOCOLS: dict[str, type[Longitudinal]] = {"rappor": MemoizedUnaryEncoding,
-                                            "loloha": LongitudinalLocalHashing}
+#: The longitudinal protocols by registry name (a live view of the registry).
+LONGITUDINAL_PROTOCOLS: registry.Protocols = registry.Protocols(registry.LONGITUDINAL)
 
 
 def _symbol_response(keep: np.ndarray, symbols: np.ndarray, other: np.ndarray, g: int
@@ -251,7 +251,7 @@ class LongitudinalClient:
 
     @classmethod
     def from_state(cls, state: dict[str, Any], source=None) -> LongitudinalClient:
-        protocol = PROTOCOLS[state["protocol"]](**state["parameters"])
+        protocol = LONGITUDINAL_PROTOCOLS[state["protocol"]](**state["parameters"])
         client = cls(protocol, bytes.fromhex(state["secret"]), source)
         client._memos = {int(m) for m in state["memos"]}
         return client

@@ -86,18 +86,21 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ldpflow.core import bitvectors, hashing, validation
+from ldpflow.core.heavy_hitters import PROTOCOLS
 from ldpflow.core.heavy_hitters.pem import PrefixExtendingMethod
 from ldpflow.core.oracles.base import Accumulator, FrequencyOracle, Reports
-from ldpflow.core.oracles.grr import DirectEncoding
-from ldpflow.core.oracles.local_hashing import LocalHashing
-from ldpflow.core.oracles.subset import SubsetSelection
-from ldpflow.core.oracles.unary import UnaryEncoding
+from ldpflow.core.oracles.registry import ORACLES
+
+if TYPE_CHECKING:  # for annotations only: the dispatch reads ``poisoning_family``
+    from ldpflow.core.oracles.grr import DirectEncoding
+    from ldpflow.core.oracles.local_hashing import LocalHashing
+    from ldpflow.core.oracles.unary import UnaryEncoding
 
 __all__ = [
     "DEFAULT_LEVELS",
@@ -148,8 +151,12 @@ NUM_PASSES = 3
 #: Local hashing: the values of largest support whose pairwise co-support is examined.
 OLH_CANDIDATES = 32
 MGA_VARIANTS = ("naive", "fixed-size", "matched")
-#: Registry keys the defence handles.
-SUPPORTED = ("grr", "oue", "sue", "ss", "olh", "blh")
+#: The test family (:data:`DEFAULT_LEVELS`) of each ``poisoning_family`` an oracle class
+#: declares: unary encoding and subset selection are both bitmaps.
+_TEST_FAMILY = {"grr": "grr", "unary": "bitmap", "subset": "bitmap", "hash": "hash"}
+#: Registry keys the defence handles: the oracles that declare a ``poisoning_family``.
+SUPPORTED: tuple[str, ...] = tuple(
+    name for name, cls in ORACLES.items() if cls.poisoning_family in _TEST_FAMILY)
 
 _ROWS = 1 << 16  # reports hashed or unpacked at a time (bounded temporaries)
 
@@ -161,13 +168,18 @@ def _stats() -> Any:
 
 
 def _family(oracle: FrequencyOracle) -> str | None:
-    if isinstance(oracle, DirectEncoding):
-        return "grr"
-    if isinstance(oracle, (UnaryEncoding, SubsetSelection)):
-        return "bitmap"
-    if isinstance(oracle, LocalHashing):
-        return "hash"
-    return None
+    """The test family of ``oracle``, from the ``poisoning_family`` its class declares."""
+    return _TEST_FAMILY.get(getattr(oracle, "poisoning_family", None))  # type: ignore[arg-type]
+
+
+def _subset_size(oracle: Any) -> int:
+    """``omega`` of an oracle of the ``subset`` family."""
+    return int(oracle.subset_size)
+
+
+def _is(oracle: Any, poisoning_family: str) -> bool:
+    """Whether ``oracle``'s class declares ``poisoning_family`` (``subset``, ``unary``)."""
+    return getattr(oracle, "poisoning_family", None) == poisoning_family
 
 
 def default_level(oracle: FrequencyOracle) -> float:
@@ -263,11 +275,11 @@ def maximal_gain_attack(
         return _hash_attack(oracle, targets, m, rng, validation.check_positive_int(  # type: ignore[arg-type]
             tries, name="tries"))
     others = np.setdiff1d(np.arange(d), targets)
-    if isinstance(oracle, SubsetSelection):
+    if _is(oracle, "subset"):
         if variant == "matched":
             raise ValueError("variant 'matched' is for unary encoding; an ss report has "
                              "exactly omega values (use 'fixed-size')")
-        size = oracle.subset_size
+        size = _subset_size(oracle)
     else:
         size = round(_pq(oracle)[0] + (d - 1) * _pq(oracle)[1])
     if variant != "naive" and r > size:
@@ -332,7 +344,7 @@ def spread_attack(oracle: FrequencyOracle, targets: npt.ArrayLike, per_target: i
     per = validation.check_positive_int(per_target, name="per_target", minimum=0)
     if _check_oracle(oracle) == "grr":
         return Reports(oracle.name, {"value": np.repeat(targets, per)})
-    if isinstance(oracle, SubsetSelection) and variant == "matched":
+    if _is(oracle, "subset") and variant == "matched":
         variant = "fixed-size"  # for ss the fixed-size report is the matched one
     extra: dict[str, Any] = {"tries": tries} if _family(oracle) == "hash" else {"variant": variant}
     return Reports.concat([maximal_gain_attack(oracle, [int(t)], per, rng, **extra)
@@ -363,16 +375,17 @@ def support_size_law(oracle: FrequencyOracle) -> npt.NDArray[np.float64]:
     Unary encoding: ``Bernoulli(p) + Binomial(d - 1, q)`` (the own bit and the others, all
     independent); ss: a point mass at ``omega``. Exact.
     """
-    if isinstance(oracle, SubsetSelection):
+    if _is(oracle, "subset"):
         law = np.zeros(oracle.domain_size + 1)
-        law[oracle.subset_size] = 1.0
+        law[_subset_size(oracle)] = 1.0
         return law
-    if not isinstance(oracle, UnaryEncoding):
+    if not _is(oracle, "unary"):
         raise ValueError(f"support sizes are defined for oue, sue and ss, got {oracle.name!r}")
-    own, _ = _own_and_others(oracle)
+    own, _ = _own_and_others(oracle)  # type: ignore[arg-type]  # unary, by its family
+    p = _pq(oracle)[0]
     law = np.zeros(oracle.domain_size + 1)
-    law[:-1] += (1 - oracle.p) * own
-    law[1:] += oracle.p * own
+    law[:-1] += (1 - p) * own
+    law[1:] += p * own
     return law
 
 
@@ -404,7 +417,7 @@ def truncated_constants(oracle: FrequencyOracle, accepted: npt.ArrayLike
         raise ValueError(f"accepted must be a mask of {d + 1} sizes, got shape {mask.shape}")
     law = support_size_law(oracle)
     total = float(law[mask].sum())
-    if isinstance(oracle, SubsetSelection) or total == 0.0:
+    if _is(oracle, "subset") or total == 0.0:
         return total, *_pq(oracle)
     own, other = _own_and_others(oracle)  # type: ignore[arg-type]
     p, q = _pq(oracle)
@@ -426,10 +439,10 @@ def _pair_covariances(oracle: FrequencyOracle) -> tuple[float, float]:
     value per report) and ss (a fixed number of values per report)."""
     p, q = _pq(oracle)
     d = oracle.domain_size
-    if isinstance(oracle, DirectEncoding):
+    if _is(oracle, "grr"):
         return -q * q, -p * q
-    if isinstance(oracle, SubsetSelection) and d > 2:
-        w = oracle.subset_size
+    if _is(oracle, "subset") and d > 2:
+        w = _subset_size(oracle)
         both = (p * (w - 1) * (w - 2) + (1 - p) * w * (w - 1)) / ((d - 1) * (d - 2))
         return both - q * q, p * (w - 1) / (d - 1) - p * q
     return 0.0, 0.0
@@ -903,7 +916,7 @@ def _after_second(plan: DefencePlan, result: PoisoningTally) -> DefencePlan:
             recovered = (result.counts["kept_support"] / kept_n - q_kept) / (p_kept - q_kept)
         changes["recovered"] = recovered
         details.update(kept=kept_n, kept_p=p_kept, kept_q=q_kept)
-        if plan.spike_sizes and kept_n and isinstance(oracle, UnaryEncoding):
+        if plan.spike_sizes and kept_n and _is(oracle, "unary"):
             changes["suspected"] = _spike_suspects(plan, result, recovered, total, kept_n,
                                                    p_kept, q_kept, details)
     elif family == "hash" and n and plan.candidates:
@@ -1106,12 +1119,15 @@ def defend(oracle: FrequencyOracle, reports: Reports, *, level: float | None = N
 
 
 # -- heavy hitters: PEM's stages, from the counts of its passes ------------------------------
-#: Heavy-hitter protocols the defence handles (``ldpflow heavy-hitters --poisoning detect``).
-HEAVY_HITTER_SUPPORTED = ("pem",)
+#: Heavy-hitter protocols the defence handles (``ldpflow heavy-hitters --poisoning detect``):
+#: those that declare the ``prefix`` poisoning family (their stages are OLH over prefixes).
+HEAVY_HITTER_SUPPORTED: tuple[str, ...] = tuple(
+    name for name, cls in PROTOCOLS.items()
+    if getattr(cls, "poisoning_family", None) == "prefix")
 
 
 def _check_prefix_protocol(protocol: Any) -> PrefixExtendingMethod:
-    if not isinstance(protocol, PrefixExtendingMethod):
+    if not _is(protocol, "prefix"):
         raise ValueError(f"protocol must be one of {' '.join(HEAVY_HITTER_SUPPORTED)}, got "
                          f"{getattr(protocol, 'name', type(protocol).__name__)!r}")
     return protocol

@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 import statistics
 from collections.abc import Callable
 from typing import Any
@@ -78,6 +77,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ldpflow.core import validation
 from ldpflow.core.oracles.base import Estimate
 from ldpflow.core.validation import check_positive_int
 
@@ -150,9 +150,7 @@ def _as_frequencies(frequencies: npt.ArrayLike, name: str = "frequencies") -> Fl
 
 def _real(value: Any, *, name: str, low: float = -math.inf, low_open: bool = False) -> float:
     """``value`` as a finite float ``>= low`` (``> low`` when ``low_open``)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__} ({value!r})")
-    out = float(value)
+    out = validation.check_real(value, name=name)
     ok = math.isfinite(out) and (out > low if low_open else out >= low)
     if not ok:
         bound = f"({low}, inf)" if low_open else f"[{low}, inf)"

@@ -34,13 +34,13 @@ values in rank order, :func:`true_top` ranks a population's values, and
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
+from ldpflow.core import validation
 from ldpflow.core.validation import check_positive_int
 
 __all__ = [
@@ -90,9 +90,7 @@ def _pair(estimate: npt.ArrayLike, truth: npt.ArrayLike) -> tuple[FloatArray, Fl
 
 
 def _k(k: Any, domain_size: int) -> int:
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-        raise TypeError(f"k must be an integer, got {type(k).__name__} ({k!r})")
-    if not 1 <= int(k) <= domain_size:
+    if not 1 <= validation.check_integer(k, name="k") <= domain_size:
         raise ValueError(f"k must be in [1, {domain_size}] (the domain size), got {k!r}")
     return int(k)
 
@@ -187,9 +185,7 @@ def random_subsets(
     """
     domain_size = check_positive_int(domain_size, name="domain_size")
     count = check_positive_int(count, name="count")
-    if isinstance(size, bool) or not isinstance(size, numbers.Integral):
-        raise TypeError(f"size must be an integer, got {type(size).__name__}")
-    if not 1 <= size <= domain_size:
+    if not 1 <= validation.check_integer(size, name="size") <= domain_size:
         raise ValueError(f"size must be in [1, {domain_size}] (the domain size), got {size!r}")
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
@@ -488,7 +484,7 @@ def _integer_array(values: npt.ArrayLike, name: str) -> np.ndarray:
         arr = values.reshape(-1)
     else:
         items = np.asarray(values, dtype=object).reshape(-1).tolist()
-        if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in items):
+        if not all(validation.is_integer(v) for v in items):
             raise TypeError(f"{name} must be integers, got {items[:5]}...")
         ints = [int(v) for v in items]
         dtype = np.uint64 if ints and max(ints) >= 2**63 else np.int64

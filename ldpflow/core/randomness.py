@@ -25,7 +25,7 @@ import os
 import numpy as np
 import numpy.typing as npt
 
-from ldpflow.core import hashing
+from ldpflow.core import hashing, validation
 
 __all__ = [
     "RandomSource",
@@ -202,9 +202,7 @@ class SplitMix64Source(RandomSource):
     secure = False
 
     def __init__(self, seed: int):
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise TypeError(f"seed must be an integer, got {type(seed).__name__}")
-        if not 0 <= int(seed) < 2**64:
+        if not 0 <= validation.check_integer(seed, name="seed") < 2**64:
             raise ValueError(f"seed must be in [0, 2**64), got {seed!r}")
         self.state = int(seed)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +25,11 @@ __all__ = [
     "check_power_of_two",
     "check_probability",
     "check_values",
+    "is_integer",
+    "is_real",
+    "check_integer",
+    "check_real",
+    "check_limit",
 ]
 
 
@@ -42,13 +48,43 @@ MIN_EPSILON = 2.0**-36
 MAX_EPSILON = 700.0
 
 
+def is_integer(value: Any) -> bool:
+    """Whether ``value`` is an integer (Python or NumPy), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def is_real(value: Any) -> bool:
+    """Whether ``value`` is a real number (Python or NumPy), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def check_integer(value: Any, *, name: str) -> int:
+    """Return ``value`` as an int, or raise TypeError if it is not an integer."""
+    if not is_integer(value):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} ({value!r})")
+    return int(value)
+
+
+def check_real(value: Any, *, name: str) -> float:
+    """Return ``value`` as a float, or raise TypeError if it is not a real number."""
+    if not is_real(value):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} ({value!r})")
+    return float(value)
+
+
+def check_limit(value: Any, *, name: str) -> int:
+    """A cap or limit (``cap``, ``--max_keys``): a positive integer. ValueError for any other
+    value, of any type, with the message every such flag shares."""
+    if not is_integer(value) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
 def check_epsilon(epsilon: float, *, name: str = "epsilon") -> float:
     """Return ``epsilon`` as a float, or raise if it is not a real number in
     ``[MIN_EPSILON, MAX_EPSILON]``: every epsilon that passes gives every oracle finite
     probabilities ``p > q > 0`` that are normal floats."""
-    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(epsilon).__name__}")
-    value = float(epsilon)
+    value = check_real(epsilon, name=name)
     if not 0 < value < math.inf:  # also rejects NaN
         raise ValueError(f"{name} must be in (0, inf), got {epsilon!r}")
     if not MIN_EPSILON <= value <= MAX_EPSILON:
@@ -59,8 +95,7 @@ def check_epsilon(epsilon: float, *, name: str = "epsilon") -> float:
 
 def check_positive_int(value: int, *, name: str, minimum: int = 1) -> int:
     """Return ``value`` as an int, or raise if it is not an integer >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} ({value!r})")
+    check_integer(value, name=name)
     if int(value) < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
     return int(value)
@@ -81,9 +116,7 @@ def check_power_of_two(value: int, *, name: str, minimum: int = 2) -> int:
 
 def check_probability(value: float, *, name: str, open_interval: bool = False) -> float:
     """Return ``value`` as a float in [0, 1] (or (0, 1) when ``open_interval``)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    value = float(value)
+    value = check_real(value, name=name)
     ok = 0 < value < 1 if open_interval else 0 <= value <= 1
     if not ok:
         bounds = "(0, 1)" if open_interval else "[0, 1]"

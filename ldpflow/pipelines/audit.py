@@ -39,9 +39,9 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
-from ldpflow.core import audit, randomness, validation
-from ldpflow.core.keys import PEM, ProtocolKey
-from ldpflow.core.oracles import FrequencyOracle, registry
+from ldpflow.core import audit, randomness, registry, validation
+from ldpflow.core.keys import ProtocolKey
+from ldpflow.core.oracles import FrequencyOracle
 from ldpflow.pipelines import options
 
 __all__ = ["run"]
@@ -50,9 +50,6 @@ _LOGGER = logging.getLogger(__name__)
 PROG = "ldpflow audit"
 _ORACLE_FLAGS = ("oracle", "expect_epsilon", "domain_size", "hash_range", "num_hashes", "reports",
                  "seed")
-#: The oracles that take --hash_range, and --num_hashes.
-_HASH_RANGE_ORACLES = ("olh", "blh", "cms", "hcms")
-_NUM_HASHES_ORACLES = ("cms", "hcms")
 _PROGRESS_SECONDS = 10.0
 
 
@@ -128,20 +125,18 @@ def _audit_own(parser: argparse.ArgumentParser,
     if args.format is not None:
         parser.error("--format applies to --input and --other_input only")
     params: dict[str, Any] = {"epsilon": args.expect_epsilon, "domain_size": args.domain_size}
-    if args.hash_range is not None:
-        if args.oracle not in _HASH_RANGE_ORACLES:
-            parser.error(f"--hash_range applies to {', '.join(_HASH_RANGE_ORACLES)} only, "
-                         f"not {args.oracle}")
-        params["hash_range"] = args.hash_range
-    if args.num_hashes is not None:
-        if args.oracle not in _NUM_HASHES_ORACLES:
-            parser.error(f"--num_hashes applies to {', '.join(_NUM_HASHES_ORACLES)} only, "
-                         f"not {args.oracle}")
-        params["num_hashes"] = args.num_hashes
+    for flag in ("hash_range", "num_hashes"):  # the oracles whose class has the parameter
+        value = getattr(args, flag)
+        if value is None:
+            continue
+        takers = [name for name in audit.AUDITED_ORACLES if registry.takes(name, flag)]
+        if args.oracle not in takers:
+            parser.error(f"--{flag} applies to {', '.join(takers)} only, not {args.oracle}")
+        params[flag] = value
     value = 0 if args.value is None else args.value
     other = 1 if args.other_value is None else args.other_value
     try:
-        oracle = registry.make(args.oracle, **params)
+        oracle = registry.make(args.oracle, registry.FREQUENCY_ORACLE, **params)
         validation.check_positive_int(args.reports, name="--reports", minimum=20)
         audit.cell_map(oracle, value, other)
     except (TypeError, ValueError) as exc:
@@ -263,7 +258,7 @@ def _audit_files(parser: argparse.ArgumentParser,
 
 def _auditor(parser: argparse.ArgumentParser, key: ProtocolKey,
              args: argparse.Namespace) -> audit.Auditor | None:
-    if key.name == PEM or key.name not in audit.AUDITED_ORACLES:
+    if key.name not in audit.AUDITED_ORACLES:
         return None  # refused by _check_keys once every file is read
     oracle = key.build()
     if not isinstance(oracle, FrequencyOracle):  # pragma: no cover - registry keys only
@@ -307,7 +302,7 @@ def _check_keys(parser: argparse.ArgumentParser,
         parser.error(f"all reports must share one parameter set, found {len(distinct)}: "
                      f"{found}")
     (key,) = distinct
-    if key.name == PEM or key.name not in audit.AUDITED_ORACLES:
+    if key.name not in audit.AUDITED_ORACLES:
         parser.error(f"reports of {key.name!r} cannot be audited: the audit knows the oracles "
                      f"{' '.join(audit.AUDITED_ORACLES)}")
 

@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ldpflow.core import validation
 from ldpflow.pipelines.options import Command, Parsed, help_parser, parse
 from ldpflow.pipelines.usage import (
     check_output,
@@ -97,11 +98,10 @@ def parse_methods(text: str) -> list[str]:
 
 
 def expected_oracle(opts, prog: str) -> dict:
-    """The ``--expect_*`` parameters, checked by the oracle's own checks when all three
-    name one (so ``--expect_epsilon -1`` is a usage error, not a filter that refuses all)."""
-    from ldpflow.core import validation
-    from ldpflow.core.oracles import registry
-
+    """The ``--expect_*`` parameters, each checked once by the validators every oracle uses
+    (so ``--expect_epsilon -1`` is a usage error, not a filter that refuses all; the
+    oracle's name is one of the flag's choices). No oracle has a further constraint on
+    these two, so none is built to check them again."""
     expect = {k: v for k, v in {"oracle": opts.expect_oracle, "epsilon": opts.expect_epsilon,
                                 "domain_size": opts.expect_domain_size}.items() if v is not None}
     try:
@@ -110,9 +110,6 @@ def expected_oracle(opts, prog: str) -> dict:
                                                          name="--expect_epsilon")
         if "domain_size" in expect:
             validation.check_domain_size(expect["domain_size"], name="--expect_domain_size")
-        if len(expect) == 3:
-            registry.make(expect["oracle"], epsilon=expect["epsilon"],
-                          domain_size=expect["domain_size"])
     except (TypeError, ValueError) as exc:
         raise usage_error(prog, str(exc)) from None
     return expect
@@ -128,9 +125,10 @@ def acceptance_policy(opts, prog: str, expect: Mapping[str, Any] | None = None):
         expect = expected_oracle(opts, prog)
     for name in ("max_domain_size", "max_hash_range", "max_keys", "max_counters",
                  "max_key_bytes"):
-        value = getattr(opts, name)
-        if value is None or value < 1:
-            raise usage_error(prog, f"--{name} must be a positive integer, got {value}")
+        try:
+            validation.check_limit(getattr(opts, name), name=f"--{name}")
+        except ValueError as exc:
+            raise usage_error(prog, str(exc)) from None
     if not opts.max_epsilon > 0:
         raise usage_error(prog, f"--max_epsilon must be > 0, got {opts.max_epsilon}")
     return AcceptancePolicy(expect=dict(expect), max_domain_size=opts.max_domain_size,

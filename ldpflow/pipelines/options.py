@@ -196,31 +196,6 @@ class Parsed:
 
 
 # -- the protocol flags ------------------------------------------------------------------------
-#: The heavy-hitter protocols (``--protocol``; ``ldpflow.core.heavy_hitters.PROTOCOLS``).
-_HEAVY_HITTER_PROTOCOLS = ("mcm", "pem", "sfp", "spm", "treehist")
-
-#: The protocols' parameter flags: (flag, protocols, help), the protocols' own parameters
-#: (``ldpflow.core.heavy_hitters.shape_parameters``; a test keeps the two in step).
-_SHAPE_HELP = (
-    ("query_limit", "pem, spm, mcm, sfp",
-     "Q, the most candidates one pass may estimate (default 2**20, or the input's)."),
-    ("start_bits", "pem", "gamma (default ceil(log2 k), or the input's)."),
-    ("step_bits", "pem, treehist",
-     "pem: eta (default the largest with k * 2**eta <= Q); treehist: bits per level "
-     "(default 8)."),
-    ("num_groups", "pem", "g (default ceil((bits - start_bits) / step_bits); must agree)."),
-    ("hash_range", "pem, treehist",
-     "OLH's number of buckets, a power of two (default from epsilon)."),
-    ("num_segments", "spm", "t, the segments of a value (default from Q)."),
-    ("segment_top", "spm", "values kept per segment and pairs per segment pair (default k)."),
-    ("num_channels", "mcm", "T, the channels (default 4k)."),
-    ("channel_seed", "mcm", "the key of the public value-to-channel hash (default 0)."),
-    ("fragment_bits", "sfp", "the width of a fragment (default 16)."),
-    ("hash_bits", "sfp", "the width of the hash that glues fragments (default 6)."),
-    ("hash_seed", "sfp", "the key of that hash (default 0)."),
-)
-
-
 @dataclasses.dataclass(frozen=True)
 class ProtocolFlagSpecs:
     """What the command line knows of the protocols: the heavy-hitter protocol names and
@@ -233,12 +208,15 @@ class ProtocolFlagSpecs:
 
 @functools.cache
 def protocol_flag_specs() -> ProtocolFlagSpecs:
-    """The per-protocol flags of every command, in one place (the protocol registry's
-    ``protocol_flags()`` will be read here when it lands)."""
+    """The per-protocol flags of every command, from the protocol registry
+    (:func:`ldpflow.core.registry.protocol_flags`: each protocol class declares its
+    parameters' flags and help)."""
+    from ldpflow.core.registry import HEAVY_HITTER, names, protocol_flags
+
     return ProtocolFlagSpecs(
-        heavy_hitters=_HEAVY_HITTER_PROTOCOLS,
-        flags=tuple(Flag(flag, int, help=f"{protocols}: {text}")
-                    for flag, protocols, text in _SHAPE_HELP))
+        heavy_hitters=tuple(sorted(names(HEAVY_HITTER))),
+        flags=tuple(Flag(flag.name, flag.type, flag.default, help=flag.text)
+                    for flag in protocol_flags(HEAVY_HITTER)))
 
 
 @functools.cache

@@ -22,6 +22,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
+from ldpflow.core import validation
 from ldpflow.core.contribution import capped_rows, epsilon_per_user, tie_breaks
 from ldpflow.plan.steps import CAP_KEEP  # the envelope columns the cap needs
 from ldpflow.transforms.dedup import Tally, is_tally
@@ -110,9 +111,7 @@ class CapContributions(beam.PTransform):
 
     def __init__(self, cap: int):
         super().__init__()
-        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
-            raise ValueError(f"cap must be a positive integer, got {cap!r}")
-        self._cap = cap
+        self._cap = validation.check_limit(cap, name="cap")
 
     def expand(self, elements):
         batches, tallies = elements | "SplitTallies" >> beam.Partition(

@@ -52,6 +52,7 @@ from apache_beam.transforms import trigger, window
 from apache_beam.transforms.userstate import CombiningValueStateSpec
 from apache_beam.utils.timestamp import Duration, Timestamp
 
+from ldpflow.core import validation
 from ldpflow.core.dedup import SeenIds, first_copies
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.postprocess import postprocess
@@ -411,8 +412,8 @@ class WindowReports(beam.PTransform):
                  tally_duplicates: bool = False):
         super().__init__()
         cap = max_reports_per_user
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-            raise ValueError(f"max_reports_per_user must be a positive integer, got {cap!r}")
+        if cap is not None:
+            validation.check_limit(cap, name="max_reports_per_user")
         self._windows = windows
         self._expect = expect
         self._attribute = timestamp_attribute

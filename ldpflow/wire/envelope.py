@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ldpflow.core.keys import HEAVY_HITTERS, ProtocolKey
+from ldpflow.core import registry
+from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.oracles import Reports
 from ldpflow.schemas import schema_json
 
@@ -57,8 +58,13 @@ def _fields() -> list[dict]:
 REQUIRED_FIELDS: tuple[str, ...] = tuple(f["name"] for f in _fields() if not _nullable(f["type"]))
 #: The top-level fields that name the protocol configuration (heavy hitters add the
 #: :func:`nested_parameter_fields` of their record).
-PARAMETER_FIELDS: tuple[str, ...] = ("oracle", "epsilon", "domain_size", "hash_range",
-                                     "num_hashes")
+#: Derived: ``oracle`` and every top-level field that is a parameter of a frequency oracle or
+#: a heavy-hitter protocol (``epsilon``, ``domain_size``, ``hash_range``, ``num_hashes``).
+PARAMETER_FIELDS: tuple[str, ...] = ("oracle", *(
+    f["name"] for f in _fields()
+    if any(registry.takes(name, f["name"]) for family in (registry.FREQUENCY_ORACLE,
+                                                           registry.HEAVY_HITTER)
+           for name in registry.names(family))))
 #: The top-level payload fields: every nullable field that is no parameter.
 PAYLOAD_FIELDS: tuple[str, ...] = tuple(
     f["name"] for f in _fields() if _nullable(f["type"]) and f["name"] not in PARAMETER_FIELDS)
@@ -146,11 +152,9 @@ def nested_parameter_fields(name: str) -> tuple[str, ...]:
     PEM's ``num_groups``), which are top-level (``domain_size`` is the number of groups).
     Empty for a name that is no heavy-hitter protocol (the oracles have no nested record).
     """
-    if name not in HEAVY_HITTERS:
+    if not registry.is_heavy_hitter(name):
         return ()
-    from ldpflow.core.heavy_hitters import PROTOCOLS
-
-    parameters = {f.name for f in dataclasses.fields(PROTOCOLS[name])} | {"codec"}
+    parameters = {f.name for f in registry.fields(name)} | {"codec"}
     return tuple(f for f in _nested_fields(name) if f in parameters)
 
 
@@ -159,7 +163,7 @@ def nested_payload_fields(name: str) -> tuple[str, ...]:
     """The payload columns a heavy-hitter protocol's reports carry in its nested record
     (``pem``: ``group``, ``prefix_bits``; ``spm``: ``group``, ``seed_a`` ... ``bucket_b``):
     the record's fields that are no :func:`nested_parameter_fields`."""
-    if name not in HEAVY_HITTERS:
+    if not registry.is_heavy_hitter(name):
         return ()
     config = set(nested_parameter_fields(name))
     return tuple(f for f in _nested_fields(name) if f not in config)

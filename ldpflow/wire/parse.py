@@ -38,9 +38,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ldpflow.core import dedup, parallel
-from ldpflow.core.keys import HEAVY_HITTERS, ProtocolKey
-from ldpflow.core.oracles import Reports, registry
+from ldpflow.core import dedup, parallel, registry
+from ldpflow.core import heavy_hitters as hh
+from ldpflow.core.keys import ProtocolKey
+from ldpflow.core.oracles import Reports
 from ldpflow.wire.buffers import offsets_and_data
 from ldpflow.wire.envelope import (
     PARAMETER_FIELDS,
@@ -54,6 +55,7 @@ from ldpflow.wire.envelope import (
     nested_parameter_fields,
     payload_columns,
 )
+from ldpflow.wire.protocols import build_protocol
 
 __all__ = ["AcceptancePolicy", "Parsed", "KEEP_FIELDS", "parse_table", "records_to_table",
            "arrow_schema", "accepts_kind", "key_bytes", "RESULT_BYTES_PER_VALUE"]
@@ -149,7 +151,7 @@ class AcceptancePolicy:
     @property
     def checks_groups(self) -> bool:
         """Heavy-hitter reports are expected, and their groups checked against user ids."""
-        return self.check_groups and self.expect.get("oracle") in HEAVY_HITTERS
+        return self.check_groups and registry.is_heavy_hitter(self.expect.get("oracle"))
 
     def heavy_hitter_problem(self, name: str) -> str | None:
         """Why heavy-hitter reports of protocol ``name`` are refused before their nested
@@ -157,7 +159,7 @@ class AcceptancePolicy:
         expected = self.expect.get("oracle")
         if expected == name:
             return None
-        if expected in HEAVY_HITTERS:
+        if registry.is_heavy_hitter(expected):
             return (f"oracle {name!r} reports are heavy-hitter reports of another protocol: "
                     f"this reader expects {expected!r} reports")
         return (f"oracle {name!r} reports are heavy-hitter reports (ldpflow heavy-hitters), "
@@ -166,7 +168,7 @@ class AcceptancePolicy:
     def problem(self, protocol: Any, key: ProtocolKey) -> str | None:
         """Why reports of ``protocol`` are refused (None: accepted)."""
         params = key.parameters
-        heavy = key.name in HEAVY_HITTERS
+        heavy = registry.is_heavy_hitter(key.name)
         size = protocol.num_groups if heavy else params.get("domain_size")
         if size is not None and size > self.max_domain_size:
             return (f"policy: domain_size {size} exceeds the limit {self.max_domain_size} "
@@ -182,11 +184,12 @@ class AcceptancePolicy:
         return None
 
     def raw_problem(self, name: str, epsilon: float, size: int) -> str | None:
-        """Limits checked before a protocol object is built."""
-        if not (isinstance(epsilon, (int, float)) and epsilon <= self.max_epsilon):
+        """Limits checked before a protocol object is built (a number from the envelope;
+        the protocol's constructor refuses a NaN or infinite epsilon)."""
+        if math.isfinite(epsilon) and epsilon > self.max_epsilon:
             return (f"policy: epsilon {epsilon!r} exceeds the limit {self.max_epsilon} "
                     "(--max_epsilon)")
-        if name not in HEAVY_HITTERS and size > self.max_domain_size:
+        if not registry.is_heavy_hitter(name) and size > self.max_domain_size:
             return (f"policy: domain_size {size} exceeds the limit {self.max_domain_size} "
                     "(--max_domain_size)")
         return None
@@ -501,107 +504,15 @@ def _groups(cols: _Table, paths: list[tuple[str, ...]], rows: np.ndarray
 
 def _protocol_for(values: tuple, paths: list[tuple[str, ...]], policy: AcceptancePolicy,
                   cache: dict) -> tuple[Any, ProtocolKey] | str:
-    """The protocol of one configuration (parameter values in ``paths`` order), or why not."""
+    """The protocol of one configuration (parameter values in ``paths`` order), or why not
+    (:func:`~ldpflow.wire.protocols.build_protocol`, cached per configuration)."""
     found = cache.get(values)
     if found is not None:
         return found
     fields = {path[-1]: value for path, value in zip(paths, values, strict=True)}
-    found = _build_protocol(fields, policy)
+    found = build_protocol(fields, policy)
     cache[values] = found
     return found
-
-
-_SKETCH_ORACLES = ("cms", "hcms")
-_HASH_RANGE_ORACLES = ("olh", "blh", *_SKETCH_ORACLES)
-
-
-def _build_protocol(fields: dict[str, Any], policy: AcceptancePolicy
-                    ) -> tuple[Any, ProtocolKey] | str:
-    name = fields["oracle"]
-    epsilon, size, hash_range = fields["epsilon"], fields["domain_size"], fields["hash_range"]
-    heavy = name in HEAVY_HITTERS
-    if not heavy and name not in registry.ORACLES:
-        return (f"unknown oracle {name!r} (known: {' '.join(registry.ORACLES)} "
-                f"{' '.join(HEAVY_HITTERS)})")
-    if heavy:
-        problem = policy.heavy_hitter_problem(name)
-        if problem:
-            return problem
-    if isinstance(epsilon, float) and not math.isfinite(epsilon):
-        return f"invalid parameters: epsilon must be finite, got {epsilon!r}"
-    problem = policy.raw_problem(name, epsilon, size)
-    if problem:
-        return problem
-    try:
-        if heavy:
-            return _heavy_hitter_protocol(fields, policy)
-        params: dict[str, Any] = {"epsilon": float(epsilon), "domain_size": int(size)}
-        if hash_range is not None:
-            if name not in _HASH_RANGE_ORACLES:
-                return f"invalid parameters: {name} takes no hash_range"
-            params["hash_range"] = hash_range
-        num_hashes = fields.get("num_hashes")
-        if num_hashes is not None:
-            if name not in _SKETCH_ORACLES:
-                return f"invalid parameters: {name} takes no num_hashes"
-            params["num_hashes"] = num_hashes
-        elif name in _SKETCH_ORACLES:
-            return f"missing field 'num_hashes' for oracle {name}"
-        protocol = registry.make(name, **params)
-    except (TypeError, ValueError, OverflowError) as exc:
-        return f"invalid parameters: {exc}"
-    key = protocol.key
-    problem = policy.problem(protocol, key)
-    return (problem, key) if problem else (protocol, key)
-
-
-#: Heavy-hitter protocols whose hash range is derived from epsilon (not a parameter): the
-#: envelope's ``hash_range`` must be null or that value.
-_DERIVED_HASH_RANGE = ("spm", "mcm", "sfp")
-
-
-#: Nested fields a report may leave out (or null): the schema's default holds.
-_DEFAULTED = ("codec", "group_hash")
-
-
-def _heavy_hitter_protocol(fields: dict[str, Any], policy: AcceptancePolicy
-                           ) -> tuple[Any, ProtocolKey] | str:
-    """The configuration of a heavy-hitter report (``fields``: the envelope's parameters and
-    its nested record's) and its key with the codec, or why it is refused."""
-    from ldpflow.core import codecs
-    from ldpflow.core.heavy_hitters import GROUP_HASH_BLAKE2B, MAX_QUERY_LIMIT, PROTOCOLS
-
-    name = fields["oracle"]
-    names = nested_parameter_fields(name)
-    missing = [n for n in names if fields.get(n) is None and n not in _DEFAULTED]
-    if missing:
-        return f"missing field '{name}.{missing[0]}' for oracle {name}"
-    params = {n: fields[n] for n in names if n != "codec"}
-    if params.get("group_hash") is None:  # a file of before the field: version 1
-        params["group_hash"] = GROUP_HASH_BLAKE2B
-    for n in params:
-        if f"{name}.{n}" in UNSIGNED_FIELDS:  # a 64-bit key, as a two's-complement long
-            params[n] %= 2**64
-    params["epsilon"] = float(fields["epsilon"])
-    hash_range = fields["hash_range"]
-    derived = name in _DERIVED_HASH_RANGE
-    if hash_range is not None and not derived:  # null: the protocol's default for epsilon
-        params["hash_range"] = hash_range
-    limit = params.get("query_limit")
-    if limit is not None and limit > MAX_QUERY_LIMIT:
-        return f"invalid parameters: query_limit must be <= 2**28, got {limit}"
-    protocol = PROTOCOLS[name](**params)
-    if derived and hash_range is not None and hash_range != protocol.hash_range:
-        return (f"invalid parameters: hash_range of a {name} report must be "
-                f"{protocol.hash_range} (derived from epsilon {protocol.epsilon!r}); got "
-                f"{hash_range}")
-    codec = codecs.make_codec(fields.get("codec") or "int", bits=protocol.value_bits).name
-    if fields["domain_size"] != protocol.num_groups:
-        return (f"invalid parameters: domain_size of a {name} report must be its number of "
-                f"groups, {protocol.num_groups}; got {fields['domain_size']}")
-    key = ProtocolKey.heavy_hitters(protocol, codec)
-    problem = policy.problem(protocol, key)
-    return (problem, key) if problem else (protocol, key)
 
 
 def _payload(cols: _Table, protocol: Any, key: ProtocolKey, rows: np.ndarray,
@@ -752,12 +663,11 @@ def parse_table(
                         refusals)
     params = [(name,) for name in PARAMETER_FIELDS]
     batches: dict[ProtocolKey, ReportBatch] = {}
-    budget = [policy.max_keys]
-    counters = [policy.max_counters]
+    budget = _Budget(keys=policy.max_keys, counters=policy.max_counters)
     for values, rows in _within_budget(_groups(cols, params, np.flatnonzero(refusals.alive)),
                                        budget, policy, refusals):
         name = values[0]
-        if name in HEAVY_HITTERS:  # the configuration continues in the nested record
+        if registry.is_heavy_hitter(name):  # the configuration continues in the nested record
             problem = policy.heavy_hitter_problem(name)
             if problem:
                 refusals.refuse_rows(rows, problem)
@@ -781,10 +691,9 @@ def parse_table(
             for sub, members in _within_budget(_groups(cols, nested, live), budget, policy,
                                                refusals):
                 _collect(cols, values + sub, params + nested, members, policy, cache,
-                         refusals, keep, batches, counters)
+                         refusals, keep, batches, budget)
         else:
-            _collect(cols, values, params, rows, policy, cache, refusals, keep, batches,
-                     counters)
+            _collect(cols, values, params, rows, policy, cache, refusals, keep, batches, budget)
     return Parsed(batches, refusals.letters(table, source, constants, policy.max_dead_records),
                   cols.n)
 
@@ -794,8 +703,6 @@ def _group_mismatches(cols: _Table, protocol: Any, reports: Reports, kept: np.nd
     """Add the rows whose group is not their user id's (``assign_groups`` with the
     protocol's ``num_groups`` and ``group_hash``) to ``bad``: the ids' keys are computed
     over the column's bytes at once (version 2 with no Python loop per report)."""
-    from ldpflow.core import heavy_hitters as hh
-
     ids = cols.get(("user_id",))
     if ids is None:
         raise ValueError("checking heavy-hitter groups needs the user_id column")
@@ -818,8 +725,6 @@ def _group_mismatches(cols: _Table, protocol: Any, reports: Reports, kept: np.nd
 def _user_id_keys(ids: pa.Array, group_hash: int) -> np.ndarray:
     """The group keys (``heavy_hitters.string_keys`` of version ``group_hash``) of a string
     column of user ids, from its offsets and bytes (large columns in threads, by slice)."""
-    from ldpflow.core import heavy_hitters as hh
-
     offsets, data = offsets_and_data(ids)
     parts = parallel.map_slices(
         lambda part: hh.string_keys(offsets[part.start:part.stop + 1], data,
@@ -827,16 +732,25 @@ def _user_id_keys(ids: pa.Array, group_hash: int) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _within_budget(groups: list, budget: list[int], policy: AcceptancePolicy,
+@dataclasses.dataclass
+class _Budget:
+    """What is left of one chunk's limits: parameter sets (``--max_keys``) and counters
+    (``--max_counters``)."""
+
+    keys: int
+    counters: int
+
+
+def _within_budget(groups: list, budget: _Budget, policy: AcceptancePolicy,
                    refusals: _Refusals) -> list:
     """The largest groups while the chunk's budget of parameter sets lasts; the rows of the
     others are refused."""
     groups = sorted(groups, key=lambda g: -g[1].size)  # stable: ties keep the input order
-    kept = groups[: max(budget[0], 0)]
+    kept = groups[: max(budget.keys, 0)]
     for _, rows in groups[len(kept):]:
         refusals.refuse_rows(rows, f"policy: more than {policy.max_keys} parameter sets in one "
                                    "chunk (--max_keys)")
-    budget[0] -= len(kept)
+    budget.keys -= len(kept)
     return kept
 
 
@@ -846,7 +760,7 @@ def _np_lengths(array: pa.Array) -> np.ndarray:
 
 def _collect(cols: _Table, values: tuple, paths: list, rows: np.ndarray,
              policy: AcceptancePolicy, cache: dict, refusals: _Refusals, keep: set,
-             batches: dict, counters: list) -> None:
+             batches: dict, budget: _Budget) -> None:
     found = _protocol_for(values, paths, policy, cache)
     if isinstance(found, str):  # no protocol: no key
         refusals.refuse_rows(rows, found)
@@ -866,18 +780,18 @@ def _collect(cols: _Table, values: tuple, paths: list, rows: np.ndarray,
                       "(--max_key_bytes)", key)
             return
         need = int(size())
-        if need > counters[0]:
+        if need > budget.counters:
             refusals.refuse_rows(rows, f"policy: the chunk's parameter sets need more than "
                                        f"{policy.max_counters} counters (--max_counters)", key)
             return
-        counters[0] -= need
+        budget.counters -= need
     payload = _payload(cols, protocol, key, rows, refusals)
     if payload is None:
         return
     columns, kept = payload
     reports = Reports(protocol.name, columns)
     bad, reasons = protocol.invalid_rows(reports)
-    if key.name in HEAVY_HITTERS and policy.check_groups:
+    if registry.is_heavy_hitter(key.name) and policy.check_groups:
         bad, reasons = _group_mismatches(cols, protocol, reports, kept, bad, reasons)
     if bad.size:
         texts = np.asarray(reasons)

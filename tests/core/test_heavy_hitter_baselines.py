@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from ldpflow.core import hashing
-from ldpflow.core import heavy_hitter_baselines as hb
 from ldpflow.core import heavy_hitters as hh
+from ldpflow.core.heavy_hitters import MultipleChannelMethod, SegmentPairsMethod
 from ldpflow.core.oracles import OptimizedLocalHashing
 from ldpflow.core.validation import InvalidReportError
 
-SPM = hb.SegmentPairsMethod
-MCM = hb.MultipleChannelMethod
+SPM = SegmentPairsMethod
+MCM = MultipleChannelMethod
 HEAVY = np.array([0x0123456789ABCDEF, 0xFEDCBA9876543210, 0x0F0F0F0F0F0F0F0F, 42], dtype=np.uint64)
 
 

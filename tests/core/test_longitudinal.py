@@ -11,7 +11,7 @@ from scipy import stats
 
 from ldpflow.core import bitvectors, simulation
 from ldpflow.core.longitudinal import (
-    PROTOCOLS,
+    LONGITUDINAL_PROTOCOLS,
     LongitudinalClient,
     LongitudinalLocalHashing,
     MemoizedUnaryEncoding,
@@ -123,7 +123,7 @@ def test_the_state_is_the_secret_and_restores_the_same_permanent_responses(proto
     assert restored.seed == client.seed and restored.memos == client.memos
     other = LongitudinalClient(protocol)  # another device: another secret
     assert other.state()["secret"] != client.state()["secret"]
-    assert PROTOCOLS[protocol.name] is type(protocol)
+    assert LONGITUDINAL_PROTOCOLS[protocol.name] is type(protocol)
 
 
 def test_reports_are_those_of_the_fresh_oracle():

@@ -309,7 +309,8 @@ def test_section_is_plain_json():
 
 def test_errors_name_the_problem():
     hr = ldpflow.oracle("hr", epsilon=1.0, domain_size=D)
-    with pytest.raises(ValueError, match="oracle must be one of grr oue sue ss olh blh"):
+    assert set(poisoning.SUPPORTED) == {"grr", "oue", "sue", "ss", "olh", "blh"}
+    with pytest.raises(ValueError, match=f"oracle must be one of {' '.join(poisoning.SUPPORTED)}"):
         poisoning.initial_plan(hr)
     oue = ldpflow.oracle("oue", epsilon=1.0, domain_size=D)
     with pytest.raises(ValueError, match=r"level must be in \(0, 1\)"):

@@ -340,9 +340,9 @@ def test_max_reports_per_user_keeps_each_users_earliest_reports_across_keys(tmp_
 
 @pytest.mark.parametrize("name", ["rappor", "loloha"])
 def test_longitudinal_reports_are_estimated_round_by_round(tmp_path, name):
-    from ldpflow.core.longitudinal import PROTOCOLS, simulate_rounds
+    from ldpflow.core.longitudinal import LONGITUDINAL_PROTOCOLS, simulate_rounds
 
-    protocol = PROTOCOLS[name](epsilon=1.0, epsilon_permanent=4.0, domain_size=32)
+    protocol = LONGITUDINAL_PROTOCOLS[name](epsilon=1.0, epsilon_permanent=4.0, domain_size=32)
     rng = np.random.default_rng(17)
     n, d = 6000, 32
     first = rng.integers(0, 8, n)  # a skewed population

@@ -359,12 +359,14 @@ def test_repeated_reports_are_identified_once_and_counted(tmp_path):
 
 
 def test_the_job_has_one_flag_per_protocol_parameter_naming_its_protocols():
+    from ldpflow.core.registry import HEAVY_HITTER, protocol_flags
     from ldpflow.pipelines.options import protocol_flag_specs
 
-    specs = protocol_flag_specs()
-    assert set(specs.heavy_hitters) == set(hh.PROTOCOLS)
-    assert {flag.name for flag in specs.flags} == hh.SHAPE_FLAGS
-    for flag in specs.flags:
-        protocols = flag.help.split(": ", 1)[0]
-        assert set(protocols.split(", ")) == {
+    flags = protocol_flags(HEAVY_HITTER)
+    assert {flag.name for flag in flags} == hh.SHAPE_FLAGS
+    for flag in flags:
+        assert set(flag.protocols) == {
             name for name in hh.PROTOCOLS if flag.name in hh.shape_parameters(name)}, flag
+    specs = protocol_flag_specs()  # what every command's help shows
+    assert set(specs.heavy_hitters) == set(hh.PROTOCOLS)
+    assert {f.name: f.help for f in specs.flags} == {f.name: f.text for f in flags}

@@ -72,7 +72,7 @@ def test_attach_poisoning_adds_the_section_by_key():
         assert_that(out, equal_to([
             {**results[0], "poisoning": section},
             {**results[1], "poisoning": {"error": "no poisoning defence for oracle 'hr'; "
-                                                  "it covers grr oue sue ss olh blh"}},
+                                                  f"it covers {' '.join(poisoning.SUPPORTED)}"}},
         ]))
 
 

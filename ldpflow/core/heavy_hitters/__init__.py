@@ -13,7 +13,9 @@ One protocol family behind one contract (:class:`HeavyHitterProtocol`, see
 * ``sfp`` -- :class:`SequenceFragmentPuzzle` (Apple's Differential Privacy Team, "Learning
   with Privacy at Scale").
 
-:data:`PROTOCOLS` maps the keys to the classes and :func:`make` builds one. Counting
+:data:`PROTOCOLS` maps the keys to the classes (a view of :mod:`ldpflow.core.registry`:
+each class registers itself, and every module of this package is imported here, so a new
+protocol is one new module) and :func:`make` builds one. Counting
 (:mod:`~ldpflow.core.heavy_hitters.counting`), evaluation helpers
 (:mod:`~ldpflow.core.heavy_hitters.evaluation`) and the configuration rule
 (:mod:`~ldpflow.core.heavy_hitters.config`) are submodules.
@@ -22,8 +24,11 @@ One protocol family behind one contract (:class:`HeavyHitterProtocol`, see
 from __future__ import annotations
 
 import dataclasses
+import importlib as _importlib
+import pkgutil as _pkgutil
 from typing import Any
 
+from ldpflow.core import registry
 from ldpflow.core.heavy_hitters import config, counting, evaluation
 from ldpflow.core.heavy_hitters.base import (
     DEFAULT_GROUP_HASH,
@@ -130,11 +135,12 @@ __all__ = [
     "evaluation",
 ]
 
-PROTOCOLS: dict[str, type[HeavyHitterProtocol]] = {
-    cls.name: cls
-    for cls in (PrefixExtendingMethod, SegmentPairsMethod, MultipleChannelMethod, TreeHist,
-                SequenceFragmentPuzzle)
-}
+for _module in _pkgutil.iter_modules(__path__):  # modules not named above: new protocols
+    _importlib.import_module(f"{__name__}.{_module.name}")
+
+#: The heavy-hitter protocols by registry key (a live view of the registry's heavy-hitter
+#: family; each class registers itself).
+PROTOCOLS: registry.Protocols = registry.Protocols(registry.HEAVY_HITTER)
 
 
 #: The parameters every protocol has; the others are its *shape* parameters.
@@ -146,9 +152,7 @@ def shape_parameters(name: str) -> tuple[str, ...]:
     ``query_limit``, ``start_bits``, ...), in declaration order: the flags that configure it
     in ``ldpflow simulate`` and ``ldpflow heavy-hitters``. ``group_hash`` is none (a client's
     version of the group mapping, not a parameter)."""
-    if name not in PROTOCOLS:
-        raise ValueError(f"protocol must be one of {sorted(PROTOCOLS)}, got {name!r}")
-    cls: Any = PROTOCOLS[name]  # a dataclass (the abstract base is not one)
+    cls: Any = registry.lookup(name, registry.HEAVY_HITTER)
     return tuple(f.name for f in dataclasses.fields(cls)
                  if f.name not in COMMON_PARAMETERS and f.name != "group_hash")
 
@@ -159,6 +163,4 @@ SHAPE_FLAGS = frozenset(p for name in PROTOCOLS for p in shape_parameters(name))
 
 def make(name: str, **parameters: Any) -> HeavyHitterProtocol:
     """The protocol ``name`` (a key of :data:`PROTOCOLS`) with ``parameters``."""
-    if name not in PROTOCOLS:
-        raise ValueError(f"protocol must be one of {sorted(PROTOCOLS)}, got {name!r}")
-    return PROTOCOLS[name](**parameters)
+    return registry.make(name, registry.HEAVY_HITTER, **parameters)

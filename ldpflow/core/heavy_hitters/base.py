@@ -42,7 +42,6 @@ import abc
 import dataclasses
 import hashlib
 import math
-import numbers
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, cast
@@ -50,10 +49,11 @@ from typing import Any, ClassVar, cast
 import numpy as np
 import numpy.typing as npt
 
-from ldpflow.core import codecs, hashing, randomness, validation
+from ldpflow.core import codecs, hashing, randomness, registry, validation
 from ldpflow.core.heavy_hitters.counting import candidate_support
 from ldpflow.core.keys import Keyed, ProtocolKey
 from ldpflow.core.oracles.base import CheckedReports, Reports
+from ldpflow.core.oracles.local_hashing import olh_probabilities, olh_variance
 from ldpflow.core.validation import InvalidReportError
 
 __all__ = [
@@ -116,9 +116,7 @@ GROUP_HASH_KEY = int.from_bytes(b"ldpgrp02", "little")
 
 def check_group_hash(group_hash: Any) -> int:
     """A group hash version of :data:`GROUP_HASHES`."""
-    if isinstance(group_hash, bool) or not isinstance(group_hash, (int, np.integer)):
-        raise TypeError(f"group_hash must be an integer, got {type(group_hash).__name__}")
-    if int(group_hash) not in GROUP_HASHES:
+    if validation.check_integer(group_hash, name="group_hash") not in GROUP_HASHES:
         raise ValueError(f"group_hash must be one of {', '.join(map(str, GROUP_HASHES))}, got "
                          f"{group_hash!r}")
     return int(group_hash)
@@ -377,7 +375,7 @@ def check_significance(value: Any) -> float:
 
 
 def _finite(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if not validation.is_real(value):
         raise TypeError(f"{name} must be a real number or None, got {type(value).__name__}")
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value!r}")
@@ -392,31 +390,16 @@ def check_top_k(top_k: Any, default: int) -> int:
 # -- the one OLH estimator ----------------------------------------------------------------------
 def olh_frequencies(support: npt.ArrayLike, n: int, epsilon: float,
                     hash_range: int) -> np.ndarray:
-    """OLH's unbiased frequencies ``(c / n - q*) / (p* - q*)`` of support counts ``c``.
-
-    ``p* = e / (e + g - 1)``, ``q* = 1 / g`` (Wang et al., "Locally Differentially Private
-    Protocols for Frequency Estimation", Sec. 4.4). Every heavy-hitter protocol of this
-    package estimates through this function.
+    """OLH's unbiased frequencies ``(c / n - q*) / (p* - q*)`` of support counts ``c``
+    (:func:`~ldpflow.core.oracles.local_hashing.olh_probabilities`). Every heavy-hitter
+    protocol of this package estimates through this function, and its variance is
+    :func:`~ldpflow.core.oracles.local_hashing.olh_variance`.
     """
-    e = math.exp(epsilon)
-    p, q = e / (e + hash_range - 1), 1.0 / hash_range
+    p, q = olh_probabilities(epsilon, hash_range)
     counts = np.asarray(support, dtype=np.float64)
     if n <= 0:
         return np.full(counts.shape, np.nan)
     return (counts / n - q) / (p - q)
-
-
-def olh_variance(n: int, epsilon: float, hash_range: int, frequency: Any = 0.0) -> Any:
-    """The exact variance of one OLH frequency from ``n`` reports, at true ``frequency``.
-
-    ``(q* (1 - q*) + f (p* - q*)(1 - p* - q*)) / (n (p* - q*)**2)`` (the support of a value
-    of frequency ``f`` is a sum of ``n`` independent Bernoulli(``f p* + (1 - f) q*``)).
-    """
-    e = math.exp(epsilon)
-    p, q = e / (e + hash_range - 1), 1.0 / hash_range
-    f = np.asarray(frequency, dtype=np.float64)
-    out = (q * (1 - q) + f * (p - q) * (1 - p - q)) / (n * (p - q) ** 2)
-    return float(out) if out.ndim == 0 else out
 
 
 # -- the result -----------------------------------------------------------------------------------
@@ -692,12 +675,27 @@ class PassState:
 
 
 # -- the protocol base --------------------------------------------------------------------------
+def query_limit_parameter() -> Any:
+    """The ``query_limit`` field of the protocols that bound a pass's candidates (Q)."""
+    return registry.parameter(DEFAULT_QUERY_LIMIT, help="Q, the most candidates one pass may "
+                                                         "estimate (default 2**20).")
+
+
+def hash_range_parameter() -> Any:
+    """The ``hash_range`` field of the protocols that count prefixes with OLH (None: OLH's
+    optimum for epsilon)."""
+    return registry.parameter(None, help="OLH's number of buckets, a power of two (default "
+                                         "from epsilon).")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _GroupHashed:
     """The ``group_hash`` field every heavy-hitter configuration has (see
     :class:`HeavyHitterProtocol`)."""
 
-    group_hash: int = dataclasses.field(default=DEFAULT_GROUP_HASH, compare=False)
+    # A report of before the field (or null) was made with version 1.
+    group_hash: int = registry.parameter(DEFAULT_GROUP_HASH, absent=GROUP_HASH_BLAKE2B,
+                                         compare=False)
 
 
 class HeavyHitterProtocol(Keyed, CheckedReports, _GroupHashed):
@@ -721,6 +719,9 @@ class HeavyHitterProtocol(Keyed, CheckedReports, _GroupHashed):
     """
 
     name: ClassVar[str]
+    family: ClassVar[str] = registry.HEAVY_HITTER
+    #: How :mod:`ldpflow.core.poisoning` defends the protocol (``prefix``); None: no defence.
+    poisoning_family: ClassVar[str | None] = None
     #: The server options :meth:`advance` and :meth:`identify` accept, with their defaults.
     server_options: ClassVar[Mapping[str, Any]] = {}
     top_k: int
@@ -1091,6 +1092,6 @@ class HeavyHitterProtocol(Keyed, CheckedReports, _GroupHashed):
 
 def olh_budget(epsilon: float, hash_range: int) -> dict[str, float]:
     """The share ``epsilon`` of one OLH report and its worst-case output probabilities."""
-    e = math.exp(epsilon)
-    return {"epsilon": float(epsilon), "p": e / (e + hash_range - 1),
-            "q": 1.0 / (e + hash_range - 1)}
+    p, _ = olh_probabilities(epsilon, hash_range)
+    return {"epsilon": float(epsilon), "p": p,  # q: the worst case, p / e**epsilon
+            "q": 1.0 / (math.exp(epsilon) + hash_range - 1)}

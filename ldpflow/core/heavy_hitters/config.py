@@ -35,7 +35,7 @@ from ldpflow.core import validation
 from ldpflow.core.heavy_hitters import counting
 from ldpflow.core.heavy_hitters.base import MAX_QUERY_LIMIT, default_survivors
 from ldpflow.core.heavy_hitters.pem import PrefixExtendingMethod
-from ldpflow.core.oracles.local_hashing import optimal_hash_range
+from ldpflow.core.oracles.local_hashing import olh_variance, optimal_hash_range
 
 __all__ = [
     "DEFAULT_MAX_CANDIDATES",
@@ -54,9 +54,9 @@ DEFAULT_MAX_HASH_RANGE = 64
 
 
 def olh_variance_factor(epsilon: float, hash_range: int) -> float:
-    """``(e + g - 1)**2 / ((e - 1)**2 (g - 1))``: ``n`` times OLH's variance at frequency 0."""
-    e = math.exp(epsilon)
-    return (e + hash_range - 1) ** 2 / ((e - 1) ** 2 * (hash_range - 1))
+    """``(e + g - 1)**2 / ((e - 1)**2 (g - 1))``: ``n`` times OLH's variance at frequency 0
+    (:func:`~ldpflow.core.oracles.local_hashing.olh_variance` of one report)."""
+    return olh_variance(1, epsilon, hash_range)
 
 
 def cost_aware_hash_range(epsilon: float, *, tolerance: float = 0.1,

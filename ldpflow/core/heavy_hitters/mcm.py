@@ -35,14 +35,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ldpflow.core import bitvectors, hashing, randomness, validation
+from ldpflow.core import bitvectors, hashing, randomness, registry, validation
 from ldpflow.core.heavy_hitters.base import (
-    DEFAULT_QUERY_LIMIT,
     HeavyHitterProtocol,
     PassCounts,
     PassFigures,
     PassState,
     olh_budget,
+    query_limit_parameter,
 )
 from ldpflow.core.heavy_hitters.spm import check_common
 from ldpflow.core.oracles.base import Reports
@@ -89,9 +89,10 @@ class MultipleChannelMethod(HeavyHitterProtocol):
     top_k: int
     value_bits: int
     epsilon: float
-    num_channels: int = None  # type: ignore[assignment]
-    query_limit: int = DEFAULT_QUERY_LIMIT
-    channel_seed: int = 0
+    num_channels: int = registry.parameter(None, help="T, the channels (default 4k).")
+    query_limit: int = query_limit_parameter()
+    channel_seed: int = registry.parameter(
+        0, help="the key of the public value-to-channel hash (default 0).")
 
     def __post_init__(self) -> None:
         self._check_group_hash()

@@ -47,10 +47,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ldpflow.core import codecs, hashing, randomness, validation
+from ldpflow.core import codecs, hashing, randomness, registry, validation
 from ldpflow.core.heavy_hitters import counting
 from ldpflow.core.heavy_hitters.base import (
-    DEFAULT_QUERY_LIMIT,
     DEFAULT_SIGNIFICANCE,
     MAX_QUERY_LIMIT,
     HeavyHitterProtocol,
@@ -59,14 +58,20 @@ from ldpflow.core.heavy_hitters.base import (
     PassState,
     default_survivors,
     extend_prefixes,
+    hash_range_parameter,
     olh_budget,
     olh_frequencies,
     olh_variance,
+    query_limit_parameter,
     select_survivors,
 )
 from ldpflow.core.keys import PEM as NAME
 from ldpflow.core.oracles.base import Reports
-from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing, optimal_hash_range
+from ldpflow.core.oracles.local_hashing import (
+    OptimizedLocalHashing,
+    olh_probabilities,
+    optimal_hash_range,
+)
 
 __all__ = [
     "NAME",
@@ -166,6 +171,8 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
     """
 
     name = NAME  # the ``oracle`` tag of its reports (a class attribute, not a parameter)
+    #: :mod:`ldpflow.core.poisoning` tests the OLH counts of each stage's prefixes.
+    poisoning_family = "prefix"
     #: The survivor rule of every stage (see :meth:`select`).
     server_options = {"survivors": None, "threshold_sigma": None, "threshold": None,
                       "refine_sigma": DEFAULT_REFINE_SIGMA,
@@ -173,11 +180,14 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
     top_k: int
     value_bits: int
     epsilon: float
-    query_limit: int = DEFAULT_QUERY_LIMIT
-    start_bits: int = None  # type: ignore[assignment]  # None: ceil(log2 top_k)
-    step_bits: int = None  # type: ignore[assignment]  # None: the largest within Q
-    num_groups: int = None  # type: ignore[assignment]  # None: from start and step bits
-    hash_range: int = None  # type: ignore[assignment]  # None: OLH's optimum
+    query_limit: int = query_limit_parameter()
+    start_bits: int = registry.parameter(  # None: ceil(log2 top_k)
+        None, help="gamma (default ceil(log2 k)).")
+    step_bits: int = registry.parameter(  # None: the largest within Q
+        None, help="eta (default the largest with k * 2**eta <= Q).")
+    num_groups: int = registry.parameter(  # None: from start and step bits
+        None, help="g (default ceil((bits - start_bits) / step_bits); must agree).")
+    hash_range: int = hash_range_parameter()  # None: OLH's optimum
 
     def __post_init__(self) -> None:
         self._check_group_hash()
@@ -264,14 +274,13 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
 
     @property
     def p(self) -> float:
-        """OLH's ``p* = e / (e + g - 1)``."""
-        e = math.exp(self.epsilon)
-        return e / (e + self.hash_range - 1)
+        """OLH's ``p* = e / (e + g - 1)`` (:func:`olh_probabilities`)."""
+        return olh_probabilities(self.epsilon, self.hash_range)[0]
 
     @property
     def q(self) -> float:
         """OLH's ``q* = 1 / g``."""
-        return 1.0 / self.hash_range
+        return olh_probabilities(self.epsilon, self.hash_range)[1]
 
     def variance(self, n: int, frequency: float | npt.ArrayLike = 0.0) -> float | np.ndarray:
         """The exact variance of one estimated frequency from a group of ``n`` reports."""

@@ -38,10 +38,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ldpflow.core import hashing, randomness, validation
+from ldpflow.core import hashing, randomness, registry, validation
 from ldpflow.core.heavy_hitters import counting
 from ldpflow.core.heavy_hitters.base import (
-    DEFAULT_QUERY_LIMIT,
     HeavyHitterProtocol,
     PassCounts,
     PassFigures,
@@ -49,6 +48,7 @@ from ldpflow.core.heavy_hitters.base import (
     olh_budget,
     olh_frequencies,
     olh_variance,
+    query_limit_parameter,
     select_survivors,
 )
 from ldpflow.core.heavy_hitters.config import cost_aware_hash_range
@@ -104,10 +104,11 @@ class SequenceFragmentPuzzle(HeavyHitterProtocol):
     top_k: int
     value_bits: int
     epsilon: float
-    fragment_bits: int = 16
-    hash_bits: int = 6
-    query_limit: int = DEFAULT_QUERY_LIMIT
-    hash_seed: int = 0
+    fragment_bits: int = registry.parameter(16, help="the width of a fragment (default 16).")
+    hash_bits: int = registry.parameter(
+        6, help="the width of the hash that glues fragments (default 6).")
+    query_limit: int = query_limit_parameter()
+    hash_seed: int = registry.parameter(0, help="the key of that hash (default 0).")
 
     def __post_init__(self) -> None:
         self._check_group_hash()

@@ -52,9 +52,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ldpflow.core import randomness, validation
+from ldpflow.core import randomness, registry, validation
 from ldpflow.core.heavy_hitters.base import (
-    DEFAULT_QUERY_LIMIT,
     MAX_QUERY_LIMIT,
     HeavyHitterProtocol,
     PassCounts,
@@ -62,6 +61,7 @@ from ldpflow.core.heavy_hitters.base import (
     PassState,
     olh_budget,
     olh_frequencies,
+    query_limit_parameter,
     select_top,
 )
 from ldpflow.core.heavy_hitters.counting import (
@@ -135,9 +135,11 @@ class SegmentPairsMethod(HeavyHitterProtocol):
     top_k: int
     value_bits: int
     epsilon: float
-    num_segments: int = None  # type: ignore[assignment]
-    segment_top: int = None  # type: ignore[assignment]
-    query_limit: int = DEFAULT_QUERY_LIMIT
+    num_segments: int = registry.parameter(
+        None, help="t, the segments of a value (default from Q).")
+    segment_top: int = registry.parameter(
+        None, help="values kept per segment and pairs per segment pair (default k).")
+    query_limit: int = query_limit_parameter()
 
     def __post_init__(self) -> None:
         self._check_group_hash()

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ldpflow.core import hashing, randomness, validation
+from ldpflow.core import hashing, randomness, registry, validation
 from ldpflow.core.heavy_hitters import counting
 from ldpflow.core.heavy_hitters.base import (
     HeavyHitterProtocol,
@@ -52,6 +52,7 @@ from ldpflow.core.heavy_hitters.base import (
     PassFigures,
     PassState,
     extend_prefixes,
+    hash_range_parameter,
     olh_budget,
     olh_frequencies,
     olh_variance,
@@ -104,8 +105,8 @@ class TreeHist(HeavyHitterProtocol):
     top_k: int
     value_bits: int
     epsilon: float
-    step_bits: int = 8
-    hash_range: int = None  # type: ignore[assignment]
+    step_bits: int = registry.parameter(8, help="bits per level (default 8).")
+    hash_range: int = hash_range_parameter()
 
     def __post_init__(self) -> None:
         self._check_group_hash()

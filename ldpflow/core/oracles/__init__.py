@@ -1,4 +1,11 @@
-"""Frequency oracles (``docs/spec/oracles.md``): one small class per protocol, batch first."""
+"""Frequency oracles (``docs/spec/oracles.md``): one small class per protocol, batch first.
+
+Every module of this package is imported here, so a new oracle is one new module: defining
+its class registers it (:mod:`ldpflow.core.registry`; ``docs/architecture.md``).
+"""
+
+import importlib as _importlib
+import pkgutil as _pkgutil
 
 from ldpflow.core.oracles.base import Accumulator, Estimate, FrequencyOracle, Reports
 from ldpflow.core.oracles.grr import DirectEncoding
@@ -34,3 +41,6 @@ __all__ = [
     "make",
     "optimal_hash_range",
 ]
+
+for _module in _pkgutil.iter_modules(__path__):  # modules not named above: new oracles
+    _importlib.import_module(f"{__name__}.{_module.name}")

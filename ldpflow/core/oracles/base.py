@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from ldpflow.core import bitvectors, parallel, randomness, validation
+from ldpflow.core import bitvectors, parallel, randomness, registry, validation
 from ldpflow.core.keys import Keyed
 from ldpflow.core.validation import InvalidReportError
 
@@ -323,6 +323,15 @@ class FrequencyOracle(Keyed, CheckedReports):
 
     #: Registry key (``grr``, ``oue``, ...).
     name: ClassVar[str]
+    family: ClassVar[str] = registry.FREQUENCY_ORACLE
+    #: How :mod:`ldpflow.core.poisoning` defends the oracle's estimates: ``grr``, ``unary``,
+    #: ``subset`` or ``hash`` (the attacks and tests of its report form); None: no defence.
+    poisoning_family: ClassVar[str | None] = None
+    #: Which cell map of :mod:`ldpflow.core.audit` reduces its reports for a pair of inputs
+    #: (``grr``, ``unary``, ``local_hashing``, ...: its report form); None: not audited.
+    audit_cells: ClassVar[str | None] = None
+    #: Whether the audit's generic search may also count its raw outputs (one index a report).
+    audit_raw_outputs: ClassVar[bool] = False
     epsilon: float
     domain_size: int
     _report_target = property(lambda self: f"oracle {self.name!r}")  # type: ignore

@@ -34,6 +34,9 @@ class DirectEncoding(IndexReports, FrequencyOracle):
     """
 
     name = "grr"
+    poisoning_family = "grr"
+    audit_cells = "grr"
+    audit_raw_outputs = True
     epsilon: float
     domain_size: int
 

@@ -53,6 +53,8 @@ class HadamardResponse(IndexReports, FrequencyOracle):
     """
 
     name = "hr"
+    audit_cells = "hadamard"
+    audit_raw_outputs = True
     epsilon: float
     domain_size: int
 
@@ -132,6 +134,7 @@ class OneBitHadamard(FrequencyOracle):
     """
 
     name = "onebit"
+    audit_cells = "onebit"
     epsilon: float
     domain_size: int
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ldpflow.core import hashing, randomness, validation
+from ldpflow.core import hashing, randomness, registry, validation
 from ldpflow.core.oracles.base import FrequencyOracle, Reports
 
 #: The widest values whose full domain is aggregated (a 2**L counter vector).
@@ -20,9 +20,37 @@ __all__ = [
     "OptimizedLocalHashing",
     "BinaryLocalHashing",
     "optimal_hash_range",
+    "olh_probabilities",
+    "olh_variance",
 ]
 #: Reports counted at a time: small enough that the hashes of a chunk stay in cache.
 _COUNT_CHUNK = 1 << 15
+
+
+def olh_probabilities(epsilon: float, hash_range: int) -> tuple[float, float]:
+    """OLH's ``(p*, q*) = (e / (e + g - 1), 1 / g)`` at ``epsilon`` with ``g`` buckets.
+
+    ``p*``: a report's bucket is its value's hash; ``q*``: it is a given other value's (the
+    hash is uniform). Wang et al., "Locally Differentially Private Protocols for Frequency
+    Estimation", Sec. 4.4. The one place these are computed: the oracles, PEM, SPM, MCM,
+    TreeHist, SFP and LOLOHA's permanent step all call it.
+    """
+    e = math.exp(epsilon)
+    return e / (e + hash_range - 1), 1.0 / hash_range
+
+
+def olh_variance(n: int, epsilon: float, hash_range: int, frequency: Any = 0.0) -> Any:
+    """The exact variance of one OLH frequency from ``n`` reports, at true ``frequency``.
+
+    ``(q* (1 - q*) + f (p* - q*)(1 - p* - q*)) / (n (p* - q*)**2)`` (the support of a value
+    of frequency ``f`` is a sum of ``n`` independent Bernoulli(``f p* + (1 - f) q*``));
+    at ``f = 0``, ``n = 1`` it is ``(e + g - 1)**2 / ((e - 1)**2 (g - 1))``, the factor the
+    choice of ``g`` minimises. A float for a scalar ``frequency``, else an array.
+    """
+    p, q = olh_probabilities(epsilon, hash_range)
+    f = np.asarray(frequency, dtype=np.float64)
+    out = (q * (1 - q) + f * (p - q) * (1 - p - q)) / (n * (p - q) ** 2)
+    return float(out) if out.ndim == 0 else out
 
 
 def optimal_hash_range(epsilon: float) -> int:
@@ -32,15 +60,10 @@ def optimal_hash_range(epsilon: float) -> int:
     The paper rounds ``e + 1`` to any integer; powers of two cost at most ~3% variance at any
     epsilon and make the exact Walsh-Hadamard aggregation possible.
     """
-    e = math.exp(validation.check_epsilon(epsilon))
-    exact = math.log2(e + 1)
+    epsilon = validation.check_epsilon(epsilon)
+    exact = math.log2(math.exp(epsilon) + 1)
     candidates = {max(1, math.floor(exact)), max(1, math.ceil(exact))}
-
-    def var(b: int) -> float:
-        g = 2**b
-        return (e + g - 1) ** 2 / ((e - 1) ** 2 * (g - 1))
-
-    return 2 ** min(sorted(candidates), key=var)
+    return 2 ** min(sorted(candidates), key=lambda b: olh_variance(1, epsilon, 2**b))
 
 
 class LocalHashing(FrequencyOracle):
@@ -54,6 +77,8 @@ class LocalHashing(FrequencyOracle):
     support counts (see :mod:`ldpflow.core.hashing`).
     """
 
+    poisoning_family = "hash"
+    audit_cells = "local_hashing"
     epsilon: float
     domain_size: int
     hash_range: int
@@ -76,11 +101,11 @@ class LocalHashing(FrequencyOracle):
 
     @property
     def p(self) -> float:
-        return self.e / (self.e + self.hash_range - 1)
+        return olh_probabilities(self.epsilon, self.hash_range)[0]
 
     @property
     def q(self) -> float:
-        return 1.0 / self.hash_range
+        return olh_probabilities(self.epsilon, self.hash_range)[1]
 
     @property
     def report_bits(self) -> int:
@@ -150,7 +175,8 @@ class OptimizedLocalHashing(LocalHashing):
     name = "olh"
     epsilon: float
     domain_size: int
-    hash_range: int = None  # type: ignore[assignment]  # None: the optimal power of two
+    hash_range: int = registry.parameter(  # None: the optimal power of two
+        None, help="g, the buckets (default the optimal power of two for epsilon).")
 
     def __post_init__(self) -> None:
         if self.hash_range is None:
@@ -165,7 +191,7 @@ class BinaryLocalHashing(LocalHashing):
     name = "blh"
     epsilon: float
     domain_size: int
-    hash_range: int = 2
+    hash_range: int = registry.parameter(2, help="g, the buckets: 2.")
 
     def __post_init__(self) -> None:
         self._validate()

@@ -251,6 +251,7 @@ class ProjectiveGeometryResponse(IndexReports, FrequencyOracle):
     """
 
     name = "pgr"
+    audit_cells = "pgr"
     epsilon: float
     domain_size: int
 

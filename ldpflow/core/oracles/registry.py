@@ -1,39 +1,25 @@
-"""Registry keys -> oracle classes; CLI flags, configs and tests use only the keys."""
+"""Registry keys -> oracle classes; CLI flags, configs and tests use only the keys.
+
+The oracles register themselves when their classes are defined (:mod:`ldpflow.core.registry`);
+:data:`ORACLES` is the registry's view of the frequency-oracle family.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ldpflow.core import registry
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.oracles.base import FrequencyOracle
-from ldpflow.core.oracles.grr import DirectEncoding
-from ldpflow.core.oracles.hadamard import HadamardResponse, OneBitHadamard
-from ldpflow.core.oracles.local_hashing import BinaryLocalHashing, OptimizedLocalHashing
-from ldpflow.core.oracles.pgr import ProjectiveGeometryResponse
-from ldpflow.core.oracles.sketch import CountMeanSketch, HadamardCountMeanSketch
-from ldpflow.core.oracles.subset import SubsetSelection
-from ldpflow.core.oracles.unary import OptimizedUnaryEncoding, SymmetricUnaryEncoding
 
 __all__ = ["ORACLES", "make", "from_key"]
 
-ORACLES: dict[str, type[FrequencyOracle]] = {
-    "grr": DirectEncoding,
-    "oue": OptimizedUnaryEncoding,
-    "sue": SymmetricUnaryEncoding,
-    "olh": OptimizedLocalHashing,
-    "blh": BinaryLocalHashing,
-    "hr": HadamardResponse,
-    "ss": SubsetSelection,
-    "onebit": OneBitHadamard,
-    "cms": CountMeanSketch,
-    "hcms": HadamardCountMeanSketch,
-    "pgr": ProjectiveGeometryResponse,
-}
+#: The frequency oracles by registry key (``grr oue sue olh ...``), in registration order.
+ORACLES: registry.Protocols = registry.Protocols(registry.FREQUENCY_ORACLE)
 
 
 def make(name: str, **parameters: Any) -> FrequencyOracle:
-    """Build the oracle registered under ``name`` (``grr oue sue olh blh hr ss onebit cms
-    hcms pgr``).
+    """Build the oracle registered under ``name`` (a key of :data:`ORACLES`; any case).
 
     Raises
     ------
@@ -44,16 +30,11 @@ def make(name: str, **parameters: Any) -> FrequencyOracle:
     """
     if not isinstance(name, str):
         raise TypeError(f"oracle name must be a string, got {type(name).__name__}")
-    try:
-        cls = ORACLES[name.lower()]
-    except KeyError:
-        raise ValueError(f"oracle must be one of {' '.join(ORACLES)}, got {name!r}") from None
-    return cls(**parameters)  # type: ignore[call-arg]
+    return registry.make(name.lower(), registry.FREQUENCY_ORACLE, **parameters)
 
 
 def from_key(key: tuple) -> FrequencyOracle:
     """The oracle whose :attr:`~FrequencyOracle.key` is ``key`` (cached: oracles are immutable)."""
     key = ProtocolKey.coerce(key)
-    if key.name not in ORACLES:
-        raise ValueError(f"oracle must be one of {' '.join(ORACLES)}, got {key.name!r}")
+    registry.lookup(key.name, registry.FREQUENCY_ORACLE)  # the oracles' message for others
     return key.build()

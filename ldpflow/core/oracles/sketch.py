@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ldpflow.core import bitvectors, hashing, randomness, validation
+from ldpflow.core import bitvectors, hashing, randomness, registry, validation
 from ldpflow.core.oracles.base import Accumulator, Estimate, FrequencyOracle, Reports
 
 __all__ = ["CountMeanSketch", "HadamardCountMeanSketch", "sketch_seeds", "MAX_NUM_HASHES"]
@@ -53,6 +53,18 @@ def sketch_seeds(num_hashes: int) -> np.ndarray:
         return hashing.splitmix64_mix(j * np.uint64(hashing.GOLDEN_GAMMA))
 
 
+def _hash_range_parameter() -> Any:
+    """The sketches' ``hash_range`` field: ``m``, the buckets of each hash."""
+    return registry.parameter(1024, help="the buckets of each hash (default 1024).")
+
+
+def _num_hashes_parameter() -> Any:
+    """The sketches' ``num_hashes`` field: a report must say how many hashes it chose from
+    (its column alone does not tell), so it is required on the wire."""
+    return registry.parameter(256, help="the hash functions a client picks one of (default "
+                                        "256).", wire_required=True)
+
+
 class _Sketch(FrequencyOracle):
     """Shared parameters, hashing and estimation of CMS and HCMS."""
 
@@ -66,8 +78,7 @@ class _Sketch(FrequencyOracle):
         object.__setattr__(self, "hash_range",
                            validation.check_power_of_two(self.hash_range, name="hash_range"))
         k = self.num_hashes
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or \
-                not 1 <= k <= MAX_NUM_HASHES:
+        if not validation.is_integer(k) or not 1 <= k <= MAX_NUM_HASHES:
             raise ValueError(f"num_hashes must be an integer in [1, {MAX_NUM_HASHES}], got {k!r}")
         object.__setattr__(self, "num_hashes", int(k))
 
@@ -149,10 +160,11 @@ class CountMeanSketch(_Sketch):
     """
 
     name = "cms"
+    audit_cells = "cms"
     epsilon: float
     domain_size: int
-    hash_range: int = 1024
-    num_hashes: int = 256
+    hash_range: int = _hash_range_parameter()
+    num_hashes: int = _num_hashes_parameter()
 
     @property
     def c(self) -> float:
@@ -237,10 +249,11 @@ class HadamardCountMeanSketch(_Sketch):
     """
 
     name = "hcms"
+    audit_cells = "hcms"
     epsilon: float
     domain_size: int
-    hash_range: int = 1024
-    num_hashes: int = 256
+    hash_range: int = _hash_range_parameter()
+    num_hashes: int = _num_hashes_parameter()
 
     @property
     def c(self) -> float:

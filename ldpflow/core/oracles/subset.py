@@ -64,6 +64,8 @@ class SubsetSelection(BitmapReports, FrequencyOracle):
     """
 
     name = "ss"
+    poisoning_family = "subset"
+    audit_cells = "subset"
     epsilon: float
     domain_size: int
 

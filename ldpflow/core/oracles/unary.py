@@ -26,6 +26,9 @@ class UnaryEncoding(BitmapReports, FrequencyOracle):
     reports alone exceed the batch limit is refused with a ``ValueError`` naming its size.
     """
 
+    poisoning_family = "unary"
+    audit_cells = "unary"
+
     epsilon: float
     domain_size: int
 
