@@ -67,7 +67,7 @@ __all__ = [
     "ACCEPTANCE",
     "ENGINE",
     "STREAM",
-    "HEAVY_HITTERS",
+    "HEAVY_HITTERS",  # noqa: F822 (built when first asked for: __getattr__)
     "LABELS",
     "VALUE_LABELS",
 ]
@@ -164,12 +164,19 @@ class Command:
 
     name: str
     summary: str
-    groups: tuple[Group, ...] = ()
+    #: The groups, or a function returning them (groups that read the protocol registry:
+    #: built when first used, so ``ldpflow --help`` imports no protocol, nor numpy).
+    declared_groups: tuple[Group, ...] | Callable[[], tuple[Group, ...]] = ()
     required: tuple[str, ...] = ()
     beam: bool = False
     description: str | None = None
     epilog: str | None = None
     commands: Mapping[str, Command] = dataclasses.field(default_factory=dict)
+
+    @functools.cached_property
+    def groups(self) -> tuple[Group, ...]:
+        declared = self.declared_groups
+        return tuple(declared() if callable(declared) else declared)
 
     @property
     def prog(self) -> str:
@@ -398,6 +405,7 @@ STREAM = Group("Sources, sinks and windows of ldpflow stream", (
 ))
 
 
+@functools.cache
 def _heavy_hitters_group() -> Group:
     specs = protocol_flag_specs()
     return Group(
@@ -445,7 +453,12 @@ def _heavy_hitters_group() -> Group:
                     "and sfp): clients do not depend on them.")
 
 
-HEAVY_HITTERS = _heavy_hitters_group()
+def __getattr__(name: str) -> Any:
+    """``HEAVY_HITTERS``, the heavy-hitters group, built from the protocol registry when first
+    asked for (PEP 562)."""
+    if name == "HEAVY_HITTERS":
+        return _heavy_hitters_group()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # -- simulate, audit, report, demo, pubsub -----------------------------------------------------
@@ -469,7 +482,7 @@ def _simulate_groups() -> tuple[Group, ...]:
              help="Refuse a larger --domain_size (memory grows with it); the default is "
                   "ldpflow estimate's --max_domain_size."),
     ))
-    from_hh = HEAVY_HITTERS.flags
+    from_hh = _heavy_hitters_group().flags
     heavy = Group("heavy hitters (pem spm mcm treehist sfp)", (
         Flag("bits", int, help="m: the width of the values (default with --values_file: from "
                                "the data, see --coverage)."),
@@ -736,7 +749,7 @@ COMMANDS: dict[str, Command] = {
                             "plot the top values.", (DEMO,)),
     "simulate": Command("simulate", "Synthetic users -> perturbed report files (sharded) and "
                                     "truth.json; seeded, for evaluation.",
-                        _simulate_groups(), ("oracle", "epsilon", "output")),
+                        _simulate_groups, ("oracle", "epsilon", "output")),
     "estimate": Command("estimate", "Report files -> consistent frequency estimates (Apache "
                                     "Beam, or --engine dask|spark|local).",
                         (INPUT, OUTPUT, METHODS, ESTIMATE, POISONING, VERDICT, CONTRIBUTION,
@@ -745,18 +758,21 @@ COMMANDS: dict[str, Command] = {
     "stream": Command("stream", "Reports from Pub/Sub -> windowed consistent estimates, or "
                                 "with --protocol windowed heavy hitters (Apache Beam, "
                                 "streaming).",
-                      (STREAM, OUTPUT, METHODS, CONTRIBUTION, ACCEPTANCE,
-                       HEAVY_HITTERS.but(
-                           "expect_epsilon", title="Windowed heavy hitters (--protocol)",
-                           protocol={"default": None, "help": (
-                               "The heavy hitters of each window instead of estimates: the "
-                               "heavy-hitter protocol of the reports (the flags below, and "
-                               "--expect_epsilon, then only check the reports).")})),
+                      lambda: (STREAM, OUTPUT, METHODS, CONTRIBUTION, ACCEPTANCE,
+                               _heavy_hitters_group().but(
+                                   "expect_epsilon",
+                                   title="Windowed heavy hitters (--protocol)",
+                                   protocol={"default": None, "help": (
+                                       "The heavy hitters of each window instead of "
+                                       "estimates: the heavy-hitter protocol of the reports "
+                                       "(the flags below, and --expect_epsilon, then only "
+                                       "check the reports).")})),
                       ("subscription",), beam=True, epilog=_BEAM_EPILOG),
     "heavy-hitters": Command("heavy-hitters", "Heavy-hitter reports (pem spm mcm treehist "
                                               "sfp) -> the most frequent values of a huge "
                                               "domain (Apache Beam, or --engine dask|spark|local).",
-                             (INPUT, OUTPUT, HEAVY_HITTERS, POISONING, VERDICT, ENGINE),
+                             lambda: (INPUT, OUTPUT, _heavy_hitters_group(), POISONING,
+                                      VERDICT, ENGINE),
                              ("input", "output"), beam=True, epilog=_BEAM_EPILOG),
     "pubsub": Command("pubsub", "Pub/Sub emulator helpers: create a topic and subscription, "
                                 "publish reports, pull messages.",
@@ -764,7 +780,7 @@ COMMANDS: dict[str, Command] = {
                       epilog="Run 'ldpflow pubsub COMMAND --help' for a command's flags; the "
                              "local recipe is in docs/streaming.md."),
     "audit": Command("audit", "An empirical lower bound on a client's epsilon, from reports "
-                              "of known inputs.", _audit_groups(),
+                              "of known inputs.", _audit_groups,
                      description="An empirical lower bound on a client's epsilon "
                                  "(Clopper-Pearson), from reports of two known inputs: "
                                  "ldpflow's own perturbation (--oracle ...) or report files "
