@@ -236,7 +236,9 @@ class HeavyHittersOptions(PipelineOptions):
     def _add_argparse_args(cls, parser):
         parser.add_argument("--protocol", choices=("mcm", "pem", "sfp", "spm", "treehist"),
                             default="pem",
-                            help="The heavy-hitter protocol of the reports.")
+                            help="The heavy-hitter protocol of the reports (stream: only "
+                                 "when given, the heavy hitters of each window instead of "
+                                 "estimates; the flags below then only check the reports).")
         parser.add_argument("--k", type=int, default=None,
                             help="Top-k size of the configuration (default: from the input).")
         parser.add_argument("--bits", type=int, default=None,
