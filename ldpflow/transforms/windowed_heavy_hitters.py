@@ -286,17 +286,43 @@ class WindowPasses:
         self.duplicates += other.duplicates
         return self
 
+    def runs_of(self, groups: Sequence[int]):
+        """The kept reports of ``groups``, in runs of :data:`COUNT_RUN` to
+        ``2 * COUNT_RUN`` reports (the last may be shorter), so that a pane counts a pass
+        a run at a time: its peak allocation is then that of a run, not of the window."""
+        wanted = np.asarray(groups, dtype=np.int64)
+        together = ALL_GROUPS in self.kept
+        chunks = (self.kept[ALL_GROUPS] if together
+                  else [c for g in groups for c in self.kept.get(g, [])])
+        pending, size = [], 0
+        for chunk in chunks:
+            reports = chunk.unpack()
+            if together:  # every pass of these protocols reads every group
+                mine = np.isin(reports.columns["group"], wanted)
+                reports = reports if mine.all() else reports[mine]
+            for lo in range(0, len(reports), COUNT_RUN):
+                part = reports[lo:lo + COUNT_RUN]
+                pending.append(part)
+                size += len(part)
+                if size >= COUNT_RUN:
+                    yield pending[0] if len(pending) == 1 else Reports.concat(pending)
+                    pending, size = [], 0
+        if size:
+            yield pending[0] if len(pending) == 1 else Reports.concat(pending)
+
     def reports_of(self, groups: Sequence[int]) -> Reports | None:
         """The kept reports of ``groups`` (None: none)."""
-        together = self.kept.get(ALL_GROUPS)
-        if together:
-            reports = _concat(together)
-            mine = np.isin(reports.columns["group"], np.asarray(groups, dtype=np.int64))
-            if not mine.all():  # every pass of these protocols reads every group
-                reports = reports[mine]
-            return reports if len(reports) else None
-        chunks = [c for g in groups for c in self.kept.get(g, [])]
-        return _concat(chunks) if chunks else None
+        runs = list(self.runs_of(groups))
+        return None if not runs else runs[0] if len(runs) == 1 else Reports.concat(runs)
+
+    def _count(self, protocol: hh.HeavyHitterProtocol, step: int, state: hh.PassState,
+               counts: hh.PassCounts | None = None) -> hh.PassCounts | None:
+        """``counts`` (None: none yet) plus pass ``step``'s sums of the kept reports of
+        its groups, a run at a time."""
+        for run in self.runs_of(protocol.pass_groups(step)):
+            part = protocol.accumulate(step, run, state)
+            counts = part if counts is None else counts.merge(part)
+        return counts
 
     def _first_counts(self, protocol: hh.HeavyHitterProtocol) -> hh.PassCounts:
         """Pass 0's sums of every report of its groups: those counted, those pending and
@@ -304,11 +330,9 @@ class WindowPasses:
         initial = protocol.initial_state()
         counts = (protocol.create_pass_counts(0, initial) if self.first is None
                   else self.first.copy())
-        for part in (_concat(self.pending) if self.pending else None,
-                     self.reports_of(protocol.pass_groups(0))):
-            if part is not None:
-                counts.merge(protocol.accumulate(0, part, initial))
-        return counts
+        if self.pending:
+            counts.merge(protocol.accumulate(0, _concat(self.pending), initial))
+        return self._count(protocol, 0, initial, counts)
 
     def result(self, protocol: hh.HeavyHitterProtocol, rule: ServerRule) -> dict[str, Any]:
         """The batch job's result of these reports (:func:`~ldpflow.transforms.heavy_hitters.
@@ -331,9 +355,7 @@ class WindowPasses:
             else:
                 before = previous.get(key)
                 state = None if before is None else before.state
-                reports = self.reports_of(groups)
-                counts = (None if state is None or reports is None
-                          else protocol.accumulate(step, reports, state))
+                counts = None if state is None else self._count(protocol, step, state)
             partial = PassPartial(counts, read, int(self.pass_batches[step]))
             _, outcome = advance_pass((key, partial), step, rule, previous)
             grouped[f"stage{step}"] = [outcome]
