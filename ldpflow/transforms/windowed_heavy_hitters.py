@@ -127,8 +127,11 @@ class PackedReports:
         """Bytes of the arrays held."""
         return sum(v.nbytes for kind, v, _ in self.columns.values() if kind == "array")
 
-    def unpack(self) -> Reports:
-        return Reports(self.oracle, {name: self._column(name) for name in self.columns})
+    def unpack(self, start: int = 0, stop: int | None = None) -> Reports:
+        """The reports (those of ``start:stop``), in their own dtypes."""
+        stop = self.size if stop is None else min(stop, self.size)
+        return Reports(self.oracle, {name: self._column(name, start, stop)
+                                     for name in self.columns})
 
     @classmethod
     def join(cls, chunks: Sequence[PackedReports]) -> PackedReports:
@@ -152,11 +155,12 @@ class PackedReports:
                 joined.columns[name] = packed.columns[name]
         return joined
 
-    def _column(self, name: str) -> np.ndarray:
+    def _column(self, name: str, start: int = 0, stop: int | None = None) -> np.ndarray:
         kind, value, dtype = self.columns[name]
+        stop = self.size if stop is None else stop
         if kind == "constant":
-            return np.full(self.size, value, dtype=np.dtype(dtype))
-        return value.astype(np.dtype(dtype), copy=False)
+            return np.full(max(stop - start, 0), value, dtype=np.dtype(dtype))
+        return value[start:stop].astype(np.dtype(dtype), copy=False)
 
 
 @dataclasses.dataclass(eq=False)
@@ -296,12 +300,11 @@ class WindowPasses:
                   else [c for g in groups for c in self.kept.get(g, [])])
         pending, size = [], 0
         for chunk in chunks:
-            reports = chunk.unpack()
-            if together:  # every pass of these protocols reads every group
-                mine = np.isin(reports.columns["group"], wanted)
-                reports = reports if mine.all() else reports[mine]
-            for lo in range(0, len(reports), COUNT_RUN):
-                part = reports[lo:lo + COUNT_RUN]
+            for lo in range(0, chunk.size, COUNT_RUN):  # unpacked a run at a time
+                part = chunk.unpack(lo, lo + COUNT_RUN)
+                if together:  # every pass of these protocols reads every group
+                    mine = np.isin(part.columns["group"], wanted)
+                    part = part if mine.all() else part[mine]
                 pending.append(part)
                 size += len(part)
                 if size >= COUNT_RUN:
