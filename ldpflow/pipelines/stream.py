@@ -241,6 +241,9 @@ def _heavy_hitters(opts, argv: list[str] | None) -> HeavyHitterStream | None:
     from ldpflow.core import validation
     from ldpflow.pipelines import heavy_hitters as job
 
+    if _given(argv, "methods"):
+        raise usage_error(_PROG, "--methods post-processes frequency estimates; with "
+                                 "--protocol each pane holds the window's heavy hitters")
     for flag in ("expect_oracle", "expect_epsilon", "expect_domain_size"):
         if getattr(opts, flag) is not None:
             raise usage_error(_PROG, f"--{flag} is for frequency-oracle reports; with "

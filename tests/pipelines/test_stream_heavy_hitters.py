@@ -151,6 +151,7 @@ def test_flags_check_the_reports_configuration(tmp_path):
     (["--protocol=pem", "--fragment_bits=4"], "--fragment_bits is not a parameter of pem"),
     (["--protocol=spm", "--survivors=4"], "--survivors: spm has no such server option"),
     (["--protocol=pem", "--expect_epsilon=1"], "--expect_epsilon is for frequency-oracle"),
+    (["--protocol=pem", "--methods=base"], "--methods post-processes frequency estimates"),
     (["--protocol=pem", "--k=8", "--bits=99"], "ldpflow stream: error: "),
 ])
 def test_bad_heavy_hitter_flags_are_one_line_usage_errors(argv, message, tmp_path):
