@@ -1,7 +1,7 @@
 """Windowed heavy hitters: what one window holds, and what a pane costs, per protocol.
 
     python benchmarks/stream_heavy_hitters.py [--users 100000] [--k 32] [--bits 64]
-        [--epsilon 4] [--protocols pem,treehist,spm,mcm,sfp] [--teststream 0]
+        [--epsilon 4] [--protocols pem,treehist,spm,mcm,sfp] [--teststream 0] [--trace_pane]
 
 For each protocol (its default configuration at ``--k``, ``--bits``, ``--epsilon``), the
 reports of ``--users`` users (Zipf(1.1) over 10,000 random ``--bits``-bit values) are added
@@ -9,8 +9,8 @@ to one window's state (:class:`~ldpflow.transforms.windowed_heavy_hitters.Window
 through its CombineFn, in batches of 1,000 as messages bring them); then a pane is
 extracted (every pass at window close). Printed, one JSON object per protocol: the bytes
 held (pass 0's sums; the report columns kept for later passes or pending for pass 0, and
-per report), the share of reports kept,
-microseconds a report to add, the pane's seconds, and the heavy hitters found against the
+per report), the share of reports kept, microseconds a report to add, the pane's seconds
+(with ``--trace_pane``, its peak allocation), and the heavy hitters found against the
 truth. With ``--teststream N``, also N reports through ``IdentifyHeavyHittersStream`` on a
 TestStream (reports/s, one window). The machine's load is printed with every figure.
 """
@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import time
+import tracemalloc
 
 import numpy as np
 
@@ -39,7 +40,7 @@ def population(users, bits, seed=1):
     return values, domain, rng
 
 
-def measure(name, users, k, bits, epsilon):
+def measure(name, users, k, bits, epsilon, trace=False):
     protocol = hh.PROTOCOLS[name](top_k=k, value_bits=bits, epsilon=epsilon)
     values, domain, rng = population(users, bits)
     ids = np.array([f"user-{i}" for i in range(users)], dtype=object)
@@ -52,9 +53,15 @@ def measure(name, users, k, bits, epsilon):
     for lo in range(0, users, 1000):
         acc = fn.add_input(acc, ReportBatch(key, reports[lo:lo + 1000]))
     add_seconds = time.perf_counter() - clock
+    if trace:  # the pane's peak allocation (numpy reports its buffers to tracemalloc)
+        tracemalloc.start()
     clock = time.perf_counter()
     result = fn.extract_output(acc)
     pane_seconds = time.perf_counter() - clock
+    pane_peak = None
+    if trace:
+        pane_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
     kept = sum(c.size for chunks in acc.kept.values() for c in chunks)
     pending = sum(c.size for c in acc.pending)
     # pass 0's sums (allocated once a run of COUNT_RUN reports, and at the pane)
@@ -71,7 +78,8 @@ def measure(name, users, k, bits, epsilon):
         "held_bytes": int(acc.kept_bytes),
         "held_bytes_per_report": round(acc.kept_bytes / max(kept + pending, 1), 2),
         "add_us_per_report": round(add_seconds / users * 1e6, 2),
-        "pane_seconds": round(pane_seconds, 3), "found": len(found),
+        "pane_seconds": round(pane_seconds, 3), "pane_peak_bytes": pane_peak,
+        "found": len(found),
         "true_in_top_k": len(truth & set(found)), "load": os.getloadavg()[0],
         "cores": os.cpu_count(),
     }
@@ -118,10 +126,12 @@ def main():
     parser.add_argument("--epsilon", type=float, default=4.0)
     parser.add_argument("--protocols", default="pem,treehist,spm,mcm,sfp")
     parser.add_argument("--teststream", type=int, default=0)
+    parser.add_argument("--trace_pane", action="store_true",
+                        help="Trace the pane's peak allocation (slower).")
     args = parser.parse_args()
     for name in args.protocols.split(","):
-        print(json.dumps(measure(name, args.users, args.k, args.bits, args.epsilon)),
-              flush=True)
+        print(json.dumps(measure(name, args.users, args.k, args.bits, args.epsilon,
+                                 args.trace_pane)), flush=True)
     if args.teststream:
         print(json.dumps(teststream(args.teststream, args.k, args.bits, args.epsilon)))
 

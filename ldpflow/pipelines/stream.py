@@ -72,6 +72,7 @@ from ldpflow.pipelines.common import (
     parse_methods,
     usage_error,
 )
+from ldpflow.pipelines.options import DEFAULT_METHODS
 from ldpflow.transforms.heavy_hitters import ServerRule
 from ldpflow.transforms.streaming import EstimateStream, WindowSpec, result_to_message
 from ldpflow.transforms.windowed_heavy_hitters import (
@@ -236,6 +237,9 @@ def _heavy_hitters(opts, argv: list[str] | None) -> HeavyHitterStream | None:
     from ldpflow.core import validation
     from ldpflow.pipelines import heavy_hitters as job
 
+    if opts.methods != DEFAULT_METHODS:  # a --methods other than the default's
+        raise usage_error(_PROG, "--methods post-processes frequency estimates; with "
+                                 "--protocol each pane holds the window's heavy hitters")
     for flag in ("expect_oracle", "expect_domain_size"):
         if getattr(opts, flag) is not None:
             raise usage_error(_PROG, f"--{flag} is for frequency-oracle reports; with "

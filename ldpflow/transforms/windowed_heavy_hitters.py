@@ -29,13 +29,14 @@ Contract:
 Memory per open window and key: pass 0's sums (as the batch job's first pass holds) plus,
 for the reports of the groups a later pass reads, their columns at a few bytes each (PEM,
 TreeHist: ``(g - 1) / g`` of the window's ``n`` reports, ``g`` groups, 9 bytes a report at
-64 bits; SPM, MCM, SFP re-read every group, so every report is kept: 27, 41 and 18 bytes).
+64 bits; SPM, MCM, SFP re-read every group, so every report is kept: 28, 42 and 19 bytes).
 ``docs/streaming.md`` gives the figures and how they scale.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -72,6 +73,8 @@ __all__ = [
     "later_groups",
     "rereads_all",
     "ALL_GROUPS",
+    "COUNT_RUN",
+    "FAN_IN",
     "IdentifyHeavyHittersStream",
     "window_document_key",
 ]
@@ -99,8 +102,8 @@ ALL_GROUPS = -1
 
 
 class PackedReports:
-    """Reports of one group in compact columns: each integer column in the narrowest dtype
-    that holds its values, a column of one value as that value alone.
+    """Reports (of one group, or of a message) in compact columns: each integer column in the
+    narrowest dtype that holds its values, a column of one value as that value alone.
 
     Exact: :meth:`unpack` restores the columns, values and dtypes.
     """
@@ -124,18 +127,40 @@ class PackedReports:
         """Bytes of the arrays held."""
         return sum(v.nbytes for kind, v, _ in self.columns.values() if kind == "array")
 
-    def unpack(self) -> Reports:
-        cols = {}
-        for name, (kind, value, dtype) in self.columns.items():
-            if kind == "constant":
-                cols[name] = np.full(self.size, value, dtype=np.dtype(dtype))
-            else:
-                cols[name] = value.astype(np.dtype(dtype), copy=False)
-        return Reports(self.oracle, cols)
+    def unpack(self, start: int = 0, stop: int | None = None) -> Reports:
+        """The reports (those of ``start:stop``), in their own dtypes."""
+        stop = self.size if stop is None else min(stop, self.size)
+        return Reports(self.oracle, {name: self._column(name, start, stop)
+                                     for name in self.columns})
 
     @classmethod
     def join(cls, chunks: Sequence[PackedReports]) -> PackedReports:
-        return cls(_concat(chunks))
+        """One chunk of ``chunks``' reports, in order: columns packed alike are joined as
+        they are (one copy), the others restored, joined and packed again."""
+        first = chunks[0]
+        if any(c.columns.keys() != first.columns.keys() for c in chunks):
+            raise ValueError("cannot join reports of different columns")
+        joined = object.__new__(cls)
+        joined.oracle, joined.size, joined.columns = first.oracle, sum(c.size for c in chunks), {}
+        for name, (kind, value, dtype) in first.columns.items():
+            forms = [c.columns[name] for c in chunks]
+            if all(f[0] == kind and f[2] == dtype for f in forms) and (
+                    kind == "constant" and all(f[1] == value for f in forms)
+                    or kind == "array" and all(f[1].dtype == value.dtype for f in forms)):
+                joined.columns[name] = (kind, value, dtype) if kind == "constant" else (
+                    kind, np.concatenate([f[1] for f in forms]), dtype)
+            else:
+                column = np.concatenate([c._column(name) for c in chunks])
+                packed = cls(Reports(first.oracle, {name: column}))
+                joined.columns[name] = packed.columns[name]
+        return joined
+
+    def _column(self, name: str, start: int = 0, stop: int | None = None) -> np.ndarray:
+        kind, value, dtype = self.columns[name]
+        stop = self.size if stop is None else stop
+        if kind == "constant":
+            return np.full(max(stop - start, 0), value, dtype=np.dtype(dtype))
+        return value[start:stop].astype(np.dtype(dtype), copy=False)
 
 
 @dataclasses.dataclass(eq=False)
@@ -265,17 +290,42 @@ class WindowPasses:
         self.duplicates += other.duplicates
         return self
 
+    def runs_of(self, groups: Sequence[int]):
+        """The kept reports of ``groups``, in runs of :data:`COUNT_RUN` to
+        ``2 * COUNT_RUN`` reports (the last may be shorter), so that a pane counts a pass
+        a run at a time: its peak allocation is then that of a run, not of the window."""
+        wanted = np.asarray(groups, dtype=np.int64)
+        together = ALL_GROUPS in self.kept
+        chunks = (self.kept[ALL_GROUPS] if together
+                  else [c for g in groups for c in self.kept.get(g, [])])
+        pending, size = [], 0
+        for chunk in chunks:
+            for lo in range(0, chunk.size, COUNT_RUN):  # unpacked a run at a time
+                part = chunk.unpack(lo, lo + COUNT_RUN)
+                if together:  # every pass of these protocols reads every group
+                    mine = np.isin(part.columns["group"], wanted)
+                    part = part if mine.all() else part[mine]
+                pending.append(part)
+                size += len(part)
+                if size >= COUNT_RUN:
+                    yield pending[0] if len(pending) == 1 else Reports.concat(pending)
+                    pending, size = [], 0
+        if size:
+            yield pending[0] if len(pending) == 1 else Reports.concat(pending)
+
     def reports_of(self, groups: Sequence[int]) -> Reports | None:
         """The kept reports of ``groups`` (None: none)."""
-        together = self.kept.get(ALL_GROUPS)
-        if together:
-            reports = _concat(together)
-            mine = np.isin(reports.columns["group"], np.asarray(groups, dtype=np.int64))
-            if not mine.all():  # every pass of these protocols reads every group
-                reports = reports[mine]
-            return reports if len(reports) else None
-        chunks = [c for g in groups for c in self.kept.get(g, [])]
-        return _concat(chunks) if chunks else None
+        runs = list(self.runs_of(groups))
+        return None if not runs else runs[0] if len(runs) == 1 else Reports.concat(runs)
+
+    def _count(self, protocol: hh.HeavyHitterProtocol, step: int, state: hh.PassState,
+               counts: hh.PassCounts | None = None) -> hh.PassCounts | None:
+        """``counts`` (None: none yet) plus pass ``step``'s sums of the kept reports of
+        its groups, a run at a time."""
+        for run in self.runs_of(protocol.pass_groups(step)):
+            part = protocol.accumulate(step, run, state)
+            counts = part if counts is None else counts.merge(part)
+        return counts
 
     def _first_counts(self, protocol: hh.HeavyHitterProtocol) -> hh.PassCounts:
         """Pass 0's sums of every report of its groups: those counted, those pending and
@@ -283,11 +333,9 @@ class WindowPasses:
         initial = protocol.initial_state()
         counts = (protocol.create_pass_counts(0, initial) if self.first is None
                   else self.first.copy())
-        for part in (_concat(self.pending) if self.pending else None,
-                     self.reports_of(protocol.pass_groups(0))):
-            if part is not None:
-                counts.merge(protocol.accumulate(0, part, initial))
-        return counts
+        if self.pending:
+            counts.merge(protocol.accumulate(0, _concat(self.pending), initial))
+        return self._count(protocol, 0, initial, counts)
 
     def result(self, protocol: hh.HeavyHitterProtocol, rule: ServerRule) -> dict[str, Any]:
         """The batch job's result of these reports (:func:`~ldpflow.transforms.heavy_hitters.
@@ -310,9 +358,7 @@ class WindowPasses:
             else:
                 before = previous.get(key)
                 state = None if before is None else before.state
-                reports = self.reports_of(groups)
-                counts = (None if state is None or reports is None
-                          else protocol.accumulate(step, reports, state))
+                counts = None if state is None else self._count(protocol, step, state)
             partial = PassPartial(counts, read, int(self.pass_batches[step]))
             _, outcome = advance_pass((key, partial), step, rule, previous)
             grouped[f"stage{step}"] = [outcome]
@@ -320,25 +366,29 @@ class WindowPasses:
         return assemble_result((key, grouped), protocol.num_passes, rule)
 
 
+#: Chunks of one size tier (sizes within a factor of it) joined into one once there are
+#: this many: ``O(FAN_IN log n)`` chunks for ``n`` reports, each copied ``log_FAN_IN n`` times.
+FAN_IN = 8
+
+
+def _tier(size: int) -> int:
+    return int(math.log(max(size, 1), FAN_IN))
+
+
 def _compact(chunks: list[PackedReports]) -> list[PackedReports]:
-    """``chunks``, largest first, each more than twice the next: two neighbours that are not
-    are joined (the smallest such pair first) until none is left. So ``n`` reports are held
-    in ``O(log n)`` chunks, and a join makes a report's chunk at least 1.5 times larger, so
-    each report is copied ``O(log n)`` times as a window fills."""
-    chunks = sorted(chunks, key=lambda c: -c.size)
-    i = len(chunks) - 2
-    while i >= 0:
-        if 2 * chunks[i + 1].size >= chunks[i].size:
-            joined = PackedReports.join([chunks[i], chunks.pop(i + 1)])
-            chunks.pop(i)
-            at = 0
-            while at < len(chunks) and chunks[at].size > joined.size:
-                at += 1
-            chunks.insert(at, joined)
-            i = len(chunks) - 2  # the order changed: look again from the smallest
-        else:
-            i -= 1
-    return chunks
+    """``chunks`` with the chunks of a size tier joined into one whenever there are
+    :data:`FAN_IN` of them (tiered joins, lowest tier first: each join makes chunks of a
+    higher tier, so a report is copied about ``log_FAN_IN n`` times as a window fills)."""
+    while True:
+        tiers: dict[int, list[int]] = {}
+        for i, chunk in enumerate(chunks):
+            tiers.setdefault(_tier(chunk.size), []).append(i)
+        full = [t for t, members in tiers.items() if len(members) >= FAN_IN]
+        if not full:
+            return chunks
+        members = tiers[min(full)]
+        joined = PackedReports.join([chunks[i] for i in members])
+        chunks = [c for i, c in enumerate(chunks) if i not in set(members)] + [joined]
 
 
 def _concat(chunks: Sequence[PackedReports]) -> Reports:

@@ -153,6 +153,7 @@ def test_flags_check_the_reports_configuration(tmp_path):
     (["--protocol=pem", "--expect_domain_size=8"],
      "--expect_domain_size is for frequency-oracle"),
     (["--protocol=pem", "--expect_epsilon=0"], "--expect_epsilon"),
+    (["--protocol=pem", "--methods=base"], "--methods post-processes frequency estimates"),
     (["--protocol=pem", "--k=8", "--bits=99"], "ldpflow stream: error: "),
 ])
 def test_bad_heavy_hitter_flags_are_one_line_usage_errors(argv, message, tmp_path):
