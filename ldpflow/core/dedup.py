@@ -114,38 +114,42 @@ def string_hashes(offsets: npt.ArrayLike, data: npt.ArrayLike, key: bytes | None
 _SIP_INIT = (0x736F6D6570736575, 0x646F72616E646F6D, 0x6C7967656E657261, 0x7465646279746573)
 
 
-def _rotl(x: np.ndarray, r: int) -> np.ndarray:
-    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+def _rotl(x: np.ndarray, r: int, scratch: np.ndarray) -> None:
+    """Rotate ``x`` left by ``r`` bits in place (``scratch``: a buffer of its size)."""
+    np.right_shift(x, np.uint64(64 - r), out=scratch)
+    np.left_shift(x, np.uint64(r), out=x)
+    x |= scratch
 
 
 def _sip_rounds(v: list[np.ndarray], count: int) -> None:
+    """``count`` SipRounds on the lanes ``v`` (arrays of one length), in place: no
+    temporary array per operation, as the hash of a column is memory-bound."""
     v0, v1, v2, v3 = v
+    scratch = np.empty_like(v0)
     for _ in range(count):
         v0 += v1
-        v1 = _rotl(v1, 13)
+        _rotl(v1, 13, scratch)
         v1 ^= v0
-        v0 = _rotl(v0, 32)
+        _rotl(v0, 32, scratch)
         v2 += v3
-        v3 = _rotl(v3, 16)
+        _rotl(v3, 16, scratch)
         v3 ^= v2
         v0 += v3
-        v3 = _rotl(v3, 21)
+        _rotl(v3, 21, scratch)
         v3 ^= v0
         v2 += v1
-        v1 = _rotl(v1, 17)
+        _rotl(v1, 17, scratch)
         v1 ^= v2
-        v2 = _rotl(v2, 32)
-    v[:] = [v0, v1, v2, v3]
+        _rotl(v2, 32, scratch)
 
 
 def _sip_absorb(v: list[np.ndarray], rows: int, word: np.ndarray, rounds: int) -> None:
-    """Absorb ``word`` into the first ``rows`` lanes of the state ``v`` (in place)."""
+    """Absorb ``word`` into the first ``rows`` lanes of the state ``v`` (in place: the
+    lanes' first rows are views)."""
     part = [lane[:rows] for lane in v]
     part[3] ^= word
     _sip_rounds(part, rounds)
     part[0] ^= word
-    for lane, new in zip(v, part, strict=True):
-        lane[:rows] = new
 
 
 def _siphash(start: np.ndarray, lengths: np.ndarray, words_at: np.ndarray, key: bytes,

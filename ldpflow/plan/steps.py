@@ -309,7 +309,7 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
         Keys refused by :func:`admit_keys`: their reports are neither counted nor emitted.
     spill : str, optional
         With ``ids``: a folder (on a disk every worker of the job sees) where the range's id
-        hashes are written, one sorted ``.npy`` file per key and bucket
+        hashes are written, one ``.npy`` file per key and bucket
         (:func:`spill_ids`); the ``ids`` pieces then name the files instead of holding the
         hashes, and :func:`repeated_ids` reads them in passes of bounded size.
     progress : ProgressSpec, optional
@@ -392,11 +392,11 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
 
 
 def spill_ids(folder: str, index: int, key, bucket: int, parts: Sequence[np.ndarray]) -> str:
-    """Write one range's id hashes of one key and bucket, sorted, as ``folder/NAME.npy``;
-    returns the path (which the id-hash shuffle moves instead of the hashes)."""
+    """Write one range's id hashes of one key and bucket as ``folder/NAME.npy``; returns
+    the path (which the id-hash shuffle moves instead of the hashes)."""
     import os
 
-    hashes = np.sort(parts[0] if len(parts) == 1 else np.concatenate(parts))
+    hashes = parts[0] if len(parts) == 1 else np.concatenate(parts)
     digest = hashlib.blake2b(_key_text(key).encode("utf-8"), digest_size=8).hexdigest()
     path = os.path.join(folder, f"ids-{index:06d}-{digest}-{int(bucket):03d}.npy")
     np.save(path, hashes, allow_pickle=False)
@@ -405,23 +405,28 @@ def spill_ids(folder: str, index: int, key, bucket: int, parts: Sequence[np.ndar
 
 def _spilled_passes(parts: list[tuple[int, str]], bucket: int, pass_bytes: int
                     ) -> Iterable[list[tuple[int, np.ndarray]]]:
-    """The ``(range, hashes)`` parts of one spilled group (sorted files of one bucket), in
-    successive hash ranges of about ``pass_bytes`` together: each file is mapped, not read,
-    and only the slice of the pass is loaded. Every copy of a hash falls in one pass, as the
-    cuts are hash values."""
+    """The ``(range, hashes)`` parts of one spilled group (the files of one bucket), in
+    successive hash ranges of about ``pass_bytes`` together: each file is mapped, not read
+    whole, and only the hashes of the pass are taken from it (one file holds one range's
+    share of one bucket, so its mask is small). Every copy of a hash falls in one pass, as
+    the cuts are hash values (the keyed hashes are uniform: the passes are even)."""
     files = [(r, np.load(path, mmap_mode="r")) for r, path in parts]
     total = 8 * sum(int(m.size) for _, m in files)
     passes = max(1, -(-total // max(int(pass_bytes), 8)))
+    if passes == 1:
+        yield [(r, np.array(mapped)) for r, mapped in files if mapped.size]
+        return
     width = 1 << (64 - ID_BUCKET_BITS)
     low = int(bucket) * width
     cuts = [low + (width * i) // passes for i in range(passes + 1)]
     for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
         sub = []
         for r, mapped in files:
-            a = int(np.searchsorted(mapped, np.uint64(lo)))
-            b = mapped.size if hi >= 1 << 64 else int(np.searchsorted(mapped, np.uint64(hi)))
-            if b > a:
-                sub.append((r, np.array(mapped[a:b])))
+            inside = mapped >= np.uint64(lo)
+            if hi < 1 << 64:
+                inside &= mapped < np.uint64(hi)
+            if inside.any():
+                sub.append((r, np.asarray(mapped[inside])))
         yield sub
 
 
@@ -450,7 +455,7 @@ def repeated_ids(pieces: Iterable[tuple[tuple, int, int, np.ndarray | str]],
                  pass_bytes: int = DEDUP_PASS_BYTES) -> list[tuple[str, np.ndarray, list[int]]]:
     """One id-hash shuffle group of ``(key, bucket, range index, hashes)`` pieces ->
     ``(key text, sorted hashes seen more than once, ranges holding them)`` per key and
-    bucket that has any. ``hashes`` is an array, or the path of a sorted file of them
+    bucket that has any. ``hashes`` is an array, or the path of a file of them
     (:func:`spill_ids`): then the group is resolved in passes over hash ranges of about
     ``pass_bytes`` (:data:`DEDUP_PASS_BYTES`), with the same result."""
     out = []
