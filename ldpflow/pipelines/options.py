@@ -549,8 +549,7 @@ def _audit_groups() -> tuple[Group, ...]:
              help="Report files (globs) the client made from --value."),
         Flag("other_input", nargs="+", metavar="FILES",
              help="Report files (globs) the client made from --other_value."),
-        Flag("format", choices=("avro", "json", "parquet"),
-             help="The files' format (default: from each file's name)."),
+        dataclasses.replace(INPUT.flags[1], deprecated=("format",)),
     ))
     test = Group("The test", (
         Flag("value", int, help="v: the input of the first reports (default 0 for --oracle)."),

@@ -125,15 +125,19 @@ def test_required_flags_are_checked_after_unknown_ones():
         parse("estimate", [])
 
 
-@pytest.mark.parametrize("command", ["heavy-hitters", "audit"])
-def test_the_old_epsilon_is_a_deprecated_alias_of_expect_epsilon(command, caplog):
+@pytest.mark.parametrize("command,old,new,value", [
+    ("heavy-hitters", "epsilon", "expect_epsilon", 2.5),
+    ("audit", "epsilon", "expect_epsilon", 2.5),
+    ("audit", "format", "input_format", "json"),
+])
+def test_a_former_spelling_is_a_deprecated_alias(command, old, new, value, caplog):
     argv = (["--input=i", "--output=o"] if command == "heavy-hitters" else ["--oracle=olh"])
     with caplog.at_level(logging.WARNING, logger="ldpflow.pipelines.options"):
-        args = parse(command, [*argv, "--epsilon=2.5"]).args
-    assert args.expect_epsilon == 2.5 and not hasattr(args, "epsilon")
+        args = parse(command, [*argv, f"--{old}={value}"]).args
+    assert getattr(args, new) == value and not hasattr(args, old)
     assert [r.getMessage() for r in caplog.records] == [
-        f"ldpflow {command}: --epsilon is deprecated: use --expect_epsilon"]
-    assert parse(command, [*argv, "--expect_epsilon", "3"]).args.expect_epsilon == 3.0
+        f"ldpflow {command}: --{old} is deprecated: use --{new}"]
+    assert getattr(parse(command, [*argv, f"--{new}", str(value)]).args, new) == value
 
 
 def test_epsilon_means_perturb_with_and_expect_epsilon_check_against():
