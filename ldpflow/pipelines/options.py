@@ -9,8 +9,10 @@ it, so one concept has one name and one help text.
 :func:`parse` is every command's entry: ``-h``/``--help`` prints the groups (exit 0); a bad
 value, a missing required flag, a stray argument or an unknown flag is a one-line usage
 error (a ``SystemExit`` whose code is ``ldpflow COMMAND: error: ...``: the CLI prints it and
-exits 2), naming the closest flag ("did you mean") or pointing at ``--help``. Parsing imports
-neither Beam nor pyarrow: a usage error and ``--help`` cost no more than Python and numpy.
+exits 2), naming the closest flag ("did you mean") or pointing at ``--help``. Parsing never
+imports Beam, nor the job's module: a usage error costs Python (and numpy, for a flag whose
+choices are the oracles); defaults that live elsewhere (the acceptance policy's, in the wire
+layer) are :class:`Lazy`, computed for ``--help`` and for a command line that parses.
 
 A Beam job (``Command.beam``: estimate, heavy-hitters and stream, when ``--engine`` is beam,
 the default) hands the flags that are not ldpflow's, unchanged and in order, to Beam's
