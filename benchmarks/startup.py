@@ -3,8 +3,9 @@
     python benchmarks/startup.py [--runs 5] [--job_runs 3] [--reports 1000]
 
 Each case is the command run in a fresh process (``python -m ldpflow.pipelines.cli ...``),
-timed by wall clock; the median of ``--runs`` runs is reported (``--job_runs`` for the
-jobs), with every run's time. The jobs estimate ``--reports`` OLH reports (d = 1024, one
+timed by wall clock and by CPU time (user + system, which a loaded machine inflates less);
+the medians of ``--runs`` runs are reported (``--job_runs`` for the jobs), with every run's
+wall time. The jobs estimate ``--reports`` OLH reports (d = 1024, one
 Avro file) with ``--engine local`` (the job plan, no Beam) and ``--engine beam`` (Beam's
 in-process FnApiRunner): with ``--methods base`` the run is almost all fixed cost (imports,
 flag checks, pipeline construction, runner start, writing the outputs), with the default
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -33,21 +35,30 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(argv: list[str], expect: int) -> float:
+def _run(argv: list[str], expect: int) -> tuple[float, float]:
+    """Wall-clock and CPU (user + system) seconds of one run in a fresh process."""
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=_env(),
-                          cwd=ROOT)
+    proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=_env(), cwd=ROOT)
+    _, err = proc.communicate()
     elapsed = time.perf_counter() - started
-    if done.returncode != expect:
-        raise RuntimeError(f"{argv}: exit {done.returncode}, expected {expect}: "
-                           f"{done.stderr[-2000:]}")
-    return elapsed
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = usage.ru_utime + usage.ru_stime - _run.cpu_so_far
+    _run.cpu_so_far = usage.ru_utime + usage.ru_stime
+    if proc.returncode != expect:
+        raise RuntimeError(f"{argv}: exit {proc.returncode}, expected {expect}: "
+                           f"{err.decode()[-2000:]}")
+    return elapsed, cpu
+
+
+_run.cpu_so_far = 0.0
 
 
 def _case(argv: list[str], runs: int, expect: int = 0) -> dict:
     times = [_run(argv, expect) for _ in range(runs)]
-    return {"median_s": round(statistics.median(times), 3),
-            "runs_s": [round(t, 3) for t in times]}
+    return {"median_s": round(statistics.median(t for t, _ in times), 3),
+            "median_cpu_s": round(statistics.median(c for _, c in times), 3),
+            "runs_s": [round(t, 3) for t, _ in times]}
 
 
 def main() -> None:
