@@ -3,6 +3,7 @@ errors, help and Beam hand-off everywhere, without importing Beam to parse."""
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -203,3 +204,18 @@ def test_the_top_level_help_imports_neither_numpy_nor_beam():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_estimate_on_the_local_engine_runs_without_beam(tmp_path):
+    from ldpflow.pipelines import simulate
+
+    simulate.run(["--oracle=grr", "--epsilon=1", "--domain_size=4", "--users=200",
+                  "--shards=1", "--seed=3", f"--output={tmp_path}/r"])
+    code = ("import sys; sys.modules['apache_beam'] = None\n"
+            "from ldpflow.pipelines.cli import main\nsys.exit(main(sys.argv[1:]))")
+    done = subprocess.run([sys.executable, "-c", code, "estimate", f"--input={tmp_path}/r/*.avro",
+                           f"--output={tmp_path}/e", "--engine=local", "--methods=base"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    document = json.loads((tmp_path / "e" / "estimates.json").read_text())
+    assert [result["n"] for result in document["results"]] == [200]
