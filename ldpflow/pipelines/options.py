@@ -551,7 +551,7 @@ def _audit_groups() -> tuple[Group, ...]:
              help="Report files (globs) the client made from --value."),
         Flag("other_input", nargs="+", metavar="FILES",
              help="Report files (globs) the client made from --other_value."),
-        dataclasses.replace(INPUT.flags[1], deprecated=("format",)),
+        *INPUT.but("input", input_format={"deprecated": ("format",)}).flags,
     ))
     test = Group("The test", (
         Flag("value", int, help="v: the input of the first reports (default 0 for --oracle)."),
@@ -640,10 +640,10 @@ _PUBSUB = {
         "Publish report files as messages, their event times spread over this window.",
         (PUBSUB_WHERE, Group("publish", (
             Flag("topic", help="The topic to publish to: projects/PROJECT/topics/NAME."),
-            dataclasses.replace(INPUT.flags[0], help="Report files (a glob): .avro, "
-                                                     ".jsonl/.json, .parquet (.gz ok)."),
-            dataclasses.replace(INPUT.flags[1], help="The files' format (default: from their "
-                                                     "names)."),
+            *INPUT.but(input={"help": "Report files (a glob): .avro, .jsonl/.json, .parquet "
+                                      "(.gz ok)."},
+                       input_format={"help": "The files' format (default: from their names)."}
+                       ).flags,
             Flag("batch_size", int, 1000, help="Reports per message (a batch over 10 MB is "
                                                "split)."),
             Flag("event_times", default=DEFAULT_EVENT_TIMES, metavar="MODE",
