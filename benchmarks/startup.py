@@ -31,15 +31,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = _env.root + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+_env.root = ROOT
 
 
 def _run(argv: list[str], expect: int) -> tuple[float, float]:
     """Wall-clock and CPU (user + system) seconds of one run in a fresh process."""
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=_env(), cwd=ROOT)
+                            stderr=subprocess.PIPE, env=_env(), cwd=_env.root)
     _, err = proc.communicate()
     elapsed = time.perf_counter() - started
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -66,7 +69,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--job_runs", type=int, default=3)
     parser.add_argument("--reports", type=int, default=1000)
+    parser.add_argument("--repo", default=ROOT,
+                        help="The source tree to time (default: this one), e.g. an export "
+                             "of an earlier commit, for a comparison on the same machine.")
     args = parser.parse_args()
+    _env.root = os.path.abspath(args.repo)
     cli = ["-m", "ldpflow.pipelines.cli"]
     load_before = os.getloadavg()[0]
     results: dict[str, dict] = {}
@@ -101,7 +108,7 @@ def main() -> None:
                 name = f"job: estimate --engine {engine}" + (
                     " --methods base" if methods else " (default methods)")
                 results[name] = _case([*cli, "estimate", *flags], args.job_runs)
-    print(json.dumps({"benchmark": "startup", "reports": args.reports,
+    print(json.dumps({"benchmark": "startup", "repo": _env.root, "reports": args.reports,
                       "python": sys.version.split()[0], "cpus": os.cpu_count(),
                       "load_average_1m": {"before": round(load_before, 2),
                                           "after": round(os.getloadavg()[0], 2)},
