@@ -3,8 +3,9 @@
     python benchmarks/startup.py [--runs 5] [--job_runs 3] [--reports 1000]
 
 Each case is the command run in a fresh process (``python -m ldpflow.pipelines.cli ...``),
-timed by wall clock; the median of ``--runs`` runs is reported (``--job_runs`` for the
-jobs), with every run's time. The jobs estimate ``--reports`` OLH reports (d = 1024, one
+timed by wall clock and by CPU time (user + system, which a loaded machine inflates less);
+the medians of ``--runs`` runs are reported (``--job_runs`` for the jobs), with every run's
+wall time. The jobs estimate ``--reports`` OLH reports (d = 1024, one
 Avro file) with ``--engine local`` (the job plan, no Beam) and ``--engine beam`` (Beam's
 in-process FnApiRunner): with ``--methods base`` the run is almost all fixed cost (imports,
 flag checks, pipeline construction, runner start, writing the outputs), with the default
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -29,25 +31,37 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = _env.root + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 
-def _run(argv: list[str], expect: int) -> float:
+_env.root = ROOT
+
+
+def _run(argv: list[str], expect: int) -> tuple[float, float]:
+    """Wall-clock and CPU (user + system) seconds of one run in a fresh process."""
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=_env(),
-                          cwd=ROOT)
+    proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=_env(), cwd=_env.root)
+    _, err = proc.communicate()
     elapsed = time.perf_counter() - started
-    if done.returncode != expect:
-        raise RuntimeError(f"{argv}: exit {done.returncode}, expected {expect}: "
-                           f"{done.stderr[-2000:]}")
-    return elapsed
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = usage.ru_utime + usage.ru_stime - _run.cpu_so_far
+    _run.cpu_so_far = usage.ru_utime + usage.ru_stime
+    if proc.returncode != expect:
+        raise RuntimeError(f"{argv}: exit {proc.returncode}, expected {expect}: "
+                           f"{err.decode()[-2000:]}")
+    return elapsed, cpu
+
+
+_run.cpu_so_far = 0.0
 
 
 def _case(argv: list[str], runs: int, expect: int = 0) -> dict:
     times = [_run(argv, expect) for _ in range(runs)]
-    return {"median_s": round(statistics.median(times), 3),
-            "runs_s": [round(t, 3) for t in times]}
+    return {"median_s": round(statistics.median(t for t, _ in times), 3),
+            "median_cpu_s": round(statistics.median(c for _, c in times), 3),
+            "runs_s": [round(t, 3) for t, _ in times]}
 
 
 def main() -> None:
@@ -55,7 +69,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--job_runs", type=int, default=3)
     parser.add_argument("--reports", type=int, default=1000)
+    parser.add_argument("--repo", default=ROOT,
+                        help="The source tree to time (default: this one), e.g. an export "
+                             "of an earlier commit, for a comparison on the same machine.")
     args = parser.parse_args()
+    _env.root = os.path.abspath(args.repo)
     cli = ["-m", "ldpflow.pipelines.cli"]
     load_before = os.getloadavg()[0]
     results: dict[str, dict] = {}
@@ -90,7 +108,7 @@ def main() -> None:
                 name = f"job: estimate --engine {engine}" + (
                     " --methods base" if methods else " (default methods)")
                 results[name] = _case([*cli, "estimate", *flags], args.job_runs)
-    print(json.dumps({"benchmark": "startup", "reports": args.reports,
+    print(json.dumps({"benchmark": "startup", "repo": _env.root, "reports": args.reports,
                       "python": sys.version.split()[0], "cpus": os.cpu_count(),
                       "load_average_1m": {"before": round(load_before, 2),
                                           "after": round(os.getloadavg()[0], 2)},

@@ -7,16 +7,9 @@ The top-level package re-exports the core API only and never imports Apache Beam
     est = oracle.estimate(oracle.aggregate(reports))
     consistent = ldpflow.postprocess(est, "norm-sub")
 
-The names are imported when first used (PEP 562), so ``import ldpflow`` (and the command
-line's ``--help``) does not import numpy and the oracles until they are needed.
+The names (and ``__version__``) are looked up when first used (PEP 562), so ``import
+ldpflow`` (and the command line's ``--help``) imports neither numpy nor the oracles.
 """
-
-from importlib import metadata as _metadata
-
-try:  # the version lives in setup.py only
-    __version__ = _metadata.version("ldpflow")
-except _metadata.PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0+unknown"
 
 #: Each re-exported name -> (module, attribute).
 _EXPORTS = {
@@ -43,7 +36,19 @@ __all__ = [
 ]
 
 
+def _version() -> str:
+    from importlib import metadata
+
+    try:  # the version lives in setup.py only
+        return metadata.version("ldpflow")
+    except metadata.PackageNotFoundError:  # a source tree that is not installed
+        return "0+unknown"
+
+
 def __getattr__(name: str):
+    if name == "__version__":
+        globals()[name] = value = _version()
+        return value
     if name not in _EXPORTS:
         raise AttributeError(f"module 'ldpflow' has no attribute {name!r}")
     import importlib

@@ -122,8 +122,8 @@ def _audit_own(parser: argparse.ArgumentParser,
     if missing:
         parser.error(f"give {', '.join(missing)} (an audit of ldpflow's own perturbation), or "
                      "--input and --other_input (report files of a client)")
-    if args.format is not None:
-        parser.error("--format applies to --input and --other_input only")
+    if args.input_format is not None:
+        parser.error("--input_format applies to --input and --other_input only")
     params: dict[str, Any] = {"epsilon": args.expect_epsilon, "domain_size": args.domain_size}
     for flag in ("hash_range", "num_hashes"):  # the oracles whose class has the parameter
         value = getattr(args, flag)
@@ -185,7 +185,7 @@ def _expand(parser: argparse.ArgumentParser, flag: str, patterns: list[str] | No
         try:
             out.append((path, fmt or formats.detect_format(path)))
         except ValueError as exc:
-            parser.error(f"{exc} (--format)")
+            parser.error(f"{exc} (--input_format)")
     return out
 
 
@@ -214,8 +214,8 @@ def _audit_files(parser: argparse.ArgumentParser,
     if args.value is None or args.other_value is None:
         parser.error("--value and --other_value are required with --input and --other_input "
                      "(the inputs the client's reports were made from)")
-    inputs = [_expand(parser, "--input", args.input, args.format),
-              _expand(parser, "--other_input", args.other_input, args.format)]
+    inputs = [_expand(parser, "--input", args.input, args.input_format),
+              _expand(parser, "--other_input", args.other_input, args.input_format)]
     policy = AcceptancePolicy()
     keys: collections.Counter[tuple[ProtocolKey, int]] = collections.Counter()
     dead: list[collections.Counter[str]] = [collections.Counter(), collections.Counter()]

@@ -130,6 +130,8 @@ def _interval_cell(bounds: tuple[np.ndarray, np.ndarray] | None, v: int) -> str:
 
 def run(argv: list[str] | options.Parsed | None = None) -> int:
     args = (argv if isinstance(argv, options.Parsed) else options.parse("demo", argv)).args
+    import apache_beam  # noqa: F401 - the demo estimates on Beam: without it, stop before writing
+
     from ldpflow.pipelines import estimate, simulate
     labels = None
     if args.value_labels is not None:  # checked before anything runs

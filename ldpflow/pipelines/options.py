@@ -9,8 +9,10 @@ it, so one concept has one name and one help text.
 :func:`parse` is every command's entry: ``-h``/``--help`` prints the groups (exit 0); a bad
 value, a missing required flag, a stray argument or an unknown flag is a one-line usage
 error (a ``SystemExit`` whose code is ``ldpflow COMMAND: error: ...``: the CLI prints it and
-exits 2), naming the closest flag ("did you mean") or pointing at ``--help``. Parsing imports
-neither Beam nor pyarrow: a usage error and ``--help`` cost no more than Python and numpy.
+exits 2), naming the closest flag ("did you mean") or pointing at ``--help``. Parsing never
+imports Beam, nor the job's module: a usage error costs Python (and numpy, for a flag whose
+choices are the oracles); defaults that live elsewhere (the acceptance policy's, in the wire
+layer) are :class:`Lazy`, computed for ``--help`` and for a command line that parses.
 
 A Beam job (``Command.beam``: estimate, heavy-hitters and stream, when ``--engine`` is beam,
 the default) hands the flags that are not ldpflow's, unchanged and in order, to Beam's
@@ -564,8 +566,7 @@ def _audit_groups() -> tuple[Group, ...]:
              help="Report files (globs) the client made from --value."),
         Flag("other_input", nargs="+", metavar="FILES",
              help="Report files (globs) the client made from --other_value."),
-        Flag("format", choices=("avro", "json", "parquet"),
-             help="The files' format (default: from each file's name)."),
+        *INPUT.but("input", input_format={"deprecated": ("format",)}).flags,
     ))
     test = Group("The test", (
         Flag("value", int, help="v: the input of the first reports (default 0 for --oracle)."),
@@ -680,10 +681,10 @@ _PUBSUB = {
         "Publish report files as messages, their event times spread over this window.",
         (PUBSUB_WHERE, Group("publish", (
             Flag("topic", help="The topic to publish to: projects/PROJECT/topics/NAME."),
-            dataclasses.replace(INPUT.flags[0], help="Report files (a glob): .avro, "
-                                                     ".jsonl/.json, .parquet (.gz ok)."),
-            dataclasses.replace(INPUT.flags[1], help="The files' format (default: from their "
-                                                     "names)."),
+            *INPUT.but(input={"help": "Report files (a glob): .avro, .jsonl/.json, .parquet "
+                                      "(.gz ok)."},
+                       input_format={"help": "The files' format (default: from their names)."}
+                       ).flags,
             Flag("batch_size", int, 1000, help="Reports per message (a batch over 10 MB is "
                                                "split)."),
             Flag("event_times", default=DEFAULT_EVENT_TIMES, metavar="MODE",

@@ -3,6 +3,7 @@ errors, help and Beam hand-off everywhere, without importing Beam to parse."""
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -125,15 +126,19 @@ def test_required_flags_are_checked_after_unknown_ones():
         parse("estimate", [])
 
 
-@pytest.mark.parametrize("command", ["heavy-hitters", "audit"])
-def test_the_old_epsilon_is_a_deprecated_alias_of_expect_epsilon(command, caplog):
+@pytest.mark.parametrize("command,old,new,value", [
+    ("heavy-hitters", "epsilon", "expect_epsilon", 2.5),
+    ("audit", "epsilon", "expect_epsilon", 2.5),
+    ("audit", "format", "input_format", "json"),
+])
+def test_a_former_spelling_is_a_deprecated_alias(command, old, new, value, caplog):
     argv = (["--input=i", "--output=o"] if command == "heavy-hitters" else ["--oracle=olh"])
     with caplog.at_level(logging.WARNING, logger="ldpflow.pipelines.options"):
-        args = parse(command, [*argv, "--epsilon=2.5"]).args
-    assert args.expect_epsilon == 2.5 and not hasattr(args, "epsilon")
+        args = parse(command, [*argv, f"--{old}={value}"]).args
+    assert getattr(args, new) == value and not hasattr(args, old)
     assert [r.getMessage() for r in caplog.records] == [
-        f"ldpflow {command}: --epsilon is deprecated: use --expect_epsilon"]
-    assert parse(command, [*argv, "--expect_epsilon", "3"]).args.expect_epsilon == 3.0
+        f"ldpflow {command}: --{old} is deprecated: use --{new}"]
+    assert getattr(parse(command, [*argv, f"--{new}", str(value)]).args, new) == value
 
 
 def test_epsilon_means_perturb_with_and_expect_epsilon_check_against():
@@ -199,3 +204,18 @@ def test_the_top_level_help_imports_neither_numpy_nor_beam():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_estimate_on_the_local_engine_runs_without_beam(tmp_path):
+    from ldpflow.pipelines import simulate
+
+    simulate.run(["--oracle=grr", "--epsilon=1", "--domain_size=4", "--users=200",
+                  "--shards=1", "--seed=3", f"--output={tmp_path}/r"])
+    code = ("import sys; sys.modules['apache_beam'] = None\n"
+            "from ldpflow.pipelines.cli import main\nsys.exit(main(sys.argv[1:]))")
+    done = subprocess.run([sys.executable, "-c", code, "estimate", f"--input={tmp_path}/r/*.avro",
+                           f"--output={tmp_path}/e", "--engine=local", "--methods=base"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    document = json.loads((tmp_path / "e" / "estimates.json").read_text())
+    assert [result["n"] for result in document["results"]] == [200]
