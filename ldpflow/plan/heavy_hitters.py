@@ -21,8 +21,9 @@ The plan (each pass's step a pure function; :mod:`ldpflow.plan.steps` and
 4. pass ``s > 0`` is again a map over the ranges (read, validate, count pass ``s`` of the
    rows of its groups against the candidates pass ``s - 1`` left, shipped to the tasks as
    :class:`~ldpflow.core.heavy_hitters.PassState` per key) and a merge; reports are never
-   held between passes, so the memory of a task is that of one range's chunks and of the
-   candidates' sums, not of the input;
+   held between passes, and a task (a run of consecutive ranges, :func:`task_lists`) holds
+   one running sum, so what a task holds is one range's chunks and the candidates' sums
+   (``docs/engines.md`` has the measured peaks);
 5. :func:`advance_pass` (estimates, candidate selection, the next pass's candidates) runs on
    the driver, once per key and pass; then :func:`assemble_result` per key, the document
    (:func:`heavy_hitters_file`: the bytes the Beam job writes too), the dead-letter files
