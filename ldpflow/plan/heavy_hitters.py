@@ -21,8 +21,9 @@ The plan (each pass's step a pure function; :mod:`ldpflow.plan.steps` and
 4. pass ``s > 0`` is again a map over the ranges (read, validate, count pass ``s`` of the
    rows of its groups against the candidates pass ``s - 1`` left, shipped to the tasks as
    :class:`~ldpflow.core.heavy_hitters.PassState` per key) and a merge; reports are never
-   held between passes, so the memory of a task is that of one range's chunks and of the
-   candidates' sums, not of the input;
+   held between passes, and a task (a run of consecutive ranges, :func:`task_lists`) holds
+   one running sum, so what a task holds is one range's chunks and the candidates' sums
+   (``docs/engines.md`` has the measured peaks);
 5. :func:`advance_pass` (estimates, candidate selection, the next pass's candidates) runs on
    the driver, once per key and pass; then :func:`assemble_result` per key, the document
    (:func:`heavy_hitters_file`: the bytes the Beam job writes too), the dead-letter files
@@ -359,6 +360,10 @@ def first_configuration(paths: Iterable[str], fmt: str | None, protocol: str,
 
 
 # -- the plan ----------------------------------------------------------------------------------
+#: The byte ranges of a heavy-hitter job (smaller than estimate's): a range's decode is
+#: what a task holds, and every pass reads the input again (10^7 PEM reports: 0.93 GB at
+#: 16 MiB ranges, 3.1 GB at 64 MiB; ``docs/engines.md``).
+RANGE_BYTES = 16 << 20
 #: Reports counted by one call of ``accumulate`` at most (a call has a fixed cost: PEM's
 #: scatter over its projected counters, SFP's sums), as the Beam job's counting tasks.
 MAX_REPORTS_PER_COUNT = 1 << 20
@@ -611,7 +616,7 @@ class HeavyHittersJob:
     rule: ServerRule = dataclasses.field(default_factory=lambda: ServerRule())
     fmt: str | None = None
     started: float | None = None  # Unix time the job was launched (elapsed_seconds)
-    range_bytes: int | None = None
+    range_bytes: int | None = None  # default: RANGE_BYTES
     input_bytes: int | None = None
 
 
@@ -633,7 +638,7 @@ def run_heavy_hitters(backend: Backend, job: HeavyHittersJob) -> dict[str, Any]:
 
     protocol, rule, policy = job.protocol, job.rule, job.policy
     staging = outputs.staging_folder(job.output)
-    tasks = estimate_plan.plan_ranges(job.input, job.fmt, job.range_bytes)
+    tasks = estimate_plan.plan_ranges(job.input, job.fmt, job.range_bytes or RANGE_BYTES)
     mark("plan_ranges")
     parts = backend.persist(backend.map(backend.parallelize(task_lists(tasks, backend)),
                                         functools.partial(read_ranges, policy=policy, step=0,
