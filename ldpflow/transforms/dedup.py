@@ -30,6 +30,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
+from ldpflow.core import validation
 from ldpflow.core.dedup import first_copies
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.plan.steps import Tally, bucket_parts, split_repeated
@@ -164,8 +165,8 @@ class DropRepeatsFn(beam.DoFn):
 
 
 def _bucket_bits(buckets: int) -> int:
-    if isinstance(buckets, bool) or not isinstance(buckets, int) or \
-            not 1 <= buckets <= 1 << 16 or buckets & (buckets - 1):
+    if not validation.is_integer(buckets) or not 1 <= buckets <= 1 << 16 \
+            or buckets & (buckets - 1):
         raise ValueError(f"buckets must be a power of two in [1, 2**16], got {buckets!r}")
     return buckets.bit_length() - 1
 

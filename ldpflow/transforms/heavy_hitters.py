@@ -43,6 +43,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from ldpflow.core import heavy_hitters as hh
+from ldpflow.core import validation
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.oracles import Reports
 from ldpflow.plan.heavy_hitters import (  # the Beam-free steps every engine shares
@@ -272,8 +273,7 @@ class IdentifyHeavyHitters(beam.PTransform):
         if not isinstance(protocol, hh.HeavyHitterProtocol):
             raise TypeError(f"protocol must be a HeavyHitterProtocol, got "
                             f"{type(protocol).__name__}")
-        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
-            raise ValueError(f"shards must be a positive integer, got {shards!r}")
+        validation.check_limit(shards, name="shards")
         self._protocol = protocol
         self._shards = shards
         self._rule = rule or ServerRule()

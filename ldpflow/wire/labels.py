@@ -34,6 +34,8 @@ import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ldpflow.core import validation
+
 __all__ = ["LabelsError", "ValueLabels", "load_value_labels", "parse_value_labels",
            "canonical_bytes", "labels_version", "MAX_LABELS", "MAX_FILE_BYTES"]
 
@@ -190,7 +192,7 @@ def _check_labels(items: Iterable[tuple[int, str]], where: str) -> None:
     count = 0
     for value, label in items:
         count += 1
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not validation.is_integer(value):
             raise LabelsError(f"{where}: values must be integers, got {value!r}")
         if value < 0:
             raise LabelsError(f"{where}: value {value} is negative (values are in [0, d))")
