@@ -138,6 +138,28 @@ def acceptance_policy(opts, prog: str, expect: Mapping[str, Any] | None = None):
                             max_key_bytes=opts.max_key_bytes)
 
 
+def check_engine(opts, prog: str) -> None:
+    """The job-plan engine flags (``--workers``), checked before anything runs."""
+    if opts.workers is not None:
+        try:
+            validation.check_limit(opts.workers, name="--workers")
+        except ValueError as exc:
+            raise usage_error(prog, str(exc)) from None
+
+
+def start_backend(opts, prog: str):
+    """The job-plan engine ``--engine`` names (``ldpflow.engines.make_backend``), started;
+    a one-line usage error naming the extra to install when its package is missing."""
+    from ldpflow.engines import make_backend
+
+    try:
+        return make_backend(opts.engine, dask_scheduler=opts.dask_scheduler,
+                            workers=opts.workers, spark_master=opts.spark_master)
+    except ModuleNotFoundError as exc:
+        raise usage_error(prog, f"--engine {opts.engine} needs {exc.name}: pip install "
+                                f"'ldpflow[{opts.engine}]'") from None
+
+
 def check_inputs(pattern: str, fmt: str | None, prog: str) -> int:
     """Fail before any pipeline exists if ``pattern`` matches no file or a file whose format
     cannot be told from its name; returns the number of files."""

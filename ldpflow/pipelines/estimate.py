@@ -43,11 +43,13 @@ from typing import TYPE_CHECKING
 from ldpflow.pipelines.common import (
     acceptance_policy,
     batch_runner,
+    check_engine,
     check_inputs,
     check_output,
     job_options,
     parse_methods,
     run_pipeline,
+    start_backend,
     usage_error,
 )
 from ldpflow.pipelines.verdict import dead_letter_counts, input_bytes, verdict
@@ -130,14 +132,12 @@ def _run_plan(args, methods: list[str], backend=None, labelling=None,
               temp_location: str | None = None) -> dict:
     """The job plan (``ldpflow.plan``) on ``--engine`` dask, spark or local (or on
     ``backend``, an engine already running)."""
-    from ldpflow.engines import make_backend
     from ldpflow.plan.job import plan_ranges, run_estimate
 
     if args.poisoning != "none":
         raise usage_error(_PROG, f"--poisoning {args.poisoning} runs on --engine beam only "
                                  f"(not yet on {args.engine})")
-    if args.workers is not None and args.workers < 1:
-        raise usage_error(_PROG, f"--workers must be a positive integer, got {args.workers}")
+    check_engine(args, _PROG)
     try:
         tasks = plan_ranges(args.input, args.input_format)
     except (OSError, ValueError) as exc:
@@ -148,13 +148,7 @@ def _run_plan(args, methods: list[str], backend=None, labelling=None,
     if backend is not None:
         return run_estimate(backend, _plan_job(args, methods, policy, tasks, backend,
                                                labelling, temp_location))
-    try:
-        backend = make_backend(args.engine, dask_scheduler=args.dask_scheduler,
-                               workers=args.workers, spark_master=args.spark_master)
-    except ModuleNotFoundError as exc:
-        raise usage_error(_PROG, f"--engine {args.engine} needs {exc.name}: pip install "
-                                 f"'ldpflow[{args.engine}]'") from None
-    with backend:
+    with start_backend(args, _PROG) as backend:
         return run_estimate(backend, _plan_job(args, methods, policy, tasks, backend,
                                                labelling, temp_location))
 

@@ -79,10 +79,12 @@ from ldpflow.core import codecs, poisoning
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.pipelines.common import (
     batch_runner,
+    check_engine,
     check_inputs,
     check_output,
     job_options,
     run_pipeline,
+    start_backend,
     usage_error,
 )
 from ldpflow.pipelines.usage import JobFailed
@@ -329,24 +331,16 @@ def _run_plan(opts, protocol: hh.HeavyHitterProtocol, expect: dict[str, Any],
               rule: ServerRule, started: float, backend=None) -> dict:
     """The job plan (:mod:`ldpflow.plan.heavy_hitters`) on ``--engine`` dask, spark or local
     (or on ``backend``, an engine already running)."""
-    from ldpflow.engines import make_backend
     from ldpflow.plan.heavy_hitters import HeavyHittersJob, run_heavy_hitters
 
-    if opts.workers is not None and opts.workers < 1:
-        raise usage_error(_PROG, f"--workers must be a positive integer, got {opts.workers}")
+    check_engine(opts, _PROG)
     job = HeavyHittersJob(input=opts.input, output=opts.output, protocol=protocol,
                           policy=_policy(expect), rule=rule, fmt=opts.input_format,
                           started=started, input_bytes=input_bytes(opts.input))
     if backend is not None:
         summary = run_heavy_hitters(backend, job)
     else:
-        try:
-            backend = make_backend(opts.engine, dask_scheduler=opts.dask_scheduler,
-                                   workers=opts.workers, spark_master=opts.spark_master)
-        except ModuleNotFoundError as exc:
-            raise usage_error(_PROG, f"--engine {opts.engine} needs {exc.name}: pip install "
-                                     f"'ldpflow[{opts.engine}]'") from None
-        with backend:
+        with start_backend(opts, _PROG) as backend:
             summary = run_heavy_hitters(backend, job)
     for step, stage in enumerate(summary["passes"]):
         for key, figures in stage.items():
