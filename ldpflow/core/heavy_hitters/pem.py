@@ -62,6 +62,7 @@ from ldpflow.core.heavy_hitters.base import (
     olh_budget,
     olh_frequencies,
     olh_variance,
+    parent_weighted_sigmas,
     select_survivors,
 )
 from ldpflow.core.keys import PEM as NAME
@@ -583,16 +584,32 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
             # of stage 1 drops the noisy ones.
             s = max(s, min(2 * s, self.query_limit >> self.suffix_bits(1)))
         mask = None if valid is None else valid(estimate.candidates, estimate.prefix_bits)
-        pool_size = s if refine_sigma is None or not history else 4 * s
+        refined = refine_sigma is not None and bool(history)
+        pool_size = 4 * s if refined else s
+        # The significance test is the last stage's (the stage whose values are returned):
+        # later stages split its level among the prefixes they extend
+        # (parent_weighted_sigmas), and a stage before the last ranks by the margin over
+        # that cut without cutting.
+        last = estimate.stage == self.num_groups - 1
+        z = None
+        if significance is not None and estimate.stage and math.isfinite(estimate.sigma):
+            eta = self.suffix_bits(estimate.stage)
+            z = parent_weighted_sigmas(
+                estimate.candidates >> np.uint64(eta),
+                np.ones(estimate.candidates.size, dtype=bool) if mask is None else mask,
+                significance, ends=(estimate.candidates & np.uint64((1 << eta) - 1)) == 0)
         pool = select_survivors(estimate.candidates, estimate.frequencies, estimate.sigma,
                                 survivors=pool_size, threshold_sigma=threshold_sigma,
-                                threshold=threshold, valid=mask, significance=significance)
+                                threshold=threshold, valid=mask,
+                                significance=significance if last or z is not None else None,
+                                cut_sigmas=z, test=last)
         prefixes, freqs = estimate.candidates[pool], estimate.frequencies[pool]
-        if refine_sigma is None or not history:
+        if not refined:
             return StageSurvivors(estimate.prefix_bits, prefixes, freqs, estimate.sigma, freqs)
         scores = combine(prefixes, freqs, estimate.sigma, estimate.prefix_bits, history,
                          z=refine_sigma)
-        keep = np.lexsort((prefixes, -scores))[:s]
+        rank = scores if z is None or last else scores - z[pool] * estimate.sigma
+        keep = np.lexsort((prefixes, -rank))[:s]
         return StageSurvivors(estimate.prefix_bits, prefixes[keep], freqs[keep],
                               estimate.sigma, scores[keep])
 
