@@ -22,9 +22,13 @@ automatic configuration with OLH's optimal hash range instead of the cost-aware 
 ``spm``, ``mcm``, ``treehist``, ``sfp``.
 
 One JSON object per line per run: dataset, protocol, epsilon, k, seed, the scores,
+``found`` (how many values were returned), ``control_strings`` (on ``words``: how many of
+them hold a control character other than whitespace, which no word has),
 ``server_seconds`` (wall) and ``server_cpu_seconds`` (process CPU time of ``identify``;
 the machine has 2 cores shared with other work, so wall times are noisy and CPU times
-are the steadier figure).
+are the steadier figure). Then one last object, ``{"summary": [...]}``: per dataset,
+protocol, epsilon and k, the F1 of each seed, their mean and the control strings over
+all seeds (the table of ``docs/heavy_hitters.md``).
 """
 
 from __future__ import annotations
@@ -45,6 +49,27 @@ from ldpflow.core.oracles.local_hashing import optimal_hash_range
 PROTOCOLS = ("pem", "pem-paper", "pem-optimal-g", "spm", "mcm", "treehist", "sfp")
 DATASETS = ("zipf64", "ints32", "words")
 DEFAULT_TEXT = "/usr/share/vim/vim90/doc/*.txt"
+
+
+def control_strings(values: list) -> int:
+    """How many decoded strings hold a C0/C1 control character or DEL other than the
+    whitespace ``\\t \\n \\v \\f \\r``."""
+    return sum(bool(re.search(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]", v))
+               for v in values if isinstance(v, str))
+
+
+def summarise(rows: list[dict]) -> list[dict]:
+    """The F1 of every seed, their mean and the control strings per cell."""
+    cells: dict[tuple, list[dict]] = {}
+    for row in rows:
+        key = (row["dataset"], row["protocol"], row["epsilon"], row["k"])
+        cells.setdefault(key, []).append(row)
+    return [{"dataset": d, "protocol": p, "epsilon": e, "k": k,
+             "seeds": [r["seed"] for r in runs], "f1": [r["f1"] for r in runs],
+             "f1_mean": round(float(np.mean([r["f1"] for r in runs])), 4),
+             "found": [r["found"] for r in runs],
+             "control_strings": sum(r["control_strings"] for r in runs)}
+            for (d, p, e, k), runs in cells.items()]
 
 
 def words(pattern: str) -> list[str]:
@@ -94,6 +119,7 @@ def main(argv=None):
     parser.add_argument("--text_glob", default=DEFAULT_TEXT)
     args = parser.parse_args(argv)
     text = words(args.text_glob) if "words" in args.datasets else None
+    rows = []
     for dataset in args.datasets:
         for seed in args.seeds:
             codes, codec = population(dataset, args.users, seed, text)
@@ -112,14 +138,19 @@ def main(argv=None):
                         cpu = time.process_time() - cpu
                         wall = time.perf_counter() - wall
                         scores = hh.score_top_k(found.values, ranked, k)
-                        print(json.dumps({
+                        decoded = codec.decode(found.values) if found.values.size else []
+                        rows.append({
                             "dataset": dataset, "protocol": name, "epsilon": epsilon, "k": k,
                             "seed": seed, "n": int(codes.size), "m": codec.bits,
                             "groups": protocol.num_groups,
                             "hash_range": getattr(protocol, "hash_range", None),
                             **{key: round(v, 4) for key, v in scores.items()},
+                            "found": int(found.values.size),
+                            "control_strings": control_strings(list(decoded)),
                             "server_seconds": round(wall, 2),
-                            "server_cpu_seconds": round(cpu, 2)}), flush=True)
+                            "server_cpu_seconds": round(cpu, 2)})
+                        print(json.dumps(rows[-1]), flush=True)
+    print(json.dumps({"summary": summarise(rows)}), flush=True)
 
 
 if __name__ == "__main__":

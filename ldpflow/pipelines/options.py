@@ -428,9 +428,9 @@ def _heavy_hitters_group() -> Group:
                  help="pem, treehist, sfp: keep only candidates of estimated frequency >= "
                       "THRESHOLD."),
             Flag("significance",
-                 help="pem: keep only candidates significantly above zero among each stage's "
-                      "candidates, family-wise at this level (Bonferroni; default 0.05); off: "
-                      "no such test (the paper)."),
+                 help="pem: return only values significantly above zero among the last "
+                      "stage's candidates, family-wise at this level (weighted Bonferroni; "
+                      "default 0.05); off: no such test (the paper)."),
             Flag("refine_sigma",
                  help="pem: z of the combined ranking of a stage's candidates with the "
                       "earlier stages' estimates (default 3); off: each stage's own estimates "

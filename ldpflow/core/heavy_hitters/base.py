@@ -85,6 +85,7 @@ __all__ = [
     "shortfall",
     "DEFAULT_SIGNIFICANCE",
     "significance_sigmas",
+    "parent_weighted_sigmas",
     "check_significance",
 ]
 
@@ -314,6 +315,8 @@ def select_survivors(
     threshold: float | None = None,
     valid: npt.ArrayLike | None = None,
     significance: float | None = None,
+    cut_sigmas: npt.ArrayLike | None = None,
+    test: bool = True,
 ) -> np.ndarray:
     """The survivor rule: positions of the candidates a stage keeps, best first.
 
@@ -325,7 +328,11 @@ def select_survivors(
     among all the stage's valid candidates: estimate at least ``z sigma`` with
     ``z = Phi^-1(1 - alpha / C)`` for ``C`` valid candidates (Bonferroni's bound: the chance
     that any candidate of frequency 0 is kept is at most ``alpha``, so the noise of a low
-    epsilon does not become values). Ties go to the smaller candidate.
+    epsilon does not become values). With ``cut_sigmas`` ``z_c`` (one per candidate, a
+    weighted Bonferroni test's, :func:`parent_weighted_sigmas`), the test is
+    ``f >= z_c sigma`` instead and the candidates are ranked by their margin
+    ``f - z_c sigma``; ``test=False`` ranks so without cutting (a stage whose survivors are
+    tested later). Ties go to the smaller candidate.
     """
     survivors = validation.check_positive_int(survivors, name="survivors")
     score = np.asarray(frequencies, dtype=np.float64)
@@ -343,9 +350,17 @@ def select_survivors(
     if threshold is not None:
         cut = max(cut, _finite(threshold, "threshold"))
     if significance is not None and math.isfinite(sigma):
-        count = int(np.count_nonzero(score > -np.inf))
-        if count:
-            cut = max(cut, significance_sigmas(significance, count) * sigma)
+        if cut_sigmas is not None:
+            z = np.asarray(cut_sigmas, dtype=np.float64)
+            margin = score - z * sigma
+            if cut > -math.inf:
+                margin = np.where(score >= cut, margin, -np.inf)
+                cut = -math.inf
+            score = np.where(margin >= 0, margin, -np.inf) if test else margin
+        elif test:
+            count = int(np.count_nonzero(score > -np.inf))
+            if count:
+                cut = max(cut, significance_sigmas(significance, count) * sigma)
     order = select_top(candidates, score, survivors)
     keep = score[order] > -np.inf
     if cut > -math.inf:
@@ -364,6 +379,51 @@ def significance_sigmas(significance: float, candidates: int) -> float:
     alpha = check_significance(significance)
     count = validation.check_positive_int(candidates, name="candidates")
     return -statistics.NormalDist().inv_cdf(alpha / count)
+
+
+def parent_weighted_sigmas(parents: npt.ArrayLike, valid: npt.ArrayLike,
+                           significance: float,
+                           ends: npt.ArrayLike | None = None) -> np.ndarray:
+    """The cut of each candidate, in standard deviations, of a weighted Bonferroni test.
+
+    The level ``alpha`` is split equally among the ``P`` distinct ``parents`` that have a
+    valid candidate, and a parent's share equally among its ``V`` valid candidates: the cut
+    is ``Phi^-1(1 - alpha / (P V))`` (``inf`` for an invalid candidate). The weights sum to
+    ``alpha`` and depend on the candidates and the codec only, never on the estimates they
+    are applied to, so the chance that any candidate of frequency 0 passes is at most
+    ``alpha``, as with equal weights. With ``ends`` (a mask: the candidate that extends
+    its parent by zeros, the parent's own value when values may end there, as a string's
+    do), a valid ending candidate takes half of its parent's share when the parent has
+    other valid candidates, and they share the other half: a short word is tested at
+    about ``Phi^-1(1 - alpha / (2 P))`` whatever the number of its parent's extensions.
+    """
+    alpha = check_significance(significance)
+    mask = np.asarray(valid, dtype=bool).reshape(-1)
+    keys = np.asarray(parents).reshape(-1)
+    if keys.shape != mask.shape:
+        raise ValueError(f"parents must have the candidates' shape {mask.shape}, got "
+                         f"{keys.shape}")
+    out = np.full(mask.size, math.inf)
+    if not mask.any():
+        return out
+    _, inverse = np.unique(keys, return_inverse=True)
+    per_parent = np.bincount(inverse, weights=mask, minlength=inverse.max() + 1)
+    shares = np.count_nonzero(per_parent)
+    # the share of one candidate, as 1 / (its parent's divisor): V, or 2 and 2 (V - 1)
+    divisor = per_parent[inverse]
+    if ends is not None:
+        end = np.asarray(ends, dtype=bool).reshape(-1) & mask
+        if end.shape != mask.shape:
+            raise ValueError(f"ends must have the candidates' shape {mask.shape}, got "
+                             f"{end.shape}")
+        split = np.bincount(inverse, weights=end, minlength=per_parent.size)[inverse] > 0
+        split &= divisor > 1
+        divisor = np.where(split, np.where(end, 2.0, 2.0 * (divisor - 1)), divisor)
+    sizes, where = np.unique(divisor[mask], return_inverse=True)
+    z = np.array([-statistics.NormalDist().inv_cdf(alpha / (shares * float(v)))
+                  for v in sizes])
+    out[mask] = z[where]
+    return out
 
 
 def check_significance(value: Any) -> float:

@@ -19,8 +19,9 @@ server calls, not parameters of the configuration):
 
 * **the survivor rule** (:func:`~ldpflow.core.heavy_hitters.base.select_survivors`): each
   stage keeps its ``survivors`` best candidates (default ``2 k``), optionally only those
-  above ``threshold_sigma`` standard deviations; candidates that cannot be prefixes of
-  valid values under the codec (``valid``) are pruned first;
+  above ``threshold_sigma`` standard deviations, and the last stage only those significantly
+  above zero (``significance``, see :meth:`PrefixExtendingMethod.select`); candidates that
+  cannot be prefixes of valid values under the codec (``valid``) are pruned first;
 * **the ranking** (:func:`combine`): from the second stage on, a pool of the best
   candidates by their own estimates is ranked by an inverse-variance combination of their
   own estimate and, where an earlier stage's ancestor of a candidate is held by no other
@@ -62,6 +63,7 @@ from ldpflow.core.heavy_hitters.base import (
     olh_budget,
     olh_frequencies,
     olh_variance,
+    parent_weighted_sigmas,
     query_limit_parameter,
     select_survivors,
 )
@@ -575,10 +577,17 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
         refine_sigma : float or None, default 3
             :func:`combine`'s ``z``; ``None`` ranks by the stage's own estimates (the paper).
         significance : float or None, default 0.05
-            Keep only candidates significantly above zero among the stage's valid
-            candidates, family-wise at this level (Bonferroni; see
-            :func:`~ldpflow.core.heavy_hitters.base.select_survivors`): a stage then keeps
-            fewer than ``s`` rather than noise. ``None``: no such test (the paper).
+            The last stage (the one whose values are returned) keeps only candidates
+            significantly above zero among its valid candidates, family-wise at this level:
+            a weighted Bonferroni test, the level split equally among the prefixes the
+            stage extends, a prefix's share equally among its valid extensions, and (with
+            ``valid``) half of it to the extension by zeros when that one is valid (a value
+            that ends there;
+            :func:`~ldpflow.core.heavy_hitters.base.parent_weighted_sigmas`). Earlier stages
+            (from stage 1) rank by the margin over the same cut of their own candidates
+            without cutting; stage 0 by its estimates. A run then returns fewer than ``k``
+            rather than noise. With one group, stage 0 is the last and the test is
+            Bonferroni's over its candidates. ``None``: no such test (the paper).
 
         Returns
         -------
@@ -592,16 +601,33 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
             # of stage 1 drops the noisy ones.
             s = max(s, min(2 * s, self.query_limit >> self.suffix_bits(1)))
         mask = None if valid is None else valid(estimate.candidates, estimate.prefix_bits)
-        pool_size = s if refine_sigma is None or not history else 4 * s
+        refined = refine_sigma is not None and bool(history)
+        pool_size = 4 * s if refined else s
+        # The significance test is the last stage's (the stage whose values are returned):
+        # later stages split its level among the prefixes they extend
+        # (parent_weighted_sigmas), and a stage before the last ranks by the margin over
+        # that cut without cutting.
+        last = estimate.stage == self.num_groups - 1
+        z = None
+        if significance is not None and estimate.stage and math.isfinite(estimate.sigma):
+            eta = self.suffix_bits(estimate.stage)
+            z = parent_weighted_sigmas(
+                estimate.candidates >> np.uint64(eta),
+                np.ones(estimate.candidates.size, dtype=bool) if mask is None else mask,
+                significance, ends=None if mask is None else
+                (estimate.candidates & np.uint64((1 << eta) - 1)) == 0)
         pool = select_survivors(estimate.candidates, estimate.frequencies, estimate.sigma,
                                 survivors=pool_size, threshold_sigma=threshold_sigma,
-                                threshold=threshold, valid=mask, significance=significance)
+                                threshold=threshold, valid=mask,
+                                significance=significance if last or z is not None else None,
+                                cut_sigmas=z, test=last)
         prefixes, freqs = estimate.candidates[pool], estimate.frequencies[pool]
-        if refine_sigma is None or not history:
+        if not refined:
             return StageSurvivors(estimate.prefix_bits, prefixes, freqs, estimate.sigma, freqs)
         scores = combine(prefixes, freqs, estimate.sigma, estimate.prefix_bits, history,
                          z=refine_sigma)
-        keep = np.lexsort((prefixes, -scores))[:s]
+        rank = scores if z is None or last else scores - z[pool] * estimate.sigma
+        keep = np.lexsort((prefixes, -rank))[:s]
         return StageSurvivors(estimate.prefix_bits, prefixes[keep], freqs[keep],
                               estimate.sigma, scores[keep])
 
