@@ -45,7 +45,9 @@ def test_stage_zero_is_the_olh_oracles_dispersion_test_over_the_full_domain():
 def test_a_later_stage_tests_its_candidates_with_their_mass_at_most_one():
     reports, _ = honest(6000, 4)
     counts0, _ = stage_counts(reports, 0)
-    state = PEM.advance(0, counts0, PEM.initial_state())
+    # Few survivors, so that stage 1 estimates fewer candidates than its domain (stage 0
+    # ranks without cutting): the test then bounds the candidates' mass by one.
+    state = PEM.advance(0, counts0, PEM.initial_state(), survivors=8)
     counts1, part = stage_counts(reports, 1, state)
     estimate = PEM.estimate(counts1)
     test = poisoning.prefix_stage_test(PEM, counts1)["dispersion"]

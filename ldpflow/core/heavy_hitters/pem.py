@@ -622,7 +622,7 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
                                 significance=significance if last or z is not None else None,
                                 cut_sigmas=z, test=last)
         prefixes, freqs = estimate.candidates[pool], estimate.frequencies[pool]
-        if not refined:
+        if not refined or refine_sigma is None:  # (refined implies a refine_sigma)
             return StageSurvivors(estimate.prefix_bits, prefixes, freqs, estimate.sigma, freqs)
         scores = combine(prefixes, freqs, estimate.sigma, estimate.prefix_bits, history,
                          z=refine_sigma)
