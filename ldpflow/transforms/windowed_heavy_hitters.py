@@ -61,8 +61,11 @@ from ldpflow.transforms.streaming import (
     WindowReports,
     WindowSpec,
 )
-from ldpflow.wire.envelope import DeadLetter, ReportBatch
-from ldpflow.wire.envelope import _narrow as narrow_column  # the wire's compact dtypes
+from ldpflow.wire.envelope import (
+    DeadLetter,
+    ReportBatch,
+    narrow_column,  # the wire's compact dtypes
+)
 from ldpflow.wire.results import heavy_hitters_document
 
 __all__ = [

@@ -36,6 +36,7 @@ __all__ = [
     "PAYLOAD_FIELDS",
     "UNSIGNED_FIELDS",
     "ReportBatch",
+    "narrow_column",
     "DeadLetter",
     "WireColumn",
     "payload_columns",
@@ -211,7 +212,7 @@ class ReportBatch:
     def __reduce__(self) -> tuple:
         # Between workers, integer columns travel in the narrowest dtype that holds their
         # values (a bucket in [0, 4) as one byte, not eight); exact, restored on arrival.
-        columns = {name: _narrow(col) for name, col in self.reports.columns.items()}
+        columns = {name: narrow_column(col) for name, col in self.reports.columns.items()}
         envelope = tuple(getattr(self, name) for name in self._ENVELOPE)
         return _rebuild_batch, (self.key, self.reports.oracle, columns, envelope)
 
@@ -242,7 +243,7 @@ class ReportBatch:
 _NARROW = (np.uint8, np.uint16, np.int8, np.int16, np.int32, np.uint32)
 
 
-def _narrow(column: np.ndarray) -> tuple[np.ndarray, str]:
+def narrow_column(column: np.ndarray) -> tuple[np.ndarray, str]:
     """``column`` in the narrowest integer dtype that holds its values, and its own dtype."""
     if column.dtype.kind not in "iu" or column.itemsize == 1 or column.size == 0:
         return column, column.dtype.str
