@@ -12,6 +12,7 @@ that are not ldpflow's. Importing this module does not import Beam. A usage erro
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import re
 import sys
@@ -147,9 +148,13 @@ def check_engine(opts, prog: str) -> None:
             raise usage_error(prog, str(exc)) from None
 
 
-def start_backend(opts, prog: str):
-    """The job-plan engine ``--engine`` names (``ldpflow.engines.make_backend``), started;
-    a one-line usage error naming the extra to install when its package is missing."""
+def start_backend(opts, prog: str, backend=None):
+    """The job-plan engine ``--engine`` names (``ldpflow.engines.make_backend``), started
+    and stopped by the ``with`` block; a one-line usage error naming the extra to install
+    when its package is missing. ``backend``: an engine already running, used as it is
+    (and left running)."""
+    if backend is not None:
+        return contextlib.nullcontext(backend)
     from ldpflow.engines import make_backend
 
     try:

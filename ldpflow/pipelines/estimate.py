@@ -128,8 +128,7 @@ def build(pipeline: beam.Pipeline, args, methods: list[str], policy=None, run=No
     return written | "CommitOutputs" >> CommitOutputs(output, staging)
 
 
-def _run_plan(args, methods: list[str], backend=None, labelling=None,
-              temp_location: str | None = None) -> dict:
+def _run_plan(args, methods: list[str], backend, labelling: dict) -> dict:
     """The job plan (``ldpflow.plan``) on ``--engine`` dask, spark or local (or on
     ``backend``, an engine already running)."""
     from ldpflow.plan.job import plan_ranges, run_estimate
@@ -145,12 +144,8 @@ def _run_plan(args, methods: list[str], backend=None, labelling=None,
     if not tasks:
         raise usage_error(_PROG, f"--input {args.input!r} matched no files")
     policy = acceptance_policy(args, _PROG)
-    if backend is not None:
-        return run_estimate(backend, _plan_job(args, methods, policy, tasks, backend,
-                                               labelling, temp_location))
-    with start_backend(args, _PROG) as backend:
-        return run_estimate(backend, _plan_job(args, methods, policy, tasks, backend,
-                                               labelling, temp_location))
+    with start_backend(args, _PROG, backend) as engine:
+        return run_estimate(engine, _plan_job(args, methods, policy, tasks, engine, labelling))
 
 
 def _read_remote(path: str) -> bytes:
@@ -188,12 +183,10 @@ def _labels_and_formats(args) -> dict:
     return {"value_labels": labels, "formats": (args.format,)}
 
 
-def _plan_job(args, methods, policy, tasks, backend, labelling=None, temp_location=None):
+def _plan_job(args, methods, policy, tasks, backend, labelling: dict):
     from ldpflow.plan.job import EstimateJob
     from ldpflow.plan.progress import ProgressSpec
 
-    if labelling is None:
-        labelling = _labels_and_formats(args)
     metadata = run_metadata(inputs=args.input, files=len({task.path for task in tasks}),
                             policy=policy, methods=methods, runner=backend.description,
                             started=utc_now(), **labelling)
@@ -204,8 +197,7 @@ def _plan_job(args, methods, policy, tasks, backend, labelling=None, temp_locati
                        input_bytes=size, max_job_bytes=args.max_job_bytes,
                        progress=ProgressSpec(uuid.uuid4().hex, size),
                        dedup_store=args.dedup_store or ("disk" if args.engine == "local"
-                                                        else "memory"),
-                       temp_location=temp_location)
+                                                        else "memory"))
 
 
 def run(argv: list[str] | None = None, backend=None) -> dict:
