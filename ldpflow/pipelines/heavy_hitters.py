@@ -113,7 +113,7 @@ _FLAGS = {"top_k": "k", "value_bits": "bits", "epsilon": "expect_epsilon"}
 _SERVER_FLAGS = ("survivors", "threshold_sigma", "threshold", "refine_sigma", "significance")
 
 
-def server_options(opts) -> dict[str, Any]:
+def server_options(opts, prog: str = _PROG) -> dict[str, Any]:
     """The server options the flags give (``--refine_sigma off``: None, the paper's ranking).
 
     Raises
@@ -129,7 +129,7 @@ def server_options(opts) -> dict[str, Any]:
             try:
                 options[flag] = None if text == "off" else float(text)
             except ValueError:
-                raise usage_error(_PROG, f"--{flag} must be a number or off, got "
+                raise usage_error(prog, f"--{flag} must be a number or off, got "
                                          f"{text!r}") from None
     return options
 
@@ -150,7 +150,7 @@ def _flag(name: str) -> str:
     return f"--{_FLAGS.get(name, name)}"
 
 
-def check_flags(opts) -> None:
+def check_flags(opts, prog: str = _PROG) -> None:
     """The flag checks that need no configuration (run before the input is read).
 
     Raises
@@ -166,25 +166,25 @@ def check_flags(opts) -> None:
     if foreign:
         takes = ", ".join(p for p in sorted(hh.PROTOCOLS)
                           if foreign[0] in hh.shape_parameters(p))
-        raise usage_error(_PROG, f"--{foreign[0]} is not a parameter of {name} (it is of "
+        raise usage_error(prog, f"--{foreign[0]} is not a parameter of {name} (it is of "
                                  f"{takes}); {name} takes "
                                  f"{' '.join('--' + p for p in shape) or 'no other flags'}")
     options = hh.PROTOCOLS[name].server_options
     for flag in _SERVER_FLAGS:
         if getattr(opts, flag) is not None and flag not in options:
             have = " ".join(f"--{o}" for o in options if o in _SERVER_FLAGS)
-            raise usage_error(_PROG, f"--{flag}: {name} has no such server option (its "
+            raise usage_error(prog, f"--{flag}: {name} has no such server option (its "
                                      f"options: {have or 'none'})")
     if (opts.k is None) != (opts.bits is None):
-        raise usage_error(_PROG, "--k and --bits go together (neither: the input's "
+        raise usage_error(prog, "--k and --bits go together (neither: the input's "
                                  "configuration)")
     given = [p for p in shape if getattr(opts, p) is not None]
     if opts.k is None and given:
-        raise usage_error(_PROG, f"--{given[0]} needs --k and --bits (without them the "
+        raise usage_error(prog, f"--{given[0]} needs --k and --bits (without them the "
                                  "configuration is the input's)")
 
 
-def configure(opts, found: hh.HeavyHitterProtocol | None = None
+def configure(opts, found: hh.HeavyHitterProtocol | None = None, prog: str = _PROG
               ) -> tuple[hh.HeavyHitterProtocol, dict[str, Any]]:
     """The configuration of the input (``found``, its first report's) checked against the
     flags, and the report parameters to expect.
@@ -209,13 +209,13 @@ def configure(opts, found: hh.HeavyHitterProtocol | None = None
     name = opts.protocol
     cls = hh.PROTOCOLS[name]
     shape = hh.shape_parameters(name)
-    check_flags(opts)
+    check_flags(opts, prog)
     stated: dict[str, Any] = {}
     if opts.k is not None:
         stated = {"top_k": opts.k, "value_bits": opts.bits,
                   **{p: getattr(opts, p) for p in shape if getattr(opts, p) is not None}}
     if found is not None:
-        _check_agreement(stated, found, opts)
+        _check_agreement(stated, found, opts, prog)
         params: dict[str, Any] = dict(found.parameters)
         if opts.expect_epsilon is not None and opts.expect_epsilon != found.epsilon:
             params["epsilon"] = opts.expect_epsilon
@@ -223,9 +223,9 @@ def configure(opts, found: hh.HeavyHitterProtocol | None = None
     elif stated:
         params = {**stated, "epsilon": 1.0 if opts.expect_epsilon is None else opts.expect_epsilon}
     else:
-        raise usage_error(_PROG, f"--input {opts.input!r} holds no valid {name} report to "
+        raise usage_error(prog, f"--input {opts.input!r} holds no valid {name} report to "
                                  "take the configuration from; pass --k and --bits")
-    options = server_options(opts)
+    options = server_options(opts, prog)
     try:
         protocol = cls(**params)
         if opts.codec is not None:
@@ -234,7 +234,7 @@ def configure(opts, found: hh.HeavyHitterProtocol | None = None
     except (TypeError, ValueError) as exc:
         flags = " ".join(f"{_flag(p)} {value}" for p, value in params.items()
                          if p != "epsilon" or opts.expect_epsilon is not None)
-        raise usage_error(_PROG, f"{exc} (flags: {flags})") from None
+        raise usage_error(prog, f"{exc} (flags: {flags})") from None
     expect: dict[str, Any] = {"oracle": name, **{
         p: v for p, v in protocol.parameters.items() if p not in ("epsilon", "hash_range")}}
     if opts.codec is not None:
@@ -244,7 +244,8 @@ def configure(opts, found: hh.HeavyHitterProtocol | None = None
     return protocol, expect
 
 
-def _check_agreement(stated: dict[str, Any], found: hh.HeavyHitterProtocol, opts) -> None:
+def _check_agreement(stated: dict[str, Any], found: hh.HeavyHitterProtocol, opts,
+                     prog: str = _PROG) -> None:
     """Each parameter the flags state equals the input configuration's (one line naming
     the first that differs, and the flags that give the reports' configuration)."""
     have = found.parameters
@@ -253,12 +254,12 @@ def _check_agreement(stated: dict[str, Any], found: hh.HeavyHitterProtocol, opts
             theirs = " ".join(f"{_flag(p)} {v}" for p, v in have.items()
                               if p not in ("epsilon", "hash_range"))
             raise JobFailed(
-                _PROG, f"{_flag(parameter)} {value} disagrees with the input: its {found.name} "
+                prog, f"{_flag(parameter)} {value} disagrees with the input: its {found.name} "
                        f"reports have {parameter} {have.get(parameter)} (their configuration: "
                        f"{theirs}; leave out --k and --bits to take it as it is)")
 
 
-def read_truth(path: str) -> tuple:
+def read_truth(path: str, prog: str = _PROG) -> tuple:
     """The true values, most frequent first, of ``--truth``: ``ldpflow simulate``'s
     ``truth.json`` (its ``top`` list), a JSON list of values or of ``{"value": ...}``, or a
     text file of one value per line (integers when every line is one)."""
@@ -266,7 +267,7 @@ def read_truth(path: str) -> tuple:
         with FileSystems.open(path) as f:
             text = f.read().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise usage_error(_PROG, f"cannot read --truth {path!r}: {exc}") from None
+        raise usage_error(prog, f"cannot read --truth {path!r}: {exc}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
@@ -276,7 +277,7 @@ def read_truth(path: str) -> tuple:
         return tuple(lines)
     entries = data.get("top") if isinstance(data, dict) else data
     if not isinstance(entries, list) or not entries:
-        raise usage_error(_PROG, f"--truth {path!r} must hold a non-empty list of values "
+        raise usage_error(prog, f"--truth {path!r} must hold a non-empty list of values "
                                  "(or an object with one under 'top')")
     return tuple(e["value"] if isinstance(e, dict) else e for e in entries)
 
@@ -337,11 +338,8 @@ def _run_plan(opts, protocol: hh.HeavyHitterProtocol, expect: dict[str, Any],
     job = HeavyHittersJob(input=opts.input, output=opts.output, protocol=protocol,
                           policy=_policy(expect), rule=rule, fmt=opts.input_format,
                           started=started, input_bytes=input_bytes(opts.input))
-    if backend is not None:
-        summary = run_heavy_hitters(backend, job)
-    else:
-        with start_backend(opts, _PROG) as backend:
-            summary = run_heavy_hitters(backend, job)
+    with start_backend(opts, _PROG, backend) as engine:
+        summary = run_heavy_hitters(engine, job)
     for step, stage in enumerate(summary["passes"]):
         for key, figures in stage.items():
             _LOGGER.info("%s: pass %d (%s) of %s: %d reports, %d candidates, %d kept", _PROG,

@@ -50,7 +50,6 @@ does not exist are one line and exit status 1, as is a Pub/Sub failure while it 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -211,19 +210,6 @@ _HEAVY_FLAGS = ("k", "bits", *sorted(hh.SHAPE_FLAGS), "survivors", "threshold_si
                 "threshold", "significance", "refine_sigma", "codec", "truth")
 
 
-@contextlib.contextmanager
-def _as_stream():
-    """The heavy-hitters job's flag checks, with this job's name in their line."""
-    try:
-        yield
-    except SystemExit as exc:
-        text = str(exc.code) if exc.code is not None else ""
-        prefix = "ldpflow heavy-hitters: "
-        if text.startswith(prefix):
-            raise SystemExit(f"{_PROG}: {text[len(prefix):]}") from None
-        raise
-
-
 def _heavy_hitters(opts, argv: list[str] | None) -> HeavyHitterStream | None:
     """``--protocol`` and its flags, checked as the batch job checks them, before any
     pipeline: the configuration is each report's own, and what the flags state only checks
@@ -246,12 +232,12 @@ def _heavy_hitters(opts, argv: list[str] | None) -> HeavyHitterStream | None:
                                      "--protocol the flags --k, --bits, --expect_epsilon, --codec "
                                      "and the protocol's own check the reports")
     name = opts.protocol
-    with _as_stream():
-        job.check_flags(opts)
-        if opts.k is not None:
-            job.configure(opts)  # the flags' own values: a usage error names them
-        options = job.server_options(opts)
-        truth = job.read_truth(opts.truth) if opts.truth else None
+    if opts.k is not None:
+        job.configure(opts, prog=_PROG)  # the flags' own values: a usage error names them
+    else:
+        job.check_flags(opts, _PROG)
+    options = job.server_options(opts, _PROG)
+    truth = job.read_truth(opts.truth, _PROG) if opts.truth else None
     expect: dict[str, Any] = {"oracle": name}
     if opts.k is not None:
         expect.update(top_k=opts.k, value_bits=opts.bits, **{
