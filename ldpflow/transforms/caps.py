@@ -24,7 +24,7 @@ from apache_beam.metrics import Metrics
 
 from ldpflow.core import validation
 from ldpflow.core.contribution import capped_rows, epsilon_per_user, tie_breaks
-from ldpflow.plan.steps import CAP_KEEP  # the envelope columns the cap needs
+from ldpflow.plan.steps import CAP_KEEP, bucket_parts  # CAP_KEEP: the columns the cap needs
 from ldpflow.transforms.dedup import Tally, is_tally
 
 __all__ = ["CapContributions", "CapUserReportsFn", "ContributionSummaryFn", "CAP_KEEP",
@@ -38,15 +38,8 @@ def _user_buckets(element, bits: int):
     key, batch = element
     if batch.user_hashes is None or batch.event_times is None or batch.report_ids is None:
         raise ValueError(f"contribution caps need batches read with keep={CAP_KEEP}")
-    bucket = (batch.user_hashes >> np.uint64(64 - bits)).astype(np.uint16)
-    present = np.flatnonzero(np.bincount(bucket, minlength=1 << bits))
-    if present.size == 1:
-        yield int(present[0]), (key, batch)
-        return
-    order = np.argsort(bucket, kind="stable")
-    bounds = np.searchsorted(bucket[order], np.append(present, present[-1] + 1))
-    for i, b in enumerate(present.tolist()):
-        yield b, (key, batch[order[bounds[i]:bounds[i + 1]]])
+    for b, rows in bucket_parts(batch.user_hashes, bits):
+        yield b, (key, batch if rows is None else batch[rows])
 
 
 class CapUserReportsFn(beam.DoFn):
