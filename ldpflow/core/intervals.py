@@ -54,6 +54,7 @@ import numpy.typing as npt
 
 from ldpflow.core import postprocess as _postprocess
 from ldpflow.core import validation
+from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.oracles import registry
 from ldpflow.core.oracles.base import Estimate
 
@@ -134,7 +135,7 @@ def standard_errors(estimate: Estimate) -> FloatArray:
     """
     estimate = _check_estimate(estimate)
     plug_in = np.clip(estimate.frequencies, 0.0, 1.0)
-    oracle = registry.make(estimate.oracle, **estimate.parameters)
+    oracle = registry.from_key(ProtocolKey(estimate.oracle, estimate.parameters))
     analytic = np.broadcast_to(
         np.asarray(oracle.variance(estimate.n, plug_in), dtype=np.float64), plug_in.shape)
     carried = estimate.var_const + estimate.var_slope * plug_in

@@ -4,17 +4,18 @@ Reports, accumulators and results of different configurations must never mix, so
 one of them carries the key of the configuration it belongs to: the protocol's registry
 name and its parameters. A key is a tuple ``(name, (parameter, value), ...)`` with the
 parameters sorted by name, so it is hashable, ordered, picklable and deterministic as a
-Beam key. It has one text form (:meth:`ProtocolKey.to_json`, stable: sorted keys), and it
-builds the protocol it names (:meth:`ProtocolKey.build`).
+Beam key. It has one text form (:meth:`ProtocolKey.to_json`, stable: sorted keys), and one
+way to the protocol it names: :attr:`ProtocolKey.protocol`, built once per key and cached
+(protocols are immutable), so a call site never rebuilds it from the parameters.
 
 Heavy-hitter keys (:data:`HEAVY_HITTERS`: ``pem``, ``spm``, ``mcm``, ``treehist``,
 ``sfp``) also carry ``codec``: how the reports' values were made integers. It is part of
 the reports' identity (values of two codecs cannot be counted together) but not a
-parameter of the protocol, so :meth:`ProtocolKey.build` leaves it out and
+parameter of the protocol, so :attr:`ProtocolKey.protocol` leaves it out and
 :attr:`ProtocolKey.codec` reads it.
 
 This module imports no protocol: the protocol classes register themselves when they are
-defined (:class:`Keyed`), and :meth:`ProtocolKey.build` looks the name up in
+defined (:class:`Keyed`), and :attr:`ProtocolKey.protocol` looks the name up in
 :mod:`ldpflow.core.registry`.
 """
 
@@ -126,18 +127,23 @@ class ProtocolKey(tuple):
         name = params.pop("oracle")
         heavy = registry.is_heavy_hitter(name)
         codec = params.pop("codec", None) if heavy else None
-        key = cls(name, params)
-        protocol = key.build()
+        protocol = cls(name, params).protocol
         return cls.heavy_hitters(protocol, codec) if heavy else protocol.key
 
-    def build(self) -> Any:
-        """The protocol object this key names (cached: protocols are immutable).
+    @property
+    def protocol(self) -> Any:
+        """The protocol object this key names, built on first use and cached per key
+        (protocols are immutable; heavy hitters: without ``codec``).
 
         Raises
         ------
         ValueError, TypeError
             As the protocol's constructor does for bad parameters.
         """
+        return _build(self)
+
+    def build(self) -> Any:
+        """:attr:`protocol` (the same cached object), for the callers not yet moved to it."""
         return _build(self)
 
 

@@ -260,7 +260,7 @@ def _auditor(parser: argparse.ArgumentParser, key: ProtocolKey,
              args: argparse.Namespace) -> audit.Auditor | None:
     if key.name not in audit.AUDITED_ORACLES:
         return None  # refused by _check_keys once every file is read
-    oracle = key.build()
+    oracle = key.protocol
     if not isinstance(oracle, FrequencyOracle):  # pragma: no cover - registry keys only
         return None
     try:

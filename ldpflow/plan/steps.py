@@ -530,7 +530,7 @@ def key_memory(key) -> int:
     that is not a frequency oracle's)."""
     from ldpflow.wire.parse import key_bytes
 
-    return key_bytes(ProtocolKey.coerce(key).build()) or 0
+    return key_bytes(ProtocolKey.coerce(key).protocol) or 0
 
 
 def _mib(size: int) -> str:

@@ -224,7 +224,7 @@ class ReportBatch:
     @property
     def protocol(self) -> Any:
         """The oracle (or heavy-hitter configuration) of the key."""
-        return self.key.build()
+        return self.key.protocol
 
     @classmethod
     def concat(cls, batches: Sequence[ReportBatch]) -> ReportBatch:

@@ -16,6 +16,7 @@ from ldpflow.core import audit, poisoning, randomness, registry
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.core.keys import HEAVY_HITTERS, ProtocolKey
 from ldpflow.core.oracles import ORACLES
+from ldpflow.core.oracles import registry as oracle_registry
 from ldpflow.core.oracles.base import FrequencyOracle, IndexReports, Reports
 from ldpflow.wire.envelope import PARAMETER_FIELDS, nested_parameter_fields
 from tests.wire_support import parse_records, reports_to_records
@@ -137,8 +138,8 @@ def test_each_module_imported_first_sees_the_whole_registry(module):
             "assert len(registry.names()) == 18, registry.names()\n"
             "key = ProtocolKey('pem', {'top_k': 4, 'value_bits': 8, 'epsilon': 1.0,"
             " 'codec': 'int'})\n"
-            "assert key.build().name == 'pem'\n"
-            "assert ProtocolKey('olh', {'epsilon': 1.0, 'domain_size': 8}).build().p > 0\n")
+            "assert key.protocol.name == 'pem'\n"
+            "assert ProtocolKey('olh', {'epsilon': 1.0, 'domain_size': 8}).protocol.p > 0\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
@@ -181,7 +182,7 @@ def test_a_new_oracle_is_built_keyed_parsed_and_estimated_with_no_other_change(f
     assert "fallback-rr" in ORACLES and "fallback-rr" in registry.names(registry.FREQUENCY_ORACLE)
     oracle = ldpflow.oracle("fallback-rr", epsilon=1.0, domain_size=8)
     assert isinstance(oracle, fallback_rr)
-    assert ProtocolKey.from_json(oracle.key.to_json()).build() == oracle
+    assert ProtocolKey.from_json(oracle.key.to_json()).protocol == oracle
     rng = np.random.default_rng(7)
     n = 4000
     values = np.repeat(np.arange(8), n // 8)
@@ -207,3 +208,20 @@ def test_a_name_is_taken_once(fallback_rr):
         class Impostor(fallback_rr):
             name = "grr"
     assert ORACLES["grr"].__name__ == "DirectEncoding"
+
+
+def test_a_key_builds_its_protocol_once_and_every_way_to_it_is_that_object():
+    olh = ldpflow.oracle("olh", epsilon=1.5, domain_size=64)
+    key = ProtocolKey(olh.name, olh.parameters)
+    built = key.protocol
+    assert built == olh and built is key.protocol  # cached per key
+    assert ProtocolKey.coerce(tuple(key)).protocol is built  # a plain key tuple too
+    assert key.build() is built
+    assert ORACLES["olh"] is type(built)
+    assert oracle_registry.from_key(tuple(key)) is built
+    pem = hh.make("pem", top_k=4, value_bits=16, epsilon=2.0)
+    hh_key = ProtocolKey.heavy_hitters(pem, "utf8")
+    assert hh_key.protocol == pem and "codec" not in hh_key.protocol.parameters
+    assert type(pem).from_key(hh_key) is hh_key.protocol
+    with pytest.raises(ValueError, match="frequency|oracle"):
+        oracle_registry.from_key(hh_key)

@@ -122,7 +122,7 @@ def test_reports_round_trip_exactly_in_every_format(name, fmt):
     assert _summary(parsed) == (N, N, 0, [])
     ((key, batches),) = _batches(parsed).items()
     assert key == ProtocolKey.heavy_hitters(protocol, "int")
-    assert key.name == name and key.codec == "int" and key.build() == protocol
+    assert key.name == name and key.codec == "int" and key.protocol == protocol
     (batch,) = batches
     _assert_columns_equal(batch.reports, reports)
     assert batch.user_ids.tolist() == [f"user-{i}" for i in range(N)]
@@ -516,7 +516,7 @@ def test_heavy_hitter_keys_build_their_protocol_and_round_trip_as_text(name):
     for codec in ("int", "string"):
         key = ProtocolKey.heavy_hitters(protocol, codec)
         assert key.name == name and key.codec == codec
-        assert key.build() == protocol
+        assert key.protocol == protocol
         assert ProtocolKey.from_json(key.to_json()) == key
     assert ProtocolKey.heavy_hitters(protocol, None).codec == "int"
     assert ProtocolKey(name, protocol.parameters).codec == "int"  # a key without codec

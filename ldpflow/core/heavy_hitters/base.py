@@ -801,13 +801,12 @@ class HeavyHitterProtocol(Keyed, CheckedReports, _GroupHashed):
         if not isinstance(key, (tuple, list)) or not key or key[0] != cls.name:
             raise ValueError(f"key must be a {cls.name!r} key, got {key!r}")
         try:
-            params = ProtocolKey.coerce(key).parameters
+            key = ProtocolKey.coerce(key)
         except ValueError:
             raise ValueError(
                 f"key must hold (name, value) pairs after {cls.name!r}, got {key!r}"
             ) from None
-        params.pop("codec", None)  # the value codec: part of a report key, not a parameter
-        return cls(**params)
+        return key.protocol  # the value codec is part of a report key, not a parameter
 
     # -- client ---------------------------------------------------------------------------------
     @property

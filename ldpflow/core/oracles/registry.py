@@ -37,4 +37,4 @@ def from_key(key: tuple) -> FrequencyOracle:
     """The oracle whose :attr:`~FrequencyOracle.key` is ``key`` (cached: oracles are immutable)."""
     key = ProtocolKey.coerce(key)
     registry.lookup(key.name, registry.FREQUENCY_ORACLE)  # the oracles' message for others
-    return key.build()
+    return key.protocol
