@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ldpflow.core import codecs
+from ldpflow.core import codecs, registry
 from ldpflow.core.keys import HEAVY_HITTERS
 from ldpflow.core.oracles import Reports
 from ldpflow.wire.envelope import UNSIGNED_FIELDS, nested_parameter_fields, payload_columns
@@ -30,7 +30,7 @@ def reports_table(
 ) -> pa.Table:
     """The envelopes of a batch of one protocol's reports, as Arrow columns.
 
-    For heavy-hitter reports (``pem``, ``spm``, ``mcm``, ``treehist``, ``sfp``) the envelope
+    For heavy-hitter reports (the registry's heavy-hitter family) the envelope
     carries the configuration in the nested record named after the protocol, with ``codec``
     (default ``int``); ``domain_size`` is the number of groups and ``hash_range`` the OLH
     range of the reports (derived from epsilon for ``spm``, ``mcm`` and ``sfp``). Their user
@@ -43,7 +43,7 @@ def reports_table(
         ``value_bits``.
     """
     n = len(reports)
-    heavy = protocol.name in HEAVY_HITTERS
+    heavy = registry.is_heavy_hitter(protocol.name)
     if codec is not None and not heavy:
         raise ValueError(f"codec applies to heavy-hitter reports ({', '.join(HEAVY_HITTERS)}) "
                          f"only, got {codec!r} for {protocol.name}")

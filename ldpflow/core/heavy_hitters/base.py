@@ -225,7 +225,7 @@ def _blake2b_key(data: bytes) -> int:
 
 
 def _integer_key(v: Any, position: int) -> int:
-    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+    if validation.is_integer(v):
         if not -(2**63) <= int(v) < 2**64:
             raise ValueError(
                 f"user_ids must lie in [-2**63, 2**64), got {int(v)} at position {position}"

@@ -71,7 +71,7 @@ def rank_probabilities(
 def _generator(rng: np.random.Generator | int) -> np.random.Generator:
     if isinstance(rng, np.random.Generator):
         return rng
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+    if validation.is_integer(rng):
         return np.random.default_rng(int(rng))
     raise TypeError(
         f"rng must be a numpy.random.Generator or an int seed, got {type(rng).__name__}"

@@ -45,7 +45,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ldpflow.core import hashing, randomness, registry, validation
-from ldpflow.core.heavy_hitters import counting
+from ldpflow.core.heavy_hitters import counting, pem
 from ldpflow.core.heavy_hitters.base import (
     HeavyHitterProtocol,
     PassCounts,
@@ -67,10 +67,8 @@ __all__ = ["NAME", "COLUMN_SPECS", "TreeHist"]
 #: The ``oracle`` tag of TreeHist reports.
 NAME = "treehist"
 _U64 = np.uint64
-#: TreeHist's report columns (name -> (dtype, width)): PEM's.
-COLUMN_SPECS: dict[str, tuple[Any, int | None]] = {
-    "seed": (np.uint64, None), "bucket": (np.int64, None), "group": (np.int64, None),
-    "prefix_bits": (np.int64, None)}
+#: TreeHist's report columns (name -> (dtype, width)): PEM's report form, the same table.
+COLUMN_SPECS: dict[str, tuple[Any, int | None]] = pem.COLUMN_SPECS
 # The widest level whose children of one frontier node are counted at once.
 _MAX_STEP_BITS = 20
 
