@@ -10,6 +10,14 @@ from itertools import combinations, product
 
 MASK64 = 2**64 - 1
 
+#: The registry keys the specs define, by family: the one list of names written by hand in
+#: the tests (docs/spec/oracles.md: its table, and CMS and HCMS in their own section;
+#: docs/spec/heavy_hitters.md; docs/longitudinal.md). A new protocol joins it with its spec.
+ORACLE_KEYS = ("grr", "oue", "sue", "olh", "blh", "hr", "ss", "onebit", "cms", "hcms", "pgr")
+HEAVY_HITTER_KEYS = ("pem", "spm", "mcm", "treehist", "sfp")
+LONGITUDINAL_KEYS = ("rappor", "loloha")
+ALL_KEYS = ORACLE_KEYS + HEAVY_HITTER_KEYS + LONGITUDINAL_KEYS
+
 
 def splitmix64(state: int, count: int) -> list[int]:
     out = []

@@ -19,17 +19,17 @@ from ldpflow.core.oracles import ORACLES
 from ldpflow.core.oracles import registry as oracle_registry
 from ldpflow.core.oracles.base import FrequencyOracle, IndexReports, Reports
 from ldpflow.wire.envelope import PARAMETER_FIELDS, nested_parameter_fields
+from tests.core import reference
 from tests.wire_support import parse_records, reports_to_records
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_every_protocol_is_registered_once_in_its_family():
-    assert set(registry.names(registry.FREQUENCY_ORACLE)) == {
-        "grr", "oue", "sue", "olh", "blh", "hr", "ss", "onebit", "cms", "hcms", "pgr"}
-    assert set(registry.names(registry.HEAVY_HITTER)) == {"pem", "spm", "mcm", "treehist", "sfp"}
-    assert set(registry.names(registry.LONGITUDINAL)) == {"rappor", "loloha"}
-    assert len(registry.names()) == len(set(registry.names())) == 18
+    assert set(registry.names(registry.FREQUENCY_ORACLE)) == set(reference.ORACLE_KEYS)
+    assert set(registry.names(registry.HEAVY_HITTER)) == set(reference.HEAVY_HITTER_KEYS)
+    assert set(registry.names(registry.LONGITUDINAL)) == set(reference.LONGITUDINAL_KEYS)
+    assert len(registry.names()) == len(set(registry.names())) == len(reference.ALL_KEYS)
     assert list(ORACLES) == list(registry.names(registry.FREQUENCY_ORACLE))
     assert list(HEAVY_HITTERS) == list(hh.PROTOCOLS) == list(registry.names(registry.HEAVY_HITTER))
     for name in registry.names():
@@ -135,7 +135,7 @@ def test_each_module_imported_first_sees_the_whole_registry(module):
     code = (f"import {module}\n"
             "from ldpflow.core import registry\n"
             "from ldpflow.core.keys import ProtocolKey\n"
-            "assert len(registry.names()) == 18, registry.names()\n"
+            f"assert len(registry.names()) == {len(reference.ALL_KEYS)}, registry.names()\n"
             "key = ProtocolKey('pem', {'top_k': 4, 'value_bits': 8, 'epsilon': 1.0,"
             " 'codec': 'int'})\n"
             "assert key.protocol.name == 'pem'\n"
