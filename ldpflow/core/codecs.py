@@ -47,10 +47,7 @@ __all__ = [
 
 
 def _check_bits(bits: int, *, name: str = "bits") -> int:
-    bits = validation.check_positive_int(bits, name=name)
-    if bits > 64:
-        raise ValueError(f"{name} must be in [1, 64], got {bits!r}")
-    return bits
+    return validation.check_value_bits(bits, name=name)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

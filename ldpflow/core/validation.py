@@ -22,6 +22,7 @@ __all__ = [
     "check_epsilon",
     "check_domain_size",
     "check_positive_int",
+    "check_value_bits",
     "check_power_of_two",
     "check_probability",
     "check_values",
@@ -104,6 +105,15 @@ def check_positive_int(value: int, *, name: str, minimum: int = 1) -> int:
 def check_domain_size(domain_size: int, *, name: str = "domain_size") -> int:
     """A domain holds the values ``0 .. domain_size - 1``; at least two of them."""
     return check_positive_int(domain_size, name=name, minimum=2)
+
+
+def check_value_bits(value: int, *, name: str = "value_bits") -> int:
+    """Return ``value`` as an int, or raise if it is no bit width in ``[1, 64]`` (the width
+    of a heavy-hitter value, a codec's integers)."""
+    bits = check_positive_int(value, name=name)
+    if bits > 64:
+        raise ValueError(f"{name} must be in [1, 64], got {bits!r}")
+    return bits
 
 
 def check_power_of_two(value: int, *, name: str, minimum: int = 2) -> int:

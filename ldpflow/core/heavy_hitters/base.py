@@ -82,6 +82,7 @@ __all__ = [
     "olh_variance",
     "heavy_hitter_standard_errors",
     "check_top_k",
+    "check_common",
     "shortfall",
     "DEFAULT_SIGNIFICANCE",
     "significance_sigmas",
@@ -440,6 +441,21 @@ def _finite(value: Any, name: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value!r}")
     return float(value)
+
+
+def check_common(top_k: Any, value_bits: Any, epsilon: Any, query_limit: Any = None
+                 ) -> tuple[int, int, float, int | None]:
+    """The parameters every heavy-hitter protocol has, checked: ``(k, m, epsilon, Q)``
+    (``Q`` None when the protocol has no query limit)."""
+    k = validation.check_positive_int(top_k, name="top_k")
+    m = validation.check_value_bits(value_bits)
+    eps = validation.check_epsilon(epsilon)
+    if query_limit is None:
+        return k, m, eps, None
+    limit = validation.check_positive_int(query_limit, name="query_limit", minimum=2)
+    if limit > MAX_QUERY_LIMIT:
+        raise ValueError(f"query_limit must be <= 2**28, got {limit!r}")
+    return k, m, eps, limit
 
 
 def check_top_k(top_k: Any, default: int) -> int:

@@ -131,9 +131,7 @@ def configure(
         If no configuration fits the budget (it must allow ``4 s`` candidates).
     """
     k = validation.check_positive_int(top_k, name="top_k")
-    m = validation.check_positive_int(value_bits, name="value_bits")
-    if m > 64:
-        raise ValueError(f"value_bits must be in [1, 64], got {m!r}")
+    m = validation.check_value_bits(value_bits)
     n = validation.check_positive_int(users, name="users")
     budget = validation.check_positive_int(max_candidates, name="max_candidates", minimum=2)
     if budget > MAX_QUERY_LIMIT:

@@ -83,9 +83,7 @@ def distinct_values(
 ) -> npt.NDArray[np.uint64]:
     """``count`` distinct values drawn uniformly from ``[0, 2**value_bits)`` (the rank map)."""
     count = validation.check_positive_int(count, name="count")
-    bits = validation.check_positive_int(value_bits, name="value_bits")
-    if bits > 64:
-        raise ValueError(f"value_bits must be in [1, 64], got {bits!r}")
+    bits = validation.check_value_bits(value_bits)
     if count > 2**bits:
         raise ValueError(f"count must be <= 2**value_bits = {2**bits}, got {count!r}")
     gen = _generator(rng)

@@ -41,10 +41,10 @@ from ldpflow.core.heavy_hitters.base import (
     PassCounts,
     PassFigures,
     PassState,
+    check_common,
     olh_budget,
     query_limit_parameter,
 )
-from ldpflow.core.heavy_hitters.spm import check_common
 from ldpflow.core.oracles.base import Reports
 from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing, optimal_hash_range
 

@@ -52,11 +52,11 @@ from ldpflow.core import codecs, hashing, randomness, registry, validation
 from ldpflow.core.heavy_hitters import counting
 from ldpflow.core.heavy_hitters.base import (
     DEFAULT_SIGNIFICANCE,
-    MAX_QUERY_LIMIT,
     HeavyHitterProtocol,
     PassCounts,
     PassFigures,
     PassState,
+    check_common,
     default_survivors,
     extend_prefixes,
     hash_range_parameter,
@@ -193,14 +193,8 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
 
     def __post_init__(self) -> None:
         self._check_group_hash()
-        k = validation.check_positive_int(self.top_k, name="top_k")
-        m = validation.check_positive_int(self.value_bits, name="value_bits")
-        if m > 64:
-            raise ValueError(f"value_bits must be in [1, 64], got {m!r}")
-        epsilon = validation.check_epsilon(self.epsilon)
-        limit = validation.check_positive_int(self.query_limit, name="query_limit", minimum=2)
-        if limit > MAX_QUERY_LIMIT:
-            raise ValueError(f"query_limit must be <= 2**28, got {limit!r}")
+        k, m, epsilon, limit = check_common(self.top_k, self.value_bits, self.epsilon,
+                                            self.query_limit)
         hash_range = (
             optimal_hash_range(epsilon) if self.hash_range is None else self.hash_range
         )

@@ -45,6 +45,7 @@ from ldpflow.core.heavy_hitters.base import (
     PassCounts,
     PassFigures,
     PassState,
+    check_common,
     olh_budget,
     olh_frequencies,
     olh_variance,
@@ -52,7 +53,6 @@ from ldpflow.core.heavy_hitters.base import (
     select_survivors,
 )
 from ldpflow.core.heavy_hitters.config import cost_aware_hash_range
-from ldpflow.core.heavy_hitters.spm import check_common
 from ldpflow.core.oracles.base import Reports
 from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing
 

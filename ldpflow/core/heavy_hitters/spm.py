@@ -54,11 +54,11 @@ import numpy.typing as npt
 
 from ldpflow.core import randomness, registry, validation
 from ldpflow.core.heavy_hitters.base import (
-    MAX_QUERY_LIMIT,
     HeavyHitterProtocol,
     PassCounts,
     PassFigures,
     PassState,
+    check_common,
     olh_budget,
     olh_frequencies,
     query_limit_parameter,
@@ -71,7 +71,7 @@ from ldpflow.core.heavy_hitters.counting import (
 from ldpflow.core.oracles.base import Reports
 from ldpflow.core.oracles.local_hashing import OptimizedLocalHashing, optimal_hash_range
 
-__all__ = ["NAME", "COLUMN_SPECS", "SegmentPairsMethod", "check_common"]
+__all__ = ["NAME", "COLUMN_SPECS", "SegmentPairsMethod"]
 
 #: The ``oracle`` tag of SPM reports.
 NAME = "spm"
@@ -89,18 +89,6 @@ if _GRID_ENTRIES >= 2**53:  # pragma: no cover - a guard on the constant above
     raise ImportError("_GRID_ENTRIES must stay below 2**53 for exact joint counts")
 # The widest segment whose full domain is counted by one scatter.
 _MAX_SEGMENT_BITS = 24
-
-
-def check_common(top_k: int, value_bits: int, epsilon: float, query_limit: int) -> tuple:
-    k = validation.check_positive_int(top_k, name="top_k")
-    m = validation.check_positive_int(value_bits, name="value_bits")
-    if m > 64:
-        raise ValueError(f"value_bits must be in [1, 64], got {m!r}")
-    eps = validation.check_epsilon(epsilon)
-    limit = validation.check_positive_int(query_limit, name="query_limit", minimum=2)
-    if limit > MAX_QUERY_LIMIT:
-        raise ValueError(f"query_limit must be <= 2**28, got {limit!r}")
-    return k, m, eps, limit
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -51,6 +51,7 @@ from ldpflow.core.heavy_hitters.base import (
     PassCounts,
     PassFigures,
     PassState,
+    check_common,
     extend_prefixes,
     hash_range_parameter,
     olh_budget,
@@ -108,11 +109,7 @@ class TreeHist(HeavyHitterProtocol):
 
     def __post_init__(self) -> None:
         self._check_group_hash()
-        k = validation.check_positive_int(self.top_k, name="top_k")
-        m = validation.check_positive_int(self.value_bits, name="value_bits")
-        if m > 64:
-            raise ValueError(f"value_bits must be in [1, 64], got {m!r}")
-        eps = validation.check_epsilon(self.epsilon)
+        k, m, eps, _ = check_common(self.top_k, self.value_bits, self.epsilon)
         step = validation.check_positive_int(self.step_bits, name="step_bits")
         if step > min(m, _MAX_STEP_BITS):
             raise ValueError(f"step_bits must be <= min(value_bits, {_MAX_STEP_BITS}) = "
