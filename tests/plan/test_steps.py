@@ -76,7 +76,9 @@ def test_repeated_ids_find_the_copies_and_the_ranges_holding_them(files):
     assert steps.repeated_ids(list(reversed(pieces)))[0][1].tolist() == found[0][1].tolist()
 
 
-def test_drop_copies_keeps_one_copy_whatever_the_order(files):
+def _repeated_rows(files):
+    """The ``(key, bucket, batch)`` pieces of the rows of repeated ids (what the second
+    read of the plan's dedup gives)."""
     tasks = plan_ranges(files)
     reads = [steps.read_range(t, AcceptancePolicy(), ("id_hashes",), ids=True) for t in tasks]
     repeated = {}
@@ -86,7 +88,11 @@ def test_drop_copies_keeps_one_copy_whatever_the_order(files):
     again = [steps.read_range(t, AcceptancePolicy(), ("id_hashes", "report_ids"),
                               account=False, count=False, repeated=repeated, unique=False)
              for t in tasks]
-    pieces = [p for r in again for p in r.repeats]
+    return [p for r in again for p in r.repeats]
+
+
+def test_drop_copies_keeps_one_copy_whatever_the_order(files):
+    pieces = _repeated_rows(files)
     def dropped_per_key(pieces):
         out = {}
         for key, tally in steps.drop_copies(pieces):  # one tally per key and bucket
@@ -333,16 +339,7 @@ def test_cap_users_keeping_rows_counts_what_cap_users_counts(files, cap):
 
 
 def test_drop_copies_keeping_rows_counts_the_kept_rows(files):
-    tasks = plan_ranges(files)
-    reads = [steps.read_range(t, AcceptancePolicy(), ("id_hashes",), ids=True) for t in tasks]
-    repeated = {}
-    for text, hashes, _ in steps.repeated_ids(
-            (k, b, r.index, h) for r in reads for k, b, h in r.ids):
-        repeated[text] = np.union1d(repeated.get(text, hashes), hashes)
-    again = [steps.read_range(t, AcceptancePolicy(), ("id_hashes", "report_ids"),
-                              account=False, count=False, repeated=repeated, unique=False)
-             for t in tasks]
-    pieces = [p for r in again for p in r.repeats]
+    pieces = _repeated_rows(files)
     dropped = {}
     for key, tally in steps.drop_copies(pieces):
         dropped[key] = dropped[key] + tally if key in dropped else tally
