@@ -103,6 +103,13 @@ class Tally:
     dead_letters: int = 0
     capped: int = 0
 
+    @property
+    def reports_read(self) -> int:
+        """The valid reports read of the key, before dedup and the cap: those counted, the
+        copies dropped and those capped (what a range's ``census`` counts where it reads)."""
+        counted = 0 if self.accumulator is None else int(self.accumulator.n)
+        return counted + self.duplicates + self.capped
+
     def merge(self, other: Tally) -> Tally:
         if other.accumulator is not None:
             self.accumulator = (other.accumulator.copy() if self.accumulator is None

@@ -127,15 +127,9 @@ def _dead_tally(letter: DeadLetter):
     return tuple(letter.key), Tally(None, dead_letters=letter.count)
 
 
-def _reports_read(tally: Tally) -> int:
-    """The valid reports read of a key (before dedup and the cap): the plan's census."""
-    counted = 0 if tally.accumulator is None else int(tally.accumulator.n)
-    return counted + tally.duplicates + tally.capped
-
-
 def _census(element):
     key, tally = element
-    return tuple(key), _reports_read(tally)
+    return tuple(key), tally.reports_read
 
 
 def _refused_keys(census, budget: int):
@@ -159,7 +153,7 @@ class AdmitKeysFn(beam.DoFn):
         if reason is None:
             yield element
             return
-        count = _reports_read(tally)
+        count = tally.reports_read
         if count:
             self._dead.inc(count)
             yield beam.pvalue.TaggedOutput("refused", admission_letter(self._source, key,

@@ -357,3 +357,16 @@ def test_drop_copies_keeping_rows_counts_the_kept_rows(files):
                                                              tally.conflicting)
     # the rows kept plus the copies dropped are every row of a repeated id
     assert kept[key].accumulator + tally.accumulator == every.accumulator
+
+
+@pytest.mark.parametrize("cap", [None, 2])
+def test_a_tallys_reports_read_are_the_census_whatever_dedup_and_cap_drop(files, tmp_path,
+                                                                          cap):
+    census: dict = {}
+    for task in plan_ranges(files):
+        census = steps.add_counts(census, steps.read_range(task, AcceptancePolicy()).census)
+    job = EstimateJob(input=files, output=str(tmp_path), methods=("base",),
+                      policy=AcceptancePolicy(), max_reports_per_user=cap)
+    counted = count_reports(LocalBackend(), job, str(tmp_path / "staging"))
+    assert sum(t.duplicates + t.capped for t in counted.tallies.values()) > 0
+    assert {k: t.reports_read for k, t in counted.tallies.items() if t.reports_read} == census
