@@ -73,6 +73,7 @@ __all__ = [
     "key_memory",
     "admit_keys",
     "admission_letter",
+    "file_ranges",
 ]
 
 #: Id-hash buckets per key (2**4 = 16): how many workers can share one key's dedup.
@@ -639,3 +640,19 @@ def estimate_key(item: tuple[tuple, Tally], methods: Sequence[str]) -> dict[str,
     key, tally = item
     return estimate_result(key, tally.accumulator, tally.dead_letters, tuple(methods),
                            postprocess, duplicates=tally.duplicates, capped=tally.capped)
+
+
+def file_ranges(path: str, size: int, fmt: str, range_bytes: int, opener=None
+                ) -> list[tuple[int, int | None]]:
+    """The byte ranges ``(start, end)`` one file of ``size`` bytes is read in: a
+    compressed file, or one of at most ``range_bytes``, whole (``[(0, None)]``); else
+    :func:`ldpflow.wire.formats.plan_ranges` (Parquet at row groups). ``opener(path)`` ->
+    a binary stream (default :func:`ldpflow.plan.files.open_file`)."""
+    from ldpflow.wire import formats
+
+    if formats.is_compressed(path) or size <= range_bytes:
+        return [(0, None)]
+    if opener is None:
+        from ldpflow.plan.files import open_file as opener
+    with opener(path) as stream:
+        return list(formats.plan_ranges(stream, fmt, size, True, range_bytes))

@@ -27,7 +27,7 @@ from apache_beam.metrics import Metrics
 
 from ldpflow.plan.outputs import dead_letter_file, estimates_files
 from ldpflow.plan.progress import ProgressSpec
-from ldpflow.plan.steps import RangeTask, scan_range, split_repeated
+from ldpflow.plan.steps import RangeTask, file_ranges, scan_range, split_repeated
 from ldpflow.wire import formats, outputs
 from ldpflow.wire.parse import AcceptancePolicy
 from ldpflow.wire.results import estimates_document, utc_now
@@ -70,7 +70,8 @@ def _format_of(path: str, fmt: str | None) -> str:
 
 
 class PlanRangesFn(beam.DoFn):
-    """A matched file -> ``(path, format, start, end)`` ranges to read separately."""
+    """A matched file -> ``(path, format, start, end)`` ranges to read separately
+    (:func:`ldpflow.plan.steps.file_ranges`)."""
 
     def __init__(self, fmt: str | None = None, range_bytes: int = formats.RANGE_BYTES):
         super().__init__()
@@ -83,13 +84,7 @@ class PlanRangesFn(beam.DoFn):
         metadata = readable_file.metadata
         path, size = metadata.path, metadata.size_in_bytes
         fmt = _format_of(path, self._format)
-        splittable = not formats.is_compressed(path)
-        if splittable and size > self._range_bytes:
-            with FileSystems.open(path) as stream:
-                ranges = formats.plan_ranges(stream, fmt, size, True, self._range_bytes)
-        else:
-            ranges = [(0, None)]
-        for start, end in ranges:
+        for start, end in file_ranges(path, size, fmt, self._range_bytes, opener=open_input):
             yield path, fmt, start, end
 
 

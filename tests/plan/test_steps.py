@@ -370,3 +370,19 @@ def test_a_tallys_reports_read_are_the_census_whatever_dedup_and_cap_drop(files,
     counted = count_reports(LocalBackend(), job, str(tmp_path / "staging"))
     assert sum(t.duplicates + t.capped for t in counted.tallies.values()) > 0
     assert {k: t.reports_read for k, t in counted.tallies.items() if t.reports_read} == census
+
+
+@pytest.mark.parametrize("range_bytes", [None, 2000])
+def test_file_ranges_are_the_plans_ranges_of_each_file(files, range_bytes):
+    from ldpflow.plan.files import match
+    from ldpflow.wire import formats
+
+    tasks = plan_ranges(files, range_bytes=range_bytes)
+    got = []
+    for path, size in match(files):
+        kind = formats.detect_format(path)
+        got += [(path, start, end) for start, end in steps.file_ranges(
+            path, size, kind, range_bytes or formats.RANGE_BYTES)]
+    assert got == [(t.path, t.start, t.end) for t in tasks]
+    if range_bytes:
+        assert len(tasks) > len(match(files))  # an uncompressed file was cut
