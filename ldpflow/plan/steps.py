@@ -4,6 +4,8 @@ Every engine (:mod:`ldpflow.plan.backend`) runs the same steps; only how their i
 reach them differs. A step never changes its inputs: tallies and accumulators are added
 with ``+`` (a new object), so an engine may hand one result to several consumers.
 
+* :func:`scan_range`: the parsed chunks of one byte range of one file, the job's progress
+  told of each: the one read loop of every engine (Beam's ``ReadRangeFn`` streams them).
 * :func:`read_range`: one byte range of one file through the wire layer's one parse path
   (:func:`ldpflow.wire.formats.read_reports`, with the run's
   :class:`~ldpflow.wire.parse.AcceptancePolicy`) -> a :class:`RangeRead`: records, dead
@@ -18,6 +20,10 @@ with ``+`` (a new object), so an engine may hand one result to several consumers
 * :func:`cap_users`: one user-hash bucket -> each user's earliest ``cap`` reports counted
   (:func:`ldpflow.core.contribution.capped_rows`), the others as ``capped``.
 * :func:`estimate_key`: one key's tally -> its result (:mod:`ldpflow.wire.results`).
+
+The Beam batch job (:mod:`ldpflow.transforms`) calls these same functions from its DoFns
+and CombineFns; where Beam counts the rows a step keeps instead of taking the dropped ones
+away, the step has a ``keep_rows`` form (:func:`drop_copies`, :func:`cap_users`).
 """
 
 from __future__ import annotations
@@ -46,7 +52,9 @@ __all__ = [
     "CAP_KEEP",
     "bucket_parts",
     "split_repeated",
+    "count_batch",
     "shuffle_key",
+    "scan_range",
     "read_range",
     "repeated_ids",
     "spill_ids",
@@ -56,6 +64,7 @@ __all__ = [
     "estimate_key",
     "dead_letter_summary",
     "letter_tally",
+    "add_letter",
     "add_tallies",
     "reason_class",
     "verdict_counts",
@@ -64,6 +73,7 @@ __all__ = [
     "key_memory",
     "admit_keys",
     "admission_letter",
+    "file_ranges",
 ]
 
 #: Id-hash buckets per key (2**4 = 16): how many workers can share one key's dedup.
@@ -93,6 +103,13 @@ class Tally:
     conflicting: int = 0
     dead_letters: int = 0
     capped: int = 0
+
+    @property
+    def reports_read(self) -> int:
+        """The valid reports read of the key, before dedup and the cap: those counted, the
+        copies dropped and those capped (what a range's ``census`` counts where it reads)."""
+        counted = 0 if self.accumulator is None else int(self.accumulator.n)
+        return counted + self.duplicates + self.capped
 
     def merge(self, other: Tally) -> Tally:
         if other.accumulator is not None:
@@ -137,6 +154,18 @@ def letter_tally(letter) -> tuple[int, int, int, int]:
     if not letter.count_unknown:
         return (letter.count, 0, 0, 0)
     return (letter.count, 1, letter.bytes or 0, 1 if letter.bytes is None else 0)
+
+
+def add_letter(counts: dict[str, tuple[int, ...]], letter) -> dict[str, tuple[int, ...]]:
+    """Adds one dead letter's tally (:func:`letter_tally`) to ``counts`` in place, and
+    returns it: for a mapping its caller owns (a read's own, a ``CombineFn``'s
+    accumulator), so that counting ``m`` letters of ``r`` reasons costs ``O(m)``, not the
+    ``O(m r)`` of a new mapping per letter (:func:`add_tallies`)."""
+    tally = letter_tally(letter)
+    have = counts.get(letter.reason)
+    counts[letter.reason] = tally if have is None else tuple(
+        x + y for x, y in zip(have, tally, strict=True))
+    return counts
 
 
 def add_tallies(a: Mapping[str, Sequence[int]], b: Mapping[str, Sequence[int]]
@@ -271,8 +300,35 @@ def split_repeated(key, batch: ReportBatch, repeated: Mapping[str, np.ndarray]):
     return (None if mask.all() else batch[~mask]), (batch[mask] if mask.any() else None)
 
 
-def _count(batch: ReportBatch) -> Accumulator:
+def count_batch(batch: ReportBatch) -> Accumulator:
+    """The exact counts of a batch the wire parse has checked (its oracle's
+    ``count_valid``, without a second check): what every engine counts a key with."""
     return registry.from_key(batch.key).count_valid(batch.reports)
+
+
+def scan_range(task: RangeTask, policy, keep: Sequence[str] = (), *, progress=None,
+               opener=None) -> Iterable[Any]:
+    """The parsed chunks (:class:`ldpflow.wire.parse.ParsedChunk`) of one range, through
+    the wire layer's one parse path (:func:`ldpflow.wire.formats.read_reports`, with the
+    run's acceptance policy, the batches keeping the envelope columns ``keep``); the job's
+    ``progress`` (a :class:`~ldpflow.plan.progress.ProgressSpec`, or None) is told of each
+    chunk and of the range's end. ``opener(path)`` -> a binary stream (default
+    :func:`ldpflow.plan.files.open_file`; Beam passes its file systems'). The read loop of
+    every engine: :func:`read_range` gathers the chunks of a range, Beam's ``ReadRangeFn``
+    streams them."""
+    from ldpflow.plan.progress import RangeProgress
+    from ldpflow.wire import formats
+
+    if opener is None:
+        from ldpflow.plan.files import open_file as opener
+    with opener(task.path) as stream:
+        tracker = RangeProgress(progress, task.path, task.start, task.end, stream)
+        for parsed in formats.read_reports(stream, task.fmt, source=task.path,
+                                           start=task.start, end=task.end, policy=policy,
+                                           keep=tuple(keep)):
+            tracker.chunk(parsed.records)
+            yield parsed
+        tracker.done()
 
 
 def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bool = True,
@@ -318,73 +374,60 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
     opener : callable, optional
         ``opener(path)`` -> a binary stream (default :func:`ldpflow.plan.files.open_file`).
     """
-    from ldpflow.wire import formats
-
-    if opener is None:
-        from ldpflow.plan.files import open_file as opener
     started = time.perf_counter()
     out = RangeRead(task.index)
     refused = frozenset(tuple(key) for key in refused)
     spilled: dict[tuple, list[np.ndarray]] = {}
     held = 0  # the memory of the keys this range counts (key_memory), within max_job_bytes
-    with opener(task.path) as stream:
-        from ldpflow.plan.progress import RangeProgress
-
-        tracker = RangeProgress(progress if account else None, task.path, task.start,
-                                task.end, stream)
-        for parsed in formats.read_reports(stream, task.fmt, source=task.path,
-                                           start=task.start, end=task.end, policy=policy,
-                                           keep=tuple(keep)):
-            tracker.chunk(parsed.records)
+    for parsed in scan_range(task, policy, keep, progress=progress if account else None,
+                             opener=opener):
+        if account:
+            out.records += parsed.records
+            for letter in parsed.dead_letters:
+                add_letter(out.reasons, letter)  # the range's own mapping
+                out.letters.setdefault(letter.source, []).append(letter.to_json())
+                if letter.key is not None:
+                    key = tuple(letter.key)
+                    out.tallies[key] = out.tallies.get(key, Tally(None)) + \
+                        Tally(None, dead_letters=letter.count)
+        for key, batch in parsed.batches.items():
+            key = tuple(key)
+            if key in refused:
+                continue
             if account:
-                out.records += parsed.records
-                for letter in parsed.dead_letters:
-                    out.reasons = add_tallies(out.reasons,
-                                              {letter.reason: letter_tally(letter)})
-                    out.letters.setdefault(letter.source, []).append(letter.to_json())
-                    if letter.key is not None:
-                        key = tuple(letter.key)
-                        out.tallies[key] = out.tallies.get(key, Tally(None)) + \
-                            Tally(None, dead_letters=letter.count)
-            for key, batch in parsed.batches.items():
-                key = tuple(key)
-                if key in refused:
-                    continue
-                if account:
-                    out.census[key] = out.census.get(key, 0) + len(batch)
-                if ids:
-                    for bucket, rows in bucket_parts(batch.id_hashes, ID_BUCKET_BITS):
-                        part = batch.id_hashes if rows is None else batch.id_hashes[rows]
-                        if spill is None:
-                            out.ids.append((key, bucket, part))
-                        else:  # gathered per key and bucket, written once at the end
-                            spilled.setdefault((key, bucket), []).append(part)
-                if repeated is not None:
-                    rest, repeats = split_repeated(key, batch, repeated)
-                    if repeats is not None:
-                        for bucket, rows in bucket_parts(repeats.id_hashes, ID_BUCKET_BITS):
-                            out.repeats.append((key, bucket,
-                                                repeats if rows is None else repeats[rows]))
-                    batch = rest if unique else None
-                if batch is None or not len(batch):
-                    continue
-                if users:
-                    if batch.user_hashes is None:
-                        raise ValueError(f"contribution caps need batches read with "
-                                         f"keep={CAP_KEEP}")
-                    for bucket, rows in bucket_parts(batch.user_hashes, USER_BUCKET_BITS):
-                        out.users.append((bucket, key, batch if rows is None else batch[rows]))
-                elif count and not out.over:
-                    have = out.tallies.get(key)
-                    if max_job_bytes is not None and (have is None or have.accumulator is None):
-                        held += key_memory(key)  # checked before the key's first allocation
-                        if held > max_job_bytes:  # counted again once keys are admitted
-                            out.over = True
-                            out.tallies = {k: Tally(None, dead_letters=t.dead_letters)
-                                           for k, t in out.tallies.items()}
-                            continue
-                    out.tallies[key] = (have or Tally(None)) + Tally(_count(batch))
-        tracker.done()
+                out.census[key] = out.census.get(key, 0) + len(batch)
+            if ids:
+                for bucket, rows in bucket_parts(batch.id_hashes, ID_BUCKET_BITS):
+                    part = batch.id_hashes if rows is None else batch.id_hashes[rows]
+                    if spill is None:
+                        out.ids.append((key, bucket, part))
+                    else:  # gathered per key and bucket, written once at the end
+                        spilled.setdefault((key, bucket), []).append(part)
+            if repeated is not None:
+                rest, repeats = split_repeated(key, batch, repeated)
+                if repeats is not None:
+                    for bucket, rows in bucket_parts(repeats.id_hashes, ID_BUCKET_BITS):
+                        out.repeats.append((key, bucket,
+                                            repeats if rows is None else repeats[rows]))
+                batch = rest if unique else None
+            if batch is None or not len(batch):
+                continue
+            if users:
+                if batch.user_hashes is None:
+                    raise ValueError(f"contribution caps need batches read with "
+                                     f"keep={CAP_KEEP}")
+                for bucket, rows in bucket_parts(batch.user_hashes, USER_BUCKET_BITS):
+                    out.users.append((bucket, key, batch if rows is None else batch[rows]))
+            elif count and not out.over:
+                have = out.tallies.get(key)
+                if max_job_bytes is not None and (have is None or have.accumulator is None):
+                    held += key_memory(key)  # checked before the key's first allocation
+                    if held > max_job_bytes:  # counted again once keys are admitted
+                        out.over = True
+                        out.tallies = {k: Tally(None, dead_letters=t.dead_letters)
+                                       for k, t in out.tallies.items()}
+                        continue
+                out.tallies[key] = (have or Tally(None)) + Tally(count_batch(batch))
     for (key, bucket), parts in spilled.items():
         out.ids.append((key, bucket, spill_ids(spill, task.index, key, bucket, parts)))
     out.read_ms = int(1000 * (time.perf_counter() - started))
@@ -438,26 +481,32 @@ def _grouped(pieces: Iterable[tuple]) -> dict[tuple, list]:
     return dict(sorted(groups.items(), key=lambda kv: (_key_text(kv[0][0]), kv[0][1])))
 
 
-def _repeated_of(parts: list[tuple[int, np.ndarray]]) -> tuple[np.ndarray, set[int]]:
-    """The hashes seen more than once among ``(range, hashes)`` parts, and the ranges
-    holding them. A thin call into :func:`ldpflow.core.dedup.first_copies`."""
+def _repeated_of(parts: list[tuple[int, np.ndarray]], ranges: bool = True
+                 ) -> tuple[np.ndarray, set[int]]:
+    """The hashes seen more than once among ``(range, hashes)`` parts, and (``ranges``)
+    the ranges holding them. A thin call into :func:`ldpflow.core.dedup.first_copies`."""
     if not parts:
         return np.zeros(0, dtype=np.uint64), set()
-    hashes = np.concatenate([h for _, h in parts])
+    hashes = parts[0][1] if len(parts) == 1 else np.concatenate([h for _, h in parts])
     kept, _ = first_copies(hashes)
     if kept.all():
         return np.zeros(0, dtype=np.uint64), set()
     repeated = np.unique(hashes[~kept])
+    if not ranges:
+        return repeated, set()
     return repeated, {r for r, h in parts if np.isin(h, repeated).any()}
 
 
 def repeated_ids(pieces: Iterable[tuple[tuple, int, int, np.ndarray | str]],
-                 pass_bytes: int = DEDUP_PASS_BYTES) -> list[tuple[str, np.ndarray, list[int]]]:
+                 pass_bytes: int = DEDUP_PASS_BYTES, ranges: bool = True
+                 ) -> list[tuple[str, np.ndarray, list[int]]]:
     """One id-hash shuffle group of ``(key, bucket, range index, hashes)`` pieces ->
     ``(key text, sorted hashes seen more than once, ranges holding them)`` per key and
     bucket that has any. ``hashes`` is an array, or the path of a file of them
     (:func:`spill_ids`): then the group is resolved in passes over hash ranges of about
-    ``pass_bytes`` (:data:`DEDUP_PASS_BYTES`), with the same result."""
+    ``pass_bytes`` (:data:`DEDUP_PASS_BYTES`), with the same result. ``ranges=False``:
+    the ranges are not looked for (an empty list; Beam's read takes every range's rows
+    of the repeated ids with a side input instead of reading those ranges again)."""
     out = []
     for (key, bucket), parts in _grouped((k, b, (r, h)) for k, b, r, h in pieces).items():
         on_disk = [(r, h) for r, h in parts if isinstance(h, str)]
@@ -465,14 +514,14 @@ def repeated_ids(pieces: Iterable[tuple[tuple, int, int, np.ndarray | str]],
         if on_disk and in_memory:
             raise ValueError("an id-hash group must be all on disk or all in memory")
         passes = _spilled_passes(on_disk, bucket, pass_bytes) if on_disk else [in_memory]
-        found, ranges = [], set()
+        found, holding = [], set()
         for part in passes:
-            repeated, where = _repeated_of(part)
+            repeated, where = _repeated_of(part, ranges)
             if repeated.size:
                 found.append(repeated)
-                ranges |= where
+                holding |= where
         if found:
-            out.append((_key_text(key), np.concatenate(found), sorted(ranges)))
+            out.append((_key_text(key), np.concatenate(found), sorted(holding)))
     return out
 
 
@@ -482,8 +531,8 @@ def drop_copies(pieces: Iterable[tuple[tuple, int, ReportBatch]], keep_rows: boo
     per key ``(key, Tally)``: the copies dropped (``accumulator``: their counts, to take
     away from a tally that counted them; ``duplicates``, ``conflicting``). With
     ``keep_rows`` also ``(key, batch)`` of the kept rows (for the contribution cap), and
-    the tally without counts. Which copy is kept does not depend on arrival order
-    (:func:`ldpflow.core.dedup.first_copies`)."""
+    the tally without counts (Beam's form: it counts the kept rows). Which copy is kept
+    does not depend on arrival order (:func:`ldpflow.core.dedup.first_copies`)."""
     out: list[tuple[tuple, Any]] = []
     for (key, _), batches in _grouped(pieces).items():
         batch = batches[0] if len(batches) == 1 else ReportBatch.concat(batches)
@@ -492,17 +541,20 @@ def drop_copies(pieces: Iterable[tuple[tuple, int, ReportBatch]], keep_rows: boo
         dropped = int(kept.size - np.count_nonzero(kept))
         if keep_rows:
             out.append((key, Tally(None, dropped, conflicting)))
-            out.append((key, batch[kept]))
+            out.append((key, batch[kept] if dropped else batch))
         elif dropped:
-            out.append((key, Tally(_count(batch[~kept]), dropped, conflicting)))
+            out.append((key, Tally(count_batch(batch[~kept]), dropped, conflicting)))
     return out
 
 
-def cap_users(pieces: Iterable[tuple[tuple, ReportBatch]], cap: int
-              ) -> tuple[list[tuple[tuple, Tally]], tuple[int, float]]:
+def cap_users(pieces: Iterable[tuple[tuple, ReportBatch]], cap: int, keep_rows: bool = False
+              ) -> tuple[list[tuple[tuple, Any]], tuple[int, float]]:
     """One user-hash bucket's ``(key, batch)`` pieces, of any keys -> per key the
     :class:`Tally` of each user's ``cap`` earliest reports (and the others as ``capped``),
-    and ``(users, the largest epsilon one user spent)``."""
+    and ``(users, the largest epsilon one user spent)``. With ``keep_rows`` (Beam's form:
+    it counts the kept rows where they arrive), the tallies hold no counts (only
+    ``capped``) and are followed by the ``(key, batch)`` pieces of the kept rows (none
+    empty)."""
     pieces = sorted(pieces, key=lambda kb: _key_text(kb[0]))  # order-free: capped_rows ranks
     if not pieces:
         return [], (0, 0.0)
@@ -513,15 +565,21 @@ def cap_users(pieces: Iterable[tuple[tuple, ReportBatch]], cap: int
     epsilons = np.concatenate([np.full(len(b), float(b.protocol.epsilon)) for b in batches])
     summary = epsilon_per_user(user_hashes[keep], epsilons[keep])
     tallies: dict[tuple, Tally] = {}
+    rows: list[tuple[tuple, ReportBatch]] = []
     start = 0
     for key, batch in pieces:
         mine = keep[start:start + len(batch)]
         start += len(batch)
-        kept = batch[mine]
-        tally = Tally(_count(kept) if len(kept) else None,
-                      capped=int(mine.size - np.count_nonzero(mine)))
+        capped = int(mine.size - np.count_nonzero(mine))
+        kept = batch[mine] if capped else batch
+        if keep_rows:
+            tally = Tally(None, capped=capped)
+            if len(kept):
+                rows.append((key, kept))
+        else:
+            tally = Tally(count_batch(kept) if len(kept) else None, capped=capped)
         tallies[key] = tallies[key] + tally if key in tallies else tally
-    return list(tallies.items()), summary
+    return [*tallies.items(), *rows], summary
 
 
 def key_memory(key) -> int:
@@ -582,3 +640,19 @@ def estimate_key(item: tuple[tuple, Tally], methods: Sequence[str]) -> dict[str,
     key, tally = item
     return estimate_result(key, tally.accumulator, tally.dead_letters, tuple(methods),
                            postprocess, duplicates=tally.duplicates, capped=tally.capped)
+
+
+def file_ranges(path: str, size: int, fmt: str, range_bytes: int, opener=None
+                ) -> list[tuple[int, int | None]]:
+    """The byte ranges ``(start, end)`` one file of ``size`` bytes is read in: a
+    compressed file, or one of at most ``range_bytes``, whole (``[(0, None)]``); else
+    :func:`ldpflow.wire.formats.plan_ranges` (Parquet at row groups). ``opener(path)`` ->
+    a binary stream (default :func:`ldpflow.plan.files.open_file`)."""
+    from ldpflow.wire import formats
+
+    if formats.is_compressed(path) or size <= range_bytes:
+        return [(0, None)]
+    if opener is None:
+        from ldpflow.plan.files import open_file as opener
+    with opener(path) as stream:
+        return list(formats.plan_ranges(stream, fmt, size, True, range_bytes))

@@ -13,25 +13,27 @@ Main output: the kept batches and a :class:`~ldpflow.transforms.dedup.Tally` per
 counting the reports capped (``capped``). Tagged output ``users``: per bucket ``(users,
 largest epsilon one user spent)``, which :class:`ContributionSummaryFn` combines.
 
+:class:`CapUserReportsFn` is an adapter over the job plan's step
+:func:`ldpflow.plan.steps.cap_users` (its ``keep_rows`` form: Beam counts the kept rows
+where they arrive), which the other engines run.
+
 Counters (namespace ``ldpflow``): ``reports_capped``, ``users``.
 """
 
 from __future__ import annotations
 
 import apache_beam as beam
-import numpy as np
 from apache_beam.metrics import Metrics
 
 from ldpflow.core import validation
-from ldpflow.core.contribution import capped_rows, epsilon_per_user, tie_breaks
-from ldpflow.plan.steps import CAP_KEEP, bucket_parts  # CAP_KEEP: the columns the cap needs
+from ldpflow.core.contribution import tie_breaks
+from ldpflow.plan.steps import CAP_KEEP, USER_BUCKET_BITS, bucket_parts, cap_users
 from ldpflow.transforms.dedup import Tally, is_tally
 
 __all__ = ["CapContributions", "CapUserReportsFn", "ContributionSummaryFn", "CAP_KEEP",
            "USERS", "tie_breaks"]
 
 USERS = "users"
-_BUCKET_BITS = 4
 
 
 def _user_buckets(element, bits: int):
@@ -43,7 +45,10 @@ def _user_buckets(element, bits: int):
 
 
 class CapUserReportsFn(beam.DoFn):
-    """One bucket of users' batches (of any keys) -> each user's ``cap`` earliest reports."""
+    """One bucket of users' batches (of any keys) -> each user's ``cap`` earliest reports
+    (``(key, ReportBatch)``), ``(key, Tally)`` of the reports capped, and per bucket
+    ``(users, largest epsilon)`` (output ``users``): :func:`ldpflow.plan.steps.cap_users`
+    with ``keep_rows``."""
 
     def __init__(self, cap: int):
         super().__init__()
@@ -53,27 +58,13 @@ class CapUserReportsFn(beam.DoFn):
 
     def process(self, element):
         _, pieces = element
-        pieces = list(pieces)
-        batches = [batch for _, batch in pieces]
-        users = np.concatenate([b.user_hashes for b in batches])
-        keep = capped_rows(users, np.concatenate([b.event_times for b in batches]),
-                           tie_breaks(np.concatenate([b.report_ids for b in batches])),
-                           self._cap)
-        epsilons = np.concatenate([np.full(len(b), float(b.protocol.epsilon)) for b in batches])
-        count, largest = epsilon_per_user(users[keep], epsilons[keep])
+        kept, (count, largest) = cap_users(pieces, self._cap, keep_rows=True)
         self._users.inc(count)
         yield beam.pvalue.TaggedOutput(USERS, (count, largest))
-        start = 0
-        for key, batch in pieces:
-            mine = keep[start:start + len(batch)]
-            start += len(batch)
-            dropped = int(mine.size - np.count_nonzero(mine))
-            if dropped:
-                self._capped.inc(dropped)
-                yield key, Tally(None, capped=dropped)
-                batch = batch[mine]
-            if len(batch):
-                yield key, batch
+        for key, value in kept:
+            if isinstance(value, Tally) and value.capped:
+                self._capped.inc(value.capped)
+            yield key, value
 
 
 class ContributionSummaryFn(beam.CombineFn):
@@ -111,7 +102,7 @@ class CapContributions(beam.PTransform):
             lambda element, _: int(is_tally(element)), 2)
         capped = (
             batches
-            | "UserBuckets" >> beam.FlatMap(_user_buckets, _BUCKET_BITS)
+            | "UserBuckets" >> beam.FlatMap(_user_buckets, USER_BUCKET_BITS)
             | "GatherUsers" >> beam.GroupByKey()
             | "CapUsers" >> beam.ParDo(CapUserReportsFn(self._cap)).with_outputs(
                 USERS, main="reports")

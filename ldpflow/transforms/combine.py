@@ -6,7 +6,8 @@ from collections.abc import Iterable
 
 import apache_beam as beam
 
-from ldpflow.core.oracles import Accumulator, FrequencyOracle, Reports, registry
+from ldpflow.core.oracles import Accumulator, FrequencyOracle, Reports
+from ldpflow.plan.steps import count_batch
 from ldpflow.wire.envelope import ReportBatch
 
 __all__ = ["FrequencyOracleCombineFn"]
@@ -23,7 +24,8 @@ class FrequencyOracleCombineFn(beam.CombineFn):
         the accumulator is ``None`` until the first :class:`ReportBatch` names its key.
 
     A :class:`ReportBatch` comes from the wire parse, which has checked every row, so it
-    is counted without a second check; bare :class:`Reports` are checked.
+    is counted without a second check (:func:`ldpflow.plan.steps.count_batch`, as every
+    engine counts); bare :class:`Reports` are checked.
 
     The output is the accumulator itself, so a streaming pane (or a caller) can estimate and
     post-process from the merged counts. Inputs are :class:`ReportBatch`, accumulators
@@ -46,11 +48,10 @@ class FrequencyOracleCombineFn(beam.CombineFn):
                     f"counts of {batch.key} given to the combiner of {self._oracle.key}")
             return batch.copy() if accumulator is None else accumulator.merge(batch)
         if isinstance(batch, ReportBatch):  # checked once, by the parse
-            oracle = registry.from_key(batch.key)
-            if self._oracle is not None and oracle.key != self._oracle.key:
+            counted = count_batch(batch)
+            if self._oracle is not None and counted.key != self._oracle.key:
                 raise ValueError(
-                    f"reports of {oracle.key} given to the combiner of {self._oracle.key}")
-            counted = oracle.count_valid(batch.reports)
+                    f"reports of {counted.key} given to the combiner of {self._oracle.key}")
         else:
             if self._oracle is None:
                 raise TypeError("the keyed FrequencyOracleCombineFn needs ReportBatch inputs")

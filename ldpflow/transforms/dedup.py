@@ -19,6 +19,11 @@ it was read and sends only the rows of repeated ids to ``DeduplicateReports``. T
 shuffle then moves 8 bytes per report plus the repeated reports, not every report's
 payload (at d = 50,000, a unary encoding's report is 6 KB), with the same result.
 
+The DoFns are adapters over the job plan's steps (:mod:`ldpflow.plan.steps`), which the
+other engines run: :class:`RepeatedIdsFn` calls :func:`~ldpflow.plan.steps.repeated_ids`,
+:class:`DropRepeatsFn` :func:`~ldpflow.plan.steps.drop_copies` (its ``keep_rows`` form:
+Beam counts the kept rows where they arrive).
+
 Counters (namespace ``ldpflow``): ``duplicates``, ``conflicting_duplicates``.
 """
 
@@ -31,9 +36,8 @@ import numpy as np
 from apache_beam.metrics import Metrics
 
 from ldpflow.core import validation
-from ldpflow.core.dedup import first_copies
 from ldpflow.core.keys import ProtocolKey
-from ldpflow.plan.steps import Tally, bucket_parts, split_repeated
+from ldpflow.plan.steps import Tally, bucket_parts, drop_copies, repeated_ids, split_repeated
 from ldpflow.transforms.combine import FrequencyOracleCombineFn
 from ldpflow.wire.envelope import ReportBatch
 
@@ -96,19 +100,21 @@ def _split_buckets(element, bits: int):
 
 def _split_id_buckets(element, bits: int):
     key, hashes = element
+    key = tuple(key)
     text = ProtocolKey.coerce(key).to_json()
     for b, rows in bucket_parts(hashes, bits):
-        yield (text, b), hashes if rows is None else hashes[rows]
+        yield (text, b), (key, hashes if rows is None else hashes[rows])
 
 
 class RepeatedIdsFn(beam.DoFn):
-    """One key's bucket of id hashes -> ``(key text, the hashes seen more than once)``."""
+    """One key's bucket of ``(key, id hashes)`` -> ``(key text, the hashes seen more than
+    once)``: :func:`ldpflow.plan.steps.repeated_ids` (without the ranges, which Beam's
+    read does not need: it splits every range's rows with a side input)."""
 
     def process(self, element):
-        (text, _), parts = element
-        hashes = np.sort(np.concatenate(list(parts)))
-        repeated = np.unique(hashes[1:][hashes[1:] == hashes[:-1]])
-        if repeated.size:
+        (_, bucket), parts = element
+        pieces = ((key, bucket, 0, hashes) for key, hashes in parts)
+        for text, repeated, _ in repeated_ids(pieces, ranges=False):
             yield text, repeated
 
 
@@ -139,7 +145,9 @@ class RepeatedIds(beam.PTransform):
 class DropRepeatsFn(beam.DoFn):
     """One key's bucket of batches -> ``(key, ReportBatch)`` holding one copy per report id
     (rows of one hash are grouped by their full ids: never a distinct report dropped), and
-    ``(key, Tally)`` counting the copies dropped (when there were any)."""
+    ``(key, Tally)`` counting the copies dropped: :func:`ldpflow.plan.steps.drop_copies`
+    with ``keep_rows``. ``keep_ids``: the kept batches keep their full ids (else dropped
+    here, as only the cap after this step needs them)."""
 
     def __init__(self, keep_ids: bool = False):
         super().__init__()
@@ -148,20 +156,17 @@ class DropRepeatsFn(beam.DoFn):
         self._conflicting = Metrics.counter("ldpflow", "conflicting_duplicates")
 
     def process(self, element):
-        (text, _), batches = element
-        batches = list(batches)
-        batch = batches[0] if len(batches) == 1 else ReportBatch.concat(batches)
-        keep, conflicting = first_copies(batch.id_hashes, batch.reports.columns.values(),
-                                         batch.report_ids)
-        duplicates = int(keep.size - np.count_nonzero(keep))
-        key = tuple(batch.key)
-        if duplicates:
-            self._duplicates.inc(duplicates)
-            if conflicting:
-                self._conflicting.inc(conflicting)
-            yield key, Tally(None, duplicates, conflicting)
-            batch = batch[keep]
-        yield key, batch if self._keep_ids else _without_ids(batch)
+        (_, bucket), batches = element
+        pieces = ((tuple(batch.key), bucket, batch) for batch in batches)
+        for key, value in drop_copies(pieces, keep_rows=True):
+            if isinstance(value, Tally):
+                if value.duplicates:  # counters only where there were copies
+                    self._duplicates.inc(value.duplicates)
+                if value.conflicting:
+                    self._conflicting.inc(value.conflicting)
+                yield key, value
+            else:
+                yield key, value if self._keep_ids else _without_ids(value)
 
 
 def _bucket_bits(buckets: int) -> int:

@@ -1,6 +1,13 @@
 """Keyed estimation: count report batches per oracle/parameter key (deduplicated by report
 id, or not), estimate, post-process.
 
+The DoFns and CombineFns are adapters over the job plan's steps
+(:mod:`ldpflow.plan.steps`), which the other engines run: :class:`EstimateFn` calls
+:func:`~ldpflow.plan.steps.estimate_key`, :class:`DeadLetterSummaryFn`
+:func:`~ldpflow.plan.steps.add_letter`, :func:`~ldpflow.plan.steps.add_tallies` and
+:func:`~ldpflow.plan.steps.dead_letter_summary`, :class:`AdmitKeysFn`
+:func:`~ldpflow.plan.steps.admit_keys` and :func:`~ldpflow.plan.steps.admission_letter`.
+
 Counter (namespace ``ldpflow``): ``reports_estimated``, the reports behind the results;
 distribution ``estimate_ms``: milliseconds to estimate and post-process one key.
 """
@@ -14,19 +21,19 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from ldpflow.core.postprocess import postprocess
 from ldpflow.plan.steps import (
+    add_letter,
+    add_tallies,
     admission_letter,
     admit_keys,
     dead_letter_summary,
-    letter_tally,
+    estimate_key,
     reason_class,
 )
 from ldpflow.transforms.caps import CapContributions
 from ldpflow.transforms.combine import FrequencyOracleCombineFn
 from ldpflow.transforms.dedup import DEFAULT_BUCKETS, DeduplicateReports, Tally, TallyCombineFn
 from ldpflow.wire.envelope import DeadLetter
-from ldpflow.wire.results import estimate_result
 
 __all__ = ["CountReports", "EstimateReports", "EstimateFn", "DeadLetterSummaryFn",
            "CountDeadLettersFn", "AdmitKeysFn", "reason_class"]
@@ -49,18 +56,12 @@ class DeadLetterSummaryFn(beam.CombineFn):
         return {}
 
     def add_input(self, counts, letter: DeadLetter):
-        tally = counts.setdefault(letter.reason, [0, 0, 0, 0])
-        for i, value in enumerate(letter_tally(letter)):
-            tally[i] += value
-        return counts
+        return add_letter(counts, letter)  # the combiner's own accumulator
 
     def merge_accumulators(self, accumulators):
-        merged: dict[str, list[int]] = {}
+        merged: dict[str, tuple[int, ...]] = {}
         for counts in accumulators:
-            for reason, tally in counts.items():
-                into = merged.setdefault(reason, [0, 0, 0, 0])
-                for i, value in enumerate(tally):
-                    into[i] += value
+            merged = add_tallies(merged, counts)
         return merged
 
     def extract_output(self, counts):
@@ -115,11 +116,8 @@ class EstimateFn(beam.DoFn):
         self._estimate_ms = Metrics.distribution("ldpflow", "estimate_ms")
 
     def process(self, element):
-        key, tally = element
         started = time.perf_counter()
-        result = estimate_result(key, tally.accumulator, tally.dead_letters, self._methods,
-                                 postprocess, duplicates=tally.duplicates,
-                                 capped=tally.capped)
+        result = estimate_key(element, self._methods)
         self._estimated.inc(result["n"])
         self._estimate_ms.update(int(1000 * (time.perf_counter() - started)))
         yield result
@@ -129,15 +127,9 @@ def _dead_tally(letter: DeadLetter):
     return tuple(letter.key), Tally(None, dead_letters=letter.count)
 
 
-def _reports_read(tally: Tally) -> int:
-    """The valid reports read of a key (before dedup and the cap): the plan's census."""
-    counted = 0 if tally.accumulator is None else int(tally.accumulator.n)
-    return counted + tally.duplicates + tally.capped
-
-
 def _census(element):
     key, tally = element
-    return tuple(key), _reports_read(tally)
+    return tuple(key), tally.reports_read
 
 
 def _refused_keys(census, budget: int):
@@ -161,7 +153,7 @@ class AdmitKeysFn(beam.DoFn):
         if reason is None:
             yield element
             return
-        count = _reports_read(tally)
+        count = tally.reports_read
         if count:
             self._dead.inc(count)
             yield beam.pvalue.TaggedOutput("refused", admission_letter(self._source, key,

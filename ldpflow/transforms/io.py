@@ -26,8 +26,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from ldpflow.plan.outputs import dead_letter_file, estimates_files
-from ldpflow.plan.progress import ProgressSpec, RangeProgress
-from ldpflow.transforms.dedup import split_repeated
+from ldpflow.plan.progress import ProgressSpec
+from ldpflow.plan.steps import RangeTask, file_ranges, scan_range, split_repeated
 from ldpflow.wire import formats, outputs
 from ldpflow.wire.parse import AcceptancePolicy
 from ldpflow.wire.results import estimates_document, utc_now
@@ -70,7 +70,8 @@ def _format_of(path: str, fmt: str | None) -> str:
 
 
 class PlanRangesFn(beam.DoFn):
-    """A matched file -> ``(path, format, start, end)`` ranges to read separately."""
+    """A matched file -> ``(path, format, start, end)`` ranges to read separately
+    (:func:`ldpflow.plan.steps.file_ranges`)."""
 
     def __init__(self, fmt: str | None = None, range_bytes: int = formats.RANGE_BYTES):
         super().__init__()
@@ -83,13 +84,7 @@ class PlanRangesFn(beam.DoFn):
         metadata = readable_file.metadata
         path, size = metadata.path, metadata.size_in_bytes
         fmt = _format_of(path, self._format)
-        splittable = not formats.is_compressed(path)
-        if splittable and size > self._range_bytes:
-            with FileSystems.open(path) as stream:
-                ranges = formats.plan_ranges(stream, fmt, size, True, self._range_bytes)
-        else:
-            ranges = [(0, None)]
-        for start, end in ranges:
+        for start, end in file_ranges(path, size, fmt, self._range_bytes, opener=open_input):
             yield path, fmt, start, end
 
 
@@ -104,7 +99,11 @@ class ReadRangeFn(beam.DoFn):
 
     Every read adds its records and bytes to the job's progress (``progress``, a
     :class:`~ldpflow.plan.progress.ProgressSpec`; the light read of ids does not), which
-    logs a line every 10 s: one mechanism with the job plan's reads.
+    logs a line every 10 s. The read loop is the job plan's
+    (:func:`ldpflow.plan.steps.scan_range`, through :func:`open_input`), and the split of
+    the repeated rows its :func:`~ldpflow.plan.steps.split_repeated`; this DoFn streams the
+    chunks' batches out (to be counted where they are read, by the lifted combiner)
+    instead of gathering a range as :func:`~ldpflow.plan.steps.read_range` does.
     """
 
     DEAD_LETTERS = "dead_letters"
@@ -131,33 +130,29 @@ class ReadRangeFn(beam.DoFn):
         path, fmt, start, end = element
         started = time.monotonic()
         records = reports = dead = 0
-        with open_input(path) as stream:
-            progress = RangeProgress(self._progress, path, start, end, stream)
-            for parsed in formats.read_reports(stream, fmt, source=path, start=start, end=end,
-                                               policy=self._policy, keep=self._keep):
-                progress.chunk(parsed.records)
-                refused = sum(letter.count for letter in parsed.dead_letters)
-                records += parsed.records
-                reports += parsed.reports
-                dead += refused
-                self._records.inc(parsed.records)
-                self._reports.inc(parsed.reports)
-                self._dead.inc(refused)
-                if self._ids_only:
-                    for key, batch in parsed.batches.items():
-                        yield tuple(key), batch.id_hashes
-                    continue
+        for parsed in scan_range(RangeTask(0, path, fmt, start, end), self._policy,
+                                 self._keep, progress=self._progress, opener=open_input):
+            refused = sum(letter.count for letter in parsed.dead_letters)
+            records += parsed.records
+            reports += parsed.reports
+            dead += refused
+            self._records.inc(parsed.records)
+            self._reports.inc(parsed.reports)
+            self._dead.inc(refused)
+            if self._ids_only:
                 for key, batch in parsed.batches.items():
-                    key = tuple(key)  # Beam keys: plain tuples encode deterministically
-                    if repeated is not None:
-                        batch, repeats = split_repeated(key, batch, repeated)
-                        if repeats is not None:
-                            yield beam.pvalue.TaggedOutput(self.REPEATS, (key, repeats))
-                    if batch is not None:
-                        yield key, batch
-                for letter in parsed.dead_letters:
-                    yield beam.pvalue.TaggedOutput(self.DEAD_LETTERS, letter)
-            progress.done()
+                    yield tuple(key), batch.id_hashes
+                continue
+            for key, batch in parsed.batches.items():
+                key = tuple(key)  # Beam keys: plain tuples encode deterministically
+                if repeated is not None:
+                    batch, repeats = split_repeated(key, batch, repeated)
+                    if repeats is not None:
+                        yield beam.pvalue.TaggedOutput(self.REPEATS, (key, repeats))
+                if batch is not None:
+                    yield key, batch
+            for letter in parsed.dead_letters:
+                yield beam.pvalue.TaggedOutput(self.DEAD_LETTERS, letter)
         self._ranges.inc()
         self._range_records.update(records)
         self._range_ms.update(int(1000 * (time.monotonic() - started)))

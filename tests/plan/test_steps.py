@@ -76,7 +76,9 @@ def test_repeated_ids_find_the_copies_and_the_ranges_holding_them(files):
     assert steps.repeated_ids(list(reversed(pieces)))[0][1].tolist() == found[0][1].tolist()
 
 
-def test_drop_copies_keeps_one_copy_whatever_the_order(files):
+def _repeated_rows(files):
+    """The ``(key, bucket, batch)`` pieces of the rows of repeated ids (what the second
+    read of the plan's dedup gives)."""
     tasks = plan_ranges(files)
     reads = [steps.read_range(t, AcceptancePolicy(), ("id_hashes",), ids=True) for t in tasks]
     repeated = {}
@@ -86,7 +88,11 @@ def test_drop_copies_keeps_one_copy_whatever_the_order(files):
     again = [steps.read_range(t, AcceptancePolicy(), ("id_hashes", "report_ids"),
                               account=False, count=False, repeated=repeated, unique=False)
              for t in tasks]
-    pieces = [p for r in again for p in r.repeats]
+    return [p for r in again for p in r.repeats]
+
+
+def test_drop_copies_keeps_one_copy_whatever_the_order(files):
+    pieces = _repeated_rows(files)
     def dropped_per_key(pieces):
         out = {}
         for key, tally in steps.drop_copies(pieces):  # one tally per key and bucket
@@ -257,3 +263,126 @@ def test_count_reports_dedup_on_disk_equals_in_memory(files, tmp_path, cap):
         assert (theirs.duplicates, theirs.conflicting, theirs.dead_letters, theirs.capped) == \
             (tally.duplicates, tally.conflicting, tally.dead_letters, tally.capped)
         assert theirs.accumulator == tally.accumulator
+
+
+def test_scan_range_gives_the_chunks_read_range_counts(files):
+    for task in plan_ranges(files):
+        chunks = list(steps.scan_range(task, AcceptancePolicy()))
+        read = steps.read_range(task, AcceptancePolicy())
+        assert sum(c.records for c in chunks) == read.records
+        assert sum(letter.count for c in chunks for letter in c.dead_letters) == \
+            read.dead_letters
+        counted = {}
+        for chunk in chunks:
+            for key, batch in chunk.batches.items():
+                tally = steps.Tally(steps.count_batch(batch))
+                counted[tuple(key)] = counted[tuple(key)] + tally \
+                    if tuple(key) in counted else tally
+        for key, tally in read.tallies.items():
+            if tally.accumulator is not None:
+                assert counted[key].accumulator == tally.accumulator
+
+
+def test_add_letter_adds_in_place_what_add_tallies_adds():
+    from ldpflow.wire.envelope import DeadLetter
+
+    letters = [DeadLetter("f", "bad value", "{}"), DeadLetter("f", "bad value", "{}"),
+               DeadLetter("f", "truncated", None, count=0, count_unknown=True, bytes=7)]
+    counts: dict = {}
+    expected: dict = {}
+    for letter in letters:
+        assert steps.add_letter(counts, letter) is counts
+        expected = steps.add_tallies(expected, {letter.reason: steps.letter_tally(letter)})
+    assert counts == expected == {"bad value": (2, 0, 0, 0), "truncated": (0, 1, 7, 0)}
+
+
+def test_repeated_ids_without_ranges_find_the_same_hashes(files):
+    tasks = plan_ranges(files)
+    reads = [steps.read_range(t, AcceptancePolicy(), ("id_hashes",), ids=True) for t in tasks]
+    pieces = [(key, b, r.index, h) for r in reads for key, b, h in r.ids]
+    found = steps.repeated_ids(pieces)
+    bare = steps.repeated_ids(pieces, ranges=False)
+    assert [(t, h.tolist()) for t, h, _ in bare] == [(t, h.tolist()) for t, h, _ in found]
+    assert all(where == [] for _, _, where in bare) and any(w for _, _, w in found)
+
+
+def _user_pieces(files):
+    tasks = plan_ranges(files)
+    reads = [steps.read_range(t, AcceptancePolicy(), steps.CAP_KEEP, count=False, users=True)
+             for t in tasks]
+    by_bucket: dict = {}
+    for r in reads:
+        for bucket, key, batch in r.users:
+            by_bucket.setdefault(bucket, []).append((key, batch))
+    return by_bucket
+
+
+@pytest.mark.parametrize("cap", [1, 2])
+def test_cap_users_keeping_rows_counts_what_cap_users_counts(files, cap):
+    for pieces in _user_pieces(files).values():
+        tallies, summary = steps.cap_users(pieces, cap)
+        kept, kept_summary = steps.cap_users(pieces, cap, keep_rows=True)
+        assert kept_summary == summary
+        counted = {}
+        for key, value in kept:
+            if isinstance(value, steps.Tally):
+                assert value.accumulator is None
+                tally = value
+            else:
+                assert len(value) > 0
+                tally = steps.Tally(steps.count_batch(value))
+            counted[key] = counted[key] + tally if key in counted else tally
+        assert counted.keys() == dict(tallies).keys()
+        for key, tally in tallies:
+            assert counted[key].capped == tally.capped
+            assert counted[key].accumulator == tally.accumulator
+
+
+def test_drop_copies_keeping_rows_counts_the_kept_rows(files):
+    pieces = _repeated_rows(files)
+    dropped = {}
+    for key, tally in steps.drop_copies(pieces):
+        dropped[key] = dropped[key] + tally if key in dropped else tally
+    kept = {}
+    for key, value in steps.drop_copies(pieces, keep_rows=True):
+        tally = value if isinstance(value, steps.Tally) else \
+            steps.Tally(steps.count_batch(value))
+        kept[key] = kept[key] + tally if key in kept else tally
+    rows = [batch for _, _, batch in pieces]
+    every = steps.Tally(None)
+    for batch in rows:
+        every = every + steps.Tally(steps.count_batch(batch))
+    ((key, tally),) = dropped.items()
+    assert (kept[key].duplicates, kept[key].conflicting) == (tally.duplicates,
+                                                             tally.conflicting)
+    # the rows kept plus the copies dropped are every row of a repeated id
+    assert kept[key].accumulator + tally.accumulator == every.accumulator
+
+
+@pytest.mark.parametrize("cap", [None, 2])
+def test_a_tallys_reports_read_are_the_census_whatever_dedup_and_cap_drop(files, tmp_path,
+                                                                          cap):
+    census: dict = {}
+    for task in plan_ranges(files):
+        census = steps.add_counts(census, steps.read_range(task, AcceptancePolicy()).census)
+    job = EstimateJob(input=files, output=str(tmp_path), methods=("base",),
+                      policy=AcceptancePolicy(), max_reports_per_user=cap)
+    counted = count_reports(LocalBackend(), job, str(tmp_path / "staging"))
+    assert sum(t.duplicates + t.capped for t in counted.tallies.values()) > 0
+    assert {k: t.reports_read for k, t in counted.tallies.items() if t.reports_read} == census
+
+
+@pytest.mark.parametrize("range_bytes", [None, 2000])
+def test_file_ranges_are_the_plans_ranges_of_each_file(files, range_bytes):
+    from ldpflow.plan.files import match
+    from ldpflow.wire import formats
+
+    tasks = plan_ranges(files, range_bytes=range_bytes)
+    got = []
+    for path, size in match(files):
+        kind = formats.detect_format(path)
+        got += [(path, start, end) for start, end in steps.file_ranges(
+            path, size, kind, range_bytes or formats.RANGE_BYTES)]
+    assert got == [(t.path, t.start, t.end) for t in tasks]
+    if range_bytes:
+        assert len(tasks) > len(match(files))  # an uncompressed file was cut
