@@ -70,10 +70,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
-
-import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
+import uuid
+from typing import TYPE_CHECKING, Any
 
 from ldpflow.core import codecs, poisoning
 from ldpflow.core import heavy_hitters as hh
@@ -89,19 +87,13 @@ from ldpflow.pipelines.common import (
 )
 from ldpflow.pipelines.usage import JobFailed
 from ldpflow.pipelines.verdict import dead_letter_counts, input_bytes
-from ldpflow.transforms.dedup import DeduplicateReports, is_tally
-from ldpflow.transforms.estimate import CountDeadLettersFn, DeadLetterSummaryFn
-from ldpflow.transforms.heavy_hitters import (
-    IdentifyHeavyHitters,
-    ServerRule,
-    WriteHeavyHitters,
-)
-from ldpflow.transforms.io import (
-    CommitOutputs,
-    ReadReports,
-    WriteDeadLetters,
-    staging_folder,
-)
+from ldpflow.plan.heavy_hitters import ServerRule
+
+if TYPE_CHECKING:
+    import apache_beam as beam
+
+# Beam is imported where the Beam job is built and run, not with the module:
+# --engine dask|spark|local never needs it (tests/pipelines/test_heavy_hitters_cli.py).
 
 __all__ = ["run", "build", "configure", "read_truth", "configuration_of_input"]
 
@@ -134,12 +126,20 @@ def server_options(opts, prog: str = _PROG) -> dict[str, Any]:
     return options
 
 
-def configuration_of_input(pattern: str, fmt: str | None,
-                           protocol: str = hh.NAME) -> hh.HeavyHitterProtocol | None:
+def configuration_of_input(pattern: str, fmt: str | None, protocol: str = hh.NAME,
+                           beam: bool = True) -> hh.HeavyHitterProtocol | None:
     """The configuration of the first valid ``protocol`` report of the first input file
     (None when the file holds none): what the clients used, read before any pipeline
-    exists."""
+    exists. ``beam``: through Beam's file systems (the Beam job's); else through the job
+    plan's (:mod:`ldpflow.plan.files`, without Beam)."""
     from ldpflow.plan.heavy_hitters import first_configuration
+
+    if not beam:
+        from ldpflow.plan.files import match
+
+        return first_configuration([path for path, _ in match(pattern)], fmt, protocol)
+    from apache_beam.io.filesystems import FileSystems
+
     from ldpflow.transforms.io import open_input
 
     paths = [metadata.path for metadata in FileSystems.match([pattern])[0].metadata_list]
@@ -259,12 +259,19 @@ def _check_agreement(stated: dict[str, Any], found: hh.HeavyHitterProtocol, opts
                        f"{theirs}; leave out --k and --bits to take it as it is)")
 
 
-def read_truth(path: str, prog: str = _PROG) -> tuple:
+def read_truth(path: str, prog: str = _PROG, beam: bool = True) -> tuple:
     """The true values, most frequent first, of ``--truth``: ``ldpflow simulate``'s
     ``truth.json`` (its ``top`` list), a JSON list of values or of ``{"value": ...}``, or a
-    text file of one value per line (integers when every line is one)."""
+    text file of one value per line (integers when every line is one). ``beam``: read
+    through Beam's file systems; else through the job plan's."""
+    if beam:
+        from apache_beam.io.filesystems import FileSystems
+
+        opener = FileSystems.open
+    else:
+        from ldpflow.plan.files import open_file as opener
     try:
-        with FileSystems.open(path) as f:
+        with opener(path) as f:
             text = f.read().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise usage_error(prog, f"cannot read --truth {path!r}: {exc}") from None
@@ -284,30 +291,58 @@ def read_truth(path: str, prog: str = _PROG) -> tuple:
 
 def build(pipeline: beam.Pipeline, opts, protocol: hh.HeavyHitterProtocol,
           expect: dict[str, Any], started: float | None = None,
-          rule: ServerRule | None = None):
+          rule: ServerRule | None = None, progress=None):
     """Wire read -> identify (the protocol's passes, unrolled) -> write into ``pipeline``.
+
+    Deduplication shuffles the 8-byte id hashes only, as ``ldpflow estimate``: a first,
+    light read finds the repeated ids (:class:`~ldpflow.transforms.dedup.RepeatedIds`), the
+    main read splits off their rows alone, which :class:`~ldpflow.transforms.dedup.
+    DeduplicateReports` resolves, and every pass is corrected exactly for them
+    (:class:`~ldpflow.transforms.heavy_hitters.IdentifyHeavyHittersOfFiles`: pass 0
+    counted where the reports are read, each later pass reading the ranges again).
+    ``progress``: the job's progress lines (:class:`~ldpflow.plan.progress.ProgressSpec`).
 
     Returns the commit step, which moves the staged outputs into ``--output`` once every
     writer is done (it depends on every sink).
     """
+    import apache_beam as beam
+
+    from ldpflow.plan.heavy_hitters import RANGE_BYTES
+    from ldpflow.transforms.dedup import DEDUP_KEEP, DeduplicateReports, RepeatedIds, is_tally
+    from ldpflow.transforms.estimate import CountDeadLettersFn, DeadLetterSummaryFn
+    from ldpflow.transforms.heavy_hitters import IdentifyHeavyHittersOfFiles, WriteHeavyHitters
+    from ldpflow.transforms.io import (
+        CommitOutputs,
+        ReadReports,
+        WriteDeadLetters,
+        staging_folder,
+    )
+
     if rule is not None and rule.poisoning == "detect" and (
             protocol.name not in poisoning.HEAVY_HITTER_SUPPORTED):
         _LOGGER.warning("%s: --poisoning detect: no poisoning defence for %s (it covers %s); "
                         "each result says so", _PROG, protocol.name,
                         " ".join(poisoning.HEAVY_HITTER_SUPPORTED))
     policy = _policy(expect)
+    # The plan's ranges (16 MiB): a range's decode is what a task holds.
+    ids = pipeline | "ReadReportIds" >> ReadReports(opts.input, opts.input_format, policy,
+                                                    range_bytes=RANGE_BYTES, ids_only=True)
+    repeated = ids["reports"] | "RepeatedIds" >> RepeatedIds()
     read = pipeline | "ReadReports" >> ReadReports(opts.input, opts.input_format, policy,
-                                                   keep=("id_hashes", "report_ids"))
+                                                   keep=DEDUP_KEEP, range_bytes=RANGE_BYTES,
+                                                   repeated=repeated, progress=progress)
     _ = read["dead_letters"] | "CountDeadLetters" >> beam.ParDo(CountDeadLettersFn())
-    # One copy of each report id; the copies dropped are counted in the document.
-    unique = read["reports"] | "Deduplicate" >> DeduplicateReports()
+    # One copy of each repeated report id; the copies dropped are counted in the document.
+    unique = read["repeats"] | "Deduplicate" >> DeduplicateReports()
     duplicates = (unique
                   | "Repeats" >> beam.Filter(is_tally)
                   | "RepeatCount" >> beam.Map(lambda element: element[1].duplicates)
                   | "SumRepeats" >> beam.CombineGlobally(sum))
-    batches = unique | "Batches" >> beam.Filter(lambda element: not is_tally(element))
-    results = batches | "IdentifyHeavyHitters" >> IdentifyHeavyHitters(
-        protocol, rule, dead_letters=read["dead_letters"])
+    kept = unique | "Kept" >> beam.Filter(lambda element: not is_tally(element))
+    results = ({"reports": read["reports"], "repeats": read["repeats"], "kept": kept}
+               | "IdentifyHeavyHitters" >> IdentifyHeavyHittersOfFiles(
+                   opts.input, opts.input_format, policy, protocol, rule,
+                   dead_letters=read["dead_letters"]))
     summary = read["dead_letters"] | "SummariseDeadLetters" >> beam.CombineGlobally(
         DeadLetterSummaryFn())
     staging = staging_folder(opts.output)  # written there, then moved into place
@@ -353,6 +388,27 @@ def _run_plan(opts, protocol: hh.HeavyHitterProtocol, expect: dict[str, Any],
     return summary
 
 
+def _check_plan_inputs(opts) -> None:
+    """:func:`~ldpflow.pipelines.common.check_inputs` through the job plan's file systems
+    (:mod:`ldpflow.plan.files`; without Beam): a one-line usage error, before anything
+    runs, for a pattern that matches no file or a file whose format its name does not
+    tell."""
+    from ldpflow.plan.files import match
+    from ldpflow.wire import formats
+
+    try:
+        matched = match(opts.input)
+    except (OSError, ValueError) as exc:
+        raise usage_error(_PROG, f"cannot list --input {opts.input!r}: {exc}") from None
+    if not matched:
+        raise usage_error(_PROG, f"--input {opts.input!r} matched no files")
+    for path, _ in matched if opts.input_format is None else ():
+        try:
+            formats.detect_format(path)
+        except ValueError as exc:
+            raise usage_error(_PROG, f"{exc} (--input_format)") from None
+
+
 def _describe(protocol: hh.HeavyHitterProtocol, opts) -> str:
     """One line naming the configuration and its passes."""
     params = " ".join(f"{_FLAGS.get(p, p)}={v}" for p, v in protocol.parameters.items()
@@ -383,6 +439,9 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
         For bad flags or an input pattern that matches no file, before any pipeline exists.
     """
     options, opts = job_options("heavy-hitters", argv)
+    from ldpflow.plan.progress import set_quiet
+
+    set_quiet(opts.quiet == "true")
     fraction = opts.max_dead_letter_fraction
     if not 0 <= fraction <= 1:
         raise usage_error(_PROG, f"--max_dead_letter_fraction must be in [0, 1], got {fraction}")
@@ -390,10 +449,14 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
         configure(opts)  # the flags' own values first: a usage error names them
     else:
         check_flags(opts)
-    check_inputs(opts.input, opts.input_format, _PROG)
-    found = configuration_of_input(opts.input, opts.input_format, opts.protocol)
+    on_beam = opts.engine == "beam"
+    if on_beam:
+        check_inputs(opts.input, opts.input_format, _PROG)
+    else:
+        _check_plan_inputs(opts)
+    found = configuration_of_input(opts.input, opts.input_format, opts.protocol, on_beam)
     protocol, expect = configure(opts, found)
-    truth = read_truth(opts.truth) if opts.truth else None
+    truth = read_truth(opts.truth, beam=on_beam) if opts.truth else None
     options_given = server_options(opts)
     rule = ServerRule(options=options_given, truth=truth, poisoning=opts.poisoning)
     _LOGGER.info("%s: %s; server options %s (configuration from %s)", _PROG,
@@ -404,15 +467,21 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
         return _run_plan(opts, protocol, expect, rule, time.time(), backend)
     runner = batch_runner(options, _PROG)
     check_output(opts.output, _PROG)  # the last check (it creates the folder): one line, exit 2
+    import apache_beam as beam
+
+    from ldpflow.plan.progress import ProgressSpec, finished
+
     started = time.time()
     pipeline = beam.Pipeline(runner=runner, options=options)
-    build(pipeline, opts, protocol, expect, started, rule)
+    progress = ProgressSpec(uuid.uuid4().hex, input_bytes(opts.input))
+    build(pipeline, opts, protocol, expect, started, rule, progress)
     ran = run_pipeline(pipeline, options, _PROG)
     if ran.get("submitted"):
         return {"submitted": True, "output": opts.output}
     summary: dict[str, Any] = {"output": opts.output, "state": ran["state"],
                                "seconds": ran["seconds"]}
     counts = ran["counters"]
+    finished(progress, counts.get("records"))
     if "records" in counts or "ranges" in counts:  # a range read counts, even of no record
         summary.update(records=counts.get("records", 0), reports=counts.get("reports", 0),
                        **dead_letter_counts(counts), input_bytes=input_bytes(opts.input),

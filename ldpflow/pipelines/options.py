@@ -773,7 +773,8 @@ COMMANDS: dict[str, Command] = {
                                               "sfp) -> the most frequent values of a huge "
                                               "domain (Apache Beam, or --engine dask|spark|local).",
                              lambda: (INPUT, OUTPUT, _heavy_hitters_group(), POISONING,
-                                      VERDICT, ENGINE),
+                                      VERDICT, ESTIMATE.but("dedup", "max_job_bytes",
+                                                            title="Progress"), ENGINE),
                              ("input", "output"), beam=True, epilog=_BEAM_EPILOG),
     "pubsub": Command("pubsub", "Pub/Sub emulator helpers: create a topic and subscription, "
                                 "publish reports, pull messages.",

@@ -32,6 +32,7 @@ keys) and distributions ``stage_aggregate_ms`` and ``stage_estimate_ms``; with
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -39,8 +40,10 @@ from typing import Any
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
 
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.core import validation
@@ -49,15 +52,22 @@ from ldpflow.core.oracles import Reports
 from ldpflow.plan.heavy_hitters import (  # the Beam-free steps every engine shares
     MAX_REPORTS_PER_COUNT,
     POISONING_CHOICES,
+    RANGE_BYTES,
     PassOutcome,
     PassPartial,
+    PassTally,
     ServerRule,
     _configuration,
+    _corrected,
+    _tally,
     advance_pass,
     assemble_result,
     heavy_hitters_file,
     poisoning_section,
+    read_pass,
 )
+from ldpflow.plan.steps import RangeTask
+from ldpflow.transforms.io import PlanRangesFn, open_input
 from ldpflow.wire.envelope import ReportBatch
 from ldpflow.wire.results import heavy_hitters_document
 
@@ -74,6 +84,11 @@ __all__ = [
     "poisoning_section",
     "assemble_result",
     "IdentifyHeavyHitters",
+    "CountReportsFn",
+    "CountRangesFn",
+    "AddTalliesCombineFn",
+    "CorrectPassFn",
+    "IdentifyHeavyHittersOfFiles",
     "WriteHeavyHitters",
     "heavy_hitters_document",
 ]
@@ -308,20 +323,246 @@ class IdentifyHeavyHitters(beam.PTransform):
             previous = counts | f"Select{step}" >> beam.ParDo(
                 _AdvancePassFn(step, self._rule), *side)
             results[f"stage{step}"] = previous
-        if self._dead is not None:
-            name = protocol.name
-            results["dead"] = (
-                self._dead
-                | "HeavyHitterDeadLetters" >> beam.Filter(
-                    lambda letter: letter.key is not None and letter.key[0] == name)
-                | "DeadKey" >> beam.Map(lambda letter: (tuple(letter.key), letter.count))
-                | "DeadPerKey" >> beam.CombinePerKey(sum)
-            )
-        return (
-            results
-            | "JoinStages" >> beam.CoGroupByKey()
-            | "Assemble" >> beam.ParDo(_AssembleResultFn(protocol.num_passes, self._rule))
+        return _assemble(results, self._dead, protocol, self._rule)
+
+
+def _assemble(results: dict[str, Any], dead_letters, protocol: hh.HeavyHitterProtocol,
+              rule: ServerRule):
+    """Each key's pass outcomes (``results["stageS"]``) and dead letters -> its result dict
+    (:func:`assemble_result`): the last steps of both identifying transforms."""
+    if dead_letters is not None:
+        name = protocol.name
+        results["dead"] = (
+            dead_letters
+            | "HeavyHitterDeadLetters" >> beam.Filter(
+                lambda letter: letter.key is not None and letter.key[0] == name)
+            | "DeadKey" >> beam.Map(lambda letter: (tuple(letter.key), letter.count))
+            | "DeadPerKey" >> beam.CombinePerKey(sum)
         )
+    return (
+        results
+        | "JoinStages" >> beam.CoGroupByKey()
+        | "Assemble" >> beam.ParDo(_AssembleResultFn(protocol.num_passes, rule))
+    )
+
+
+# -- the job's passes over its files: reports counted where they are read ----------------------
+class _BundleTalliesFn(beam.DoFn):
+    """One running :class:`~ldpflow.plan.heavy_hitters.PassTally` per key and bundle (added
+    in place: this DoFn made them), emitted when the bundle ends: a task holds one pass's
+    sums, not one per batch or range, and no report crosses a shuffle."""
+
+    def __init__(self, step: int):
+        super().__init__()
+        self._step = step
+        self._stage_ms = Metrics.counter("ldpflow", f"stage{step}_aggregate_ms")
+        self._aggregate_ms = Metrics.distribution("ldpflow", "stage_aggregate_ms")
+
+    def start_bundle(self):
+        self._sums: dict[tuple, PassTally] = {}
+
+    def _took(self, seconds: float) -> None:
+        self._stage_ms.inc(int(seconds * 1000))
+        self._aggregate_ms.update(int(seconds * 1000))
+
+    def _add(self, key: tuple, tally: PassTally | None) -> None:
+        if tally is not None:
+            self._sums[key] = self._sums[key].merge(tally) if key in self._sums else tally
+
+    def finish_bundle(self):
+        sums, self._sums = self._sums, {}
+        for key, tally in sums.items():
+            yield GlobalWindows.windowed_value((key, tally))
+
+
+class CountReportsFn(_BundleTalliesFn):
+    """Pass 0 where the reports are read: ``(key, ReportBatch)`` (with their id hashes) ->
+    ``(key, PassTally)``, one per key and bundle. A key's batches are counted together, up
+    to ``2**20`` reports a call (:data:`~ldpflow.plan.heavy_hitters.MAX_REPORTS_PER_COUNT`,
+    as every engine)."""
+
+    _MAX_REPORTS_PER_CALL = MAX_REPORTS_PER_COUNT
+
+    def __init__(self):
+        super().__init__(0)
+
+    def setup(self):
+        self._configs: dict[tuple, hh.HeavyHitterProtocol] = {}
+
+    def start_bundle(self):
+        super().start_bundle()
+        self._pending: dict[tuple, list[ReportBatch]] = {}
+        self._sizes: dict[tuple, int] = {}
+
+    def process(self, element):
+        key, batch = element
+        key = tuple(key)
+        if batch.report_ids is not None:  # needed only where copies are resolved
+            batch = dataclasses.replace(batch, report_ids=None)
+        self._pending.setdefault(key, []).append(batch)
+        self._sizes[key] = self._sizes.get(key, 0) + len(batch)
+        if self._sizes[key] >= self._MAX_REPORTS_PER_CALL:
+            self._count(key)
+
+    def _count(self, key: tuple) -> None:
+        protocol = self._configs.get(key)
+        if protocol is None:
+            protocol = self._configs[key] = _configuration(key)[0]
+        clock = time.perf_counter()
+        del self._sizes[key]
+        self._add(key, _tally(protocol, 0, protocol.initial_state(), self._pending.pop(key)))
+        self._took(time.perf_counter() - clock)
+
+    def finish_bundle(self):
+        for key in list(self._pending):
+            self._count(key)
+        yield from super().finish_bundle()
+
+
+class CountRangesFn(_BundleTalliesFn):
+    """Pass ``step > 0`` over the input again: a range ``(path, format, start, end)`` ->
+    ``(key, PassTally)`` of every valid report of the pass's groups in it
+    (:func:`~ldpflow.plan.heavy_hitters.read_pass`, the plan's read: the same parse path and
+    acceptance policy as the first read), counted for the candidates pass ``step - 1``
+    left (its :class:`PassOutcome` per key, a side input ``AsDict``); one tally per key and
+    bundle. Reports are never held between passes."""
+
+    def __init__(self, step: int, policy):
+        super().__init__(step)
+        self._policy = policy
+
+    def process(self, element, previous: Mapping[tuple, PassOutcome] | None = None):
+        path, fmt, start, end = element
+        states = {key: outcome.state for key, outcome in (previous or {}).items()}
+        clock = time.perf_counter()
+        read = read_pass(RangeTask(0, path, fmt, start, end), self._policy, self._step,
+                         states, opener=open_input)
+        self._took(time.perf_counter() - clock)
+        for key, tally in read.tallies.items():
+            self._add(key, tally)
+        return ()
+
+
+class AddTalliesCombineFn(beam.CombineFn):
+    """Adds the :class:`~ldpflow.plan.heavy_hitters.PassTally` of one pass and key (exact
+    integer sums; ``+`` is pure, so no input is changed)."""
+
+    def create_accumulator(self) -> PassTally | None:
+        return None
+
+    def add_input(self, accumulator: PassTally | None, tally: PassTally) -> PassTally:
+        return tally if accumulator is None else accumulator + tally
+
+    def merge_accumulators(self, accumulators: Iterable[PassTally | None]):
+        merged = None
+        for accumulator in accumulators:  # may be a one-shot iterator: iterate once
+            if accumulator is not None:
+                merged = accumulator if merged is None else merged + accumulator
+        return merged
+
+    def extract_output(self, accumulator: PassTally | None) -> PassTally | None:
+        return accumulator
+
+
+class CorrectPassFn(beam.DoFn):
+    """``(key, PassTally)`` of every report read -> ``(key, PassPartial)`` of one copy of
+    each report id: less the rows of repeated ids, plus the copies kept of them (the
+    plan's :func:`~ldpflow.plan.heavy_hitters._corrected`, exact: every sum is linear in
+    the reports). The rows of repeated ids and the copies kept (few) are side inputs
+    (``AsList``); pass ``s > 0`` also takes pass ``s - 1``'s outcome per key."""
+
+    def __init__(self, step: int):
+        super().__init__()
+        self._step = step
+        self._reports = Metrics.counter("ldpflow", "heavy_hitter_reports")
+        self._stage_reports = Metrics.counter("ldpflow", f"stage{step}_reports")
+
+    def process(self, element, repeats, kept, previous=None):
+        key, tally = element
+        states = {k: outcome.state for k, outcome in (previous or {}).items()}
+        mine = [(k, batch) for k, batch in repeats if tuple(k) == key]
+        copies = [(k, batch) for k, batch in kept if tuple(k) == key]
+        out = _corrected({key: tally}, self._step, states, mine, copies)
+        if key in out:  # a key whose every report was a copy of another is gone
+            n = out[key].n
+            self._reports.inc(n)
+            self._stage_reports.inc(n)
+            yield key, out[key].partial()
+
+
+class IdentifyHeavyHittersOfFiles(beam.PTransform):
+    """The job's passes over its input files -> one result dict per key
+    (:func:`assemble_result`), with the results of :class:`IdentifyHeavyHitters` on the
+    same deduplicated reports, and of the job plan (``ldpflow.plan.heavy_hitters``) to the
+    last integer.
+
+    Input: a dict of PCollections ``{"reports": (key, ReportBatch) of the rows read once
+    (with their id hashes), "repeats": the rows of repeated ids split off by the read
+    (``ReadReports(..., repeated=...)``), "kept": one copy of each of those
+    (:class:`~ldpflow.transforms.dedup.DeduplicateReports`' batches)}``. Pass 0 is counted
+    where the reports are read (:class:`CountReportsFn`); each pass ``s > 0`` reads the
+    ranges of ``file_pattern`` again (:class:`CountRangesFn`) with pass ``s - 1``'s outcome
+    as a side input. Each pass's sums are merged per key (:class:`AddTalliesCombineFn`),
+    corrected for the copies (:class:`CorrectPassFn`) and advanced (:func:`advance_pass`).
+    No report crosses a shuffle and none is held between passes: what a task holds is a
+    range's chunks and the pass's sums; what grows with n is the rows of repeated ids.
+
+    Parameters
+    ----------
+    file_pattern, fmt, policy
+        The input and the acceptance policy of the job's first read (the same run key:
+        the id hashes of every read agree).
+    protocol, rule, dead_letters
+        As :class:`IdentifyHeavyHitters`.
+    range_bytes : int
+        The ranges each later pass reads (the plan's, by default).
+    """
+
+    def __init__(self, file_pattern: str, fmt: str | None, policy,
+                 protocol: hh.HeavyHitterProtocol, rule: ServerRule | None = None,
+                 dead_letters=None, range_bytes: int = RANGE_BYTES):
+        super().__init__()
+        if not isinstance(protocol, hh.HeavyHitterProtocol):
+            raise TypeError(f"protocol must be a HeavyHitterProtocol, got "
+                            f"{type(protocol).__name__}")
+        self._pattern, self._fmt, self._policy = file_pattern, fmt, policy
+        self._protocol = protocol
+        self._rule = rule or ServerRule()
+        protocol.check_options(self._rule.options)
+        self._dead = dead_letters
+        self._range_bytes = range_bytes
+
+    def expand(self, inputs):
+        protocol = self._protocol
+        repeats = beam.pvalue.AsList(inputs["repeats"])
+        kept = beam.pvalue.AsList(inputs["kept"])
+        ranges = None
+        if protocol.num_passes > 1:
+            ranges = (
+                inputs["reports"].pipeline
+                | "MatchAgain" >> fileio.MatchFiles(self._pattern)
+                | "OpenAgain" >> fileio.ReadMatches()
+                | "PlanRangesAgain" >> beam.ParDo(PlanRangesFn(self._fmt, self._range_bytes))
+                | "SpreadRangesAgain" >> beam.Reshuffle()
+            )
+        results: dict[str, Any] = {}
+        previous = None
+        for step in range(protocol.num_passes):
+            side = () if previous is None else (beam.pvalue.AsDict(previous),)
+            if step == 0:
+                tallies = ((inputs["reports"], inputs["repeats"])
+                           | "EveryRow" >> beam.Flatten()
+                           | "Count0" >> beam.ParDo(CountReportsFn()))
+            else:
+                tallies = ranges | f"Count{step}" >> beam.ParDo(
+                    CountRangesFn(step, self._policy), *side)
+            merged = tallies | f"Merge{step}" >> beam.CombinePerKey(AddTalliesCombineFn())
+            partial = merged | f"Correct{step}" >> beam.ParDo(CorrectPassFn(step), repeats,
+                                                                kept, *side)
+            previous = partial | f"Select{step}" >> beam.ParDo(
+                _AdvancePassFn(step, self._rule), *side)
+            results[f"stage{step}"] = previous
+        return _assemble(results, self._dead, protocol, self._rule)
 
 
 class _WriteHeavyHittersFn(beam.DoFn):

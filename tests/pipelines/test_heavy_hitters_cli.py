@@ -1,0 +1,77 @@
+"""``ldpflow heavy-hitters`` from the command line: the plan's engines run without Beam
+installed, and ``--quiet`` silences the progress lines."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+
+import pytest
+
+from ldpflow.pipelines import heavy_hitters, simulate
+from ldpflow.plan import progress as progress_module
+
+FLAGS = ["--bits", "16", "--k", "4", "--query_limit", "256"]
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("hh-cli")
+    simulate.run(["--oracle", "pem", *FLAGS, "--epsilon", "4", "--domain_size", "50",
+                  "--users", "1000", "--seed", "3", "--output", str(folder / "r"),
+                  "--shards", "2"])
+    return folder / "r"
+
+
+def test_heavy_hitters_on_the_local_engine_runs_without_beam(reports, tmp_path):
+    # apache_beam set to None in sys.modules: any import of it raises ImportError.
+    code = ("import sys; sys.modules['apache_beam'] = None\n"
+            "from ldpflow.pipelines.cli import main\nsys.exit(main(sys.argv[1:]))")
+    done = subprocess.run([sys.executable, "-c", code, "heavy-hitters",
+                           f"--input={reports}/*.avro", f"--output={tmp_path}/hh",
+                           "--engine=local", f"--truth={reports}/truth.json"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    document = json.loads((tmp_path / "hh" / "heavy_hitters.json").read_text())
+    assert document["n"] == document["records"] == 1000 and document["error"] is None
+    assert "scores" in document  # --truth read through the plan's files, too
+    # The same command finds no input without Beam as with it: one line, exit 2.
+    done = subprocess.run([sys.executable, "-c", code, "heavy-hitters",
+                           f"--input={tmp_path}/none/*.avro", f"--output={tmp_path}/o",
+                           "--engine=local"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith("matched no files"), done.stderr
+
+
+def test_importing_the_job_does_not_import_beam():
+    code = ("import sys\nimport ldpflow.pipelines.heavy_hitters\n"
+            "sys.exit('apache_beam' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.pipeline
+@pytest.mark.parametrize("quiet", [False, True])
+def test_heavy_hitters_logs_its_progress_unless_quiet(reports, tmp_path, caplog, quiet):
+    argv = [f"--input={reports}/*.avro", f"--output={tmp_path}/hh"]
+    with caplog.at_level(logging.INFO, logger="ldpflow.progress"):
+        try:
+            heavy_hitters.run(argv + (["--quiet"] if quiet else []))
+        finally:
+            progress_module.set_quiet(False)
+    lines = [r.getMessage() for r in caplog.records if r.name == "ldpflow.progress"]
+    if quiet:
+        assert lines == []
+    else:
+        assert lines[-1].startswith("progress (job): 1,000 records read")
+        assert lines[-1].endswith(", done")
+
+
+def test_quiet_is_a_flag_of_the_command_with_estimates_help():
+    from ldpflow.pipelines.options import COMMANDS
+
+    mine, theirs = (COMMANDS[name].flags()["quiet"] for name in ("heavy-hitters", "estimate"))
+    assert mine == theirs  # the one flag, shared
