@@ -18,12 +18,17 @@ The plan (each pass's step a pure function; :mod:`ldpflow.plan.steps` and
    order). The driver keeps those rows only (few: the copies and their originals), and each
    pass's counts are corrected exactly: ``all - repeated rows + kept rows`` (every sum is
    linear in the reports);
-4. pass ``s > 0`` is again a map over the ranges (read, validate, count pass ``s`` of the
-   rows of its groups against the candidates pass ``s - 1`` left, shipped to the tasks as
-   :class:`~ldpflow.core.heavy_hitters.PassState` per key) and a merge; reports are never
-   held between passes, and a task (a run of consecutive ranges, :func:`task_lists`) holds
-   one running sum, so what a task holds is one range's chunks and the candidates' sums
-   (``docs/engines.md`` has the measured peaks);
+4. pass ``s > 0`` is a map over what pass 0 spilled of its groups (while pass 0 reads a
+   range it writes the rows of the groups a later pass reads as compact columns to a
+   temporary folder beside the output's staging folder, :mod:`ldpflow.plan.packed`; the
+   input is decoded once), in pieces for ``2 * parallelism`` tasks (:func:`spill_tasks`,
+   :func:`read_spilled`): count pass ``s`` of those rows against the candidates pass
+   ``s - 1`` left, shipped to the tasks as :class:`~ldpflow.core.heavy_hitters.PassState`
+   per key, and a merge (``pass_store="reread"``: a map over the ranges again). Reports
+   are never held in memory between passes, and a task (a run of consecutive ranges,
+   :func:`task_lists`, or of spill pieces) holds one running sum, so what a task holds is
+   one range's chunks (or one piece) and the candidates' sums (``docs/engines.md`` has the
+   measured peaks);
 5. :func:`advance_pass` (estimates, candidate selection, the next pass's candidates) runs on
    the driver, once per key and pass; then :func:`assemble_result` per key, the document
    (:func:`heavy_hitters_file`: the bytes the Beam job writes too), the dead-letter files
