@@ -37,6 +37,13 @@ def _peak() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def _cpu() -> float:
+    """User + system CPU seconds of this process so far (the driver's, on Dask): the figure
+    a loaded machine distorts least."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return round(usage.ru_utime + usage.ru_stime, 2)
+
+
 def simulate(protocol: str, users: int, out: str) -> dict:
     if os.path.exists(os.path.join(out, "truth.json")):
         return {"cached": True}
@@ -74,7 +81,10 @@ def decode(data: str) -> dict:
 def one(case: str, protocol: str, data: str, workdir: str) -> None:
     """Run one case in this process (a child of :func:`main`)."""
     if case == "decode":
-        emit(case=case, protocol=protocol, **decode(data), peak_memory_mb=round(_peak() / 2**20))
+        before = _cpu()
+        result = decode(data)
+        emit(case=case, protocol=protocol, **result, cpu_seconds=round(_cpu() - before, 2),
+             peak_memory_mb=round(_peak() / 2**20))
         return
     from ldpflow.pipelines import heavy_hitters
 
@@ -90,10 +100,12 @@ def one(case: str, protocol: str, data: str, workdir: str) -> None:
 
         backend = LocalBackend()
     startup = time.perf_counter() - started
+    cpu_before = _cpu()
     output = f"{workdir}/out-{protocol}-{case}"
     summary = heavy_hitters.run([f"--input={data}/*.avro", f"--output={output}",
                                  f"--protocol={protocol}", f"--engine={engine}"],
                                 backend=backend)
+    cpu = round(_cpu() - cpu_before, 2)
     workers = None
     if hasattr(backend, "peak_memory"):
         workers = sorted(round(p / 2**20) for p in backend.peak_memory().values())
@@ -108,7 +120,9 @@ def one(case: str, protocol: str, data: str, workdir: str) -> None:
     emit(case=case, protocol=protocol, seconds=summary["seconds"],
          startup_seconds=round(startup, 2) if backend is not None else None,
          records=summary.get("records"), found=len(found), true_in_top_32=hits,
-         peak_memory_mb=round(_peak() / 2**20), peak_memory_mb_per_worker=workers)
+         cpu_seconds=cpu, steps_s=(summary.get("timings_ms") or {}).get("steps_s"),
+         peak_memory_mb=round(_peak() / 2**20), peak_memory_mb_per_worker=workers,
+         load_average=round(os.getloadavg()[0], 1))
 
 
 def main() -> None:

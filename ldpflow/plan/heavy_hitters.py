@@ -18,12 +18,17 @@ The plan (each pass's step a pure function; :mod:`ldpflow.plan.steps` and
    order). The driver keeps those rows only (few: the copies and their originals), and each
    pass's counts are corrected exactly: ``all - repeated rows + kept rows`` (every sum is
    linear in the reports);
-4. pass ``s > 0`` is again a map over the ranges (read, validate, count pass ``s`` of the
-   rows of its groups against the candidates pass ``s - 1`` left, shipped to the tasks as
-   :class:`~ldpflow.core.heavy_hitters.PassState` per key) and a merge; reports are never
-   held between passes, and a task (a run of consecutive ranges, :func:`task_lists`) holds
-   one running sum, so what a task holds is one range's chunks and the candidates' sums
-   (``docs/engines.md`` has the measured peaks);
+4. pass ``s > 0`` is a map over what pass 0 spilled of its groups (while pass 0 reads a
+   range it writes the rows of the groups a later pass reads as compact columns to a
+   temporary folder beside the output's staging folder, :mod:`ldpflow.plan.packed`; the
+   input is decoded once), in pieces for ``2 * parallelism`` tasks (:func:`spill_tasks`,
+   :func:`read_spilled`): count pass ``s`` of those rows against the candidates pass
+   ``s - 1`` left, shipped to the tasks as :class:`~ldpflow.core.heavy_hitters.PassState`
+   per key, and a merge (``pass_store="reread"``: a map over the ranges again). Reports
+   are never held in memory between passes, and a task (a run of consecutive ranges,
+   :func:`task_lists`, or of spill pieces) holds one running sum, so what a task holds is
+   one range's chunks (or one piece) and the candidates' sums (``docs/engines.md`` has the
+   measured peaks);
 5. :func:`advance_pass` (estimates, candidate selection, the next pass's candidates) runs on
    the driver, once per key and pass; then :func:`assemble_result` per key, the document
    (:func:`heavy_hitters_file`: the bytes the Beam job writes too), the dead-letter files
@@ -39,8 +44,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import logging
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO, Any
@@ -51,9 +60,9 @@ from ldpflow.core import codecs, poisoning, queries
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.plan import job as estimate_plan
-from ldpflow.plan import outputs, steps
+from ldpflow.plan import outputs, packed, steps
 from ldpflow.plan.backend import Backend
-from ldpflow.plan.files import open_file
+from ldpflow.plan.files import match, open_file
 from ldpflow.plan.steps import RangeTask
 from ldpflow.wire.envelope import ReportBatch
 from ldpflow.wire.results import heavy_hitters_document
@@ -74,7 +83,10 @@ __all__ = [
     "HeavyHittersPart",
     "read_pass",
     "read_ranges",
+    "read_spilled",
+    "spill_tasks",
     "task_lists",
+    "PASS_STORES",
     "count_pass",
     "run_heavy_hitters",
 ]
@@ -434,12 +446,25 @@ def _tally(protocol: hh.HeavyHitterProtocol, step: int, state: hh.PassState | No
     if not mine:
         return None
     batch = mine[0] if len(mine) == 1 else ReportBatch.concat(mine)
-    group = batch.reports.columns["group"].astype(np.int64)
+    return _sums(protocol, step, state, batch.reports, _id_buckets(batch))
+
+
+def _id_buckets(batch: ReportBatch) -> np.ndarray:
+    """The id-hash bucket of each report of ``batch`` (uint8: one byte a report)."""
     if batch.id_hashes is None:
         raise ValueError("heavy-hitter passes need batches read with keep=('id_hashes',)")
-    bucket = (batch.id_hashes >> np.uint64(64 - steps.ID_BUCKET_BITS)).astype(np.int64)
-    parts = np.bincount(bucket * num + group, minlength=_BUCKETS * num).reshape(_BUCKETS, num)
-    counts = None if state is None else protocol.accumulate(step, batch.reports, state)
+    return (batch.id_hashes >> np.uint64(64 - steps.ID_BUCKET_BITS)).astype(np.uint8)
+
+
+def _sums(protocol: hh.HeavyHitterProtocol, step: int, state: hh.PassState | None,
+          reports, buckets: np.ndarray) -> PassTally:
+    """Pass ``step``'s :class:`PassTally` of ``reports`` (of one key and of the pass's
+    groups), whose id-hash buckets are ``buckets``: the one count of every read."""
+    num = protocol.num_groups
+    group = reports.columns["group"].astype(np.int64)
+    parts = np.bincount(buckets.astype(np.int64) * num + group,
+                        minlength=_BUCKETS * num).reshape(_BUCKETS, num)
+    counts = None if state is None else protocol.accumulate(step, reports, state)
     return PassTally(counts, np.bincount(group, minlength=num)[:num].astype(np.int64),
                      parts.astype(np.int64))
 
@@ -472,17 +497,40 @@ class HeavyHittersRead:
     letters: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     dead: dict[tuple, int] = dataclasses.field(default_factory=dict)
     ids: list[tuple[tuple, int, np.ndarray]] = dataclasses.field(default_factory=list)
+    spilled: list[tuple[tuple, int, str, int]] = dataclasses.field(default_factory=list)
     read_ms: int = 0
+
+
+def _spill_path(folder: str, index: int, key: tuple, group: int) -> str:
+    digest = hashlib.blake2b(_text(key).encode("utf-8"), digest_size=8).hexdigest()
+    name = "all" if group == packed.ALL_GROUPS else f"g{group:03d}"
+    return os.path.join(folder, f"pass-{index:06d}-{digest}-{name}.pak")
+
+
+def _kept_groups(protocol: hh.HeavyHitterProtocol) -> tuple[int, ...]:
+    """The groups whose reports pass 0 spills for the later passes (by group), or
+    ``(ALL_GROUPS,)`` when every pass reads every group (kept together)."""
+    if protocol.num_passes < 2:
+        return ()
+    return (packed.ALL_GROUPS,) if packed.rereads_all(protocol) else packed.later_groups(
+        protocol)
 
 
 def read_pass(task: RangeTask, policy, step: int,
               states: Mapping[tuple, hh.PassState | None] | None = None, *,
-              account: bool = False, ids: bool = False, opener=None) -> HeavyHittersRead:
+              account: bool = False, ids: bool = False, spill: str | None = None,
+              opener=None) -> HeavyHittersRead:
     """Read one range and count pass ``step`` of every key in it (the rows of the pass's
     groups, for the candidates of ``states[key]``; pass 0 needs no state); with
     ``account``, also its records and dead letters, and with ``ids`` its reports' id
     hashes by id-hash bucket (:func:`ldpflow.plan.steps.bucket_parts`). Chunks of one key
-    are counted together, up to :data:`MAX_REPORTS_PER_COUNT` reports a call."""
+    are counted together, up to :data:`MAX_REPORTS_PER_COUNT` reports a call.
+
+    With ``spill`` (a folder every worker of the job sees), the rows of the groups a later
+    pass reads are also written there, one file per key and group
+    (:func:`ldpflow.plan.packed.write_spill`: their columns, narrowed, and their id-hash
+    buckets), listed in ``spilled`` as ``(key, group, path, rows)``: the later passes read
+    those (:func:`read_spilled`) instead of the range."""
     from ldpflow.wire import formats
 
     opener = opener or open_file
@@ -491,6 +539,21 @@ def read_pass(task: RangeTask, policy, step: int,
     cache: dict = {}
     pending: dict[tuple, list[ReportBatch]] = {}
     sizes: dict[tuple, int] = {}
+    kept: dict[tuple[tuple, int], list[tuple[packed.PackedReports, np.ndarray]]] = {}
+
+    def keep(key: tuple, batch: ReportBatch) -> None:
+        groups = _kept_groups(_protocol(key, cache))
+        if not groups:
+            return
+        if groups == (packed.ALL_GROUPS,):
+            parts = [(packed.ALL_GROUPS, batch)]
+        else:
+            column = batch.reports.columns["group"]
+            parts = [(g, batch[rows]) for g in groups
+                     if (rows := np.flatnonzero(column == g)).size]
+        for g, part in parts:
+            kept.setdefault((key, g), []).append(
+                (packed.PackedReports(part.reports), _id_buckets(part)))
 
     def count(key: tuple) -> None:
         protocol = _protocol(key, cache)
@@ -520,12 +583,20 @@ def read_pass(task: RangeTask, policy, step: int,
                                                            steps.ID_BUCKET_BITS):
                         out.ids.append((key, bucket, batch.id_hashes if rows is None
                                         else batch.id_hashes[rows]))
+                if spill is not None:
+                    keep(key, batch)
                 pending.setdefault(key, []).append(batch)
                 sizes[key] = sizes.get(key, 0) + len(batch)
                 if sizes[key] >= MAX_REPORTS_PER_COUNT:
                     count(key)
     for key in list(pending):
         count(key)
+    for (key, group), chunks in sorted(kept.items(), key=lambda kv: (_text(kv[0][0]),
+                                                                      kv[0][1])):
+        joined = packed.PackedReports.join([c for c, _ in chunks])
+        path = _spill_path(spill, task.index, key, group)  # type: ignore[arg-type]
+        packed.write_spill(path, joined, {"id_bucket": np.concatenate([b for _, b in chunks])})
+        out.spilled.append((key, group, path, joined.size))
     out.read_ms = int(1000 * (time.perf_counter() - started))
     return out
 
@@ -542,12 +613,13 @@ class HeavyHittersPart:
 
 def read_ranges(tasks: Sequence[RangeTask], policy, step: int,
                 states: Mapping[tuple, hh.PassState | None] | None = None, *,
-                account: bool = False, ids: bool = False) -> HeavyHittersPart:
+                account: bool = False, ids: bool = False, spill: str | None = None
+                ) -> HeavyHittersPart:
     """:func:`read_pass` of several ranges, one after the other, their tallies added."""
     tallies: dict[tuple, PassTally] = {}
     reads = []
     for task in tasks:
-        read = read_pass(task, policy, step, states, account=account, ids=ids)
+        read = read_pass(task, policy, step, states, account=account, ids=ids, spill=spill)
         for key, tally in read.tallies.items():  # this task's own sums: added in place
             tallies[key] = tallies[key].merge(tally) if key in tallies else tally
         read.tallies = {}
@@ -566,6 +638,59 @@ def task_lists(tasks: Sequence[RangeTask], backend: Backend) -> list[list[RangeT
     return [list(tasks[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
 
 
+#: A piece of a spill file a pass reads: ``(key, group, path, start row, stop row)``.
+SpillPiece = tuple[tuple, int, str, int, int]
+
+
+def spill_tasks(spilled: Sequence[tuple[tuple, int, str, int]], step: int,
+                backend: Backend) -> list[list[SpillPiece]]:
+    """The spill files (``(key, group, path, rows)``, :func:`read_pass`) of pass ``step``'s
+    groups, cut into pieces of whole blocks (:data:`ldpflow.plan.packed.SPILL_BLOCK`) of at
+    most :data:`MAX_REPORTS_PER_COUNT` rows, small enough for ``2 * backend.parallelism``
+    tasks of about equal rows (one task on an engine of one worker), whatever the number of
+    input files; each task is a run of consecutive pieces."""
+    cache: dict = {}
+    files = [(key, group, path, rows) for key, group, path, rows in spilled if rows and (
+        group == packed.ALL_GROUPS or group in _protocol(key, cache).pass_groups(step))]
+    total = sum(rows for *_, rows in files)
+    if not total:
+        return []
+    workers = backend.parallelism
+    fan = 1 if workers <= 1 else 2 * workers
+    block = packed.SPILL_BLOCK
+    size = min(MAX_REPORTS_PER_COUNT, max(block, -(-total // (fan * block)) * block))
+    pieces = [(key, group, path, lo, min(lo + size, rows))
+              for key, group, path, rows in files for lo in range(0, rows, size)]
+    starts = np.cumsum([0] + [b - a for *_, a, b in pieces[:-1]])
+    owner = (starts * fan) // total  # the task of each piece: by its first row
+    return [list(pieces[a:b]) for a, b in zip(
+        np.searchsorted(owner, np.arange(fan)), np.searchsorted(owner, np.arange(1, fan + 1)),
+        strict=True) if b > a]
+
+
+def read_spilled(pieces: Sequence[SpillPiece], step: int,
+                 states: Mapping[tuple, hh.PassState | None] | None = None
+                 ) -> HeavyHittersPart:
+    """Pass ``step`` of the spilled rows of ``pieces`` (:func:`spill_tasks`), one piece a
+    count, added into one running sum per key: the tallies :func:`read_ranges` gives of
+    the same rows read from the input."""
+    cache: dict = {}
+    tallies: dict[tuple, PassTally] = {}
+    for key, group, path, start, stop in pieces:
+        protocol = _protocol(key, cache)
+        reports, extra = packed.read_spill(path, start, stop)
+        buckets = extra["id_bucket"]
+        groups = protocol.pass_groups(step)
+        if group == packed.ALL_GROUPS and len(groups) < protocol.num_groups:
+            mine = np.isin(reports.columns["group"], np.asarray(groups, dtype=np.int64))
+            reports, buckets = reports[mine], buckets[mine]
+        if not len(reports):
+            continue
+        tally = _sums(protocol, step, _state(key, step, states, cache), reports, buckets)
+        tallies[key] = tallies[key].merge(tally) if key in tallies else tally
+    return HeavyHittersPart(tallies, [])
+
+
 def _pass_tallies(part: HeavyHittersPart):
     return list(part.tallies.items())
 
@@ -575,11 +700,21 @@ def _reads_of(part: HeavyHittersPart):
 
 
 def count_pass(backend: Backend, tasks: Sequence[RangeTask], policy, step: int,
-               states: Mapping[tuple, hh.PassState | None] | None) -> dict[tuple, PassTally]:
-    """Pass ``step > 0`` on ``backend``: a map over the ranges (:func:`read_pass`) and a
-    merge per key (pure ``+``, combined where the tallies are, then shuffled)."""
-    reads = backend.map(backend.parallelize(task_lists(tasks, backend)), functools.partial(
-        read_ranges, policy=policy, step=step, states=dict(states or {})))
+               states: Mapping[tuple, hh.PassState | None] | None,
+               spilled: Sequence[tuple[tuple, int, str, int]] | None = None
+               ) -> dict[tuple, PassTally]:
+    """Pass ``step > 0`` on ``backend``: a map over the ranges (:func:`read_pass`), or over
+    the pieces of what pass 0 spilled of them (``spilled``: :func:`spill_tasks`,
+    :func:`read_spilled`), and a merge per key (pure ``+``, combined where the tallies
+    are, then shuffled)."""
+    if spilled is not None:
+        reads = backend.map(backend.parallelize(spill_tasks(spilled, step, backend)),
+                            functools.partial(read_spilled, step=step,
+                                              states=dict(states or {})))
+    else:
+        reads = backend.map(backend.parallelize(task_lists(tasks, backend)),
+                            functools.partial(read_ranges, policy=policy, step=step,
+                                              states=dict(states or {})))
     return estimate_plan._merged(backend.collect(backend.combine_per_key(
         backend.flat_map(reads, _pass_tallies), estimate_plan._add)))
 
@@ -616,8 +751,37 @@ class HeavyHittersJob:
     rule: ServerRule = dataclasses.field(default_factory=lambda: ServerRule())
     fmt: str | None = None
     started: float | None = None  # Unix time the job was launched (elapsed_seconds)
-    range_bytes: int | None = None  # default: RANGE_BYTES
+    range_bytes: int | None = None  # default: RANGE_BYTES, or less (_range_bytes)
     input_bytes: int | None = None
+    #: Where the passes after the first find their reports: ``disk`` (what pass 0 spilled,
+    #: in a temporary folder beside the output's staging folder, which every worker must
+    #: see: it sees the staging folder already) or ``reread`` (the input, read and decoded
+    #: again each pass).
+    pass_store: str = "disk"
+
+    def __post_init__(self) -> None:
+        if self.pass_store not in PASS_STORES:
+            raise ValueError(f"pass_store must be one of {' '.join(PASS_STORES)}, got "
+                             f"{self.pass_store!r}")
+
+
+#: The values of :attr:`HeavyHittersJob.pass_store`.
+PASS_STORES = ("disk", "reread")
+#: The smallest byte range pass 0 is cut into to give every worker two tasks.
+MIN_RANGE_BYTES = 1 << 20
+
+
+def _range_bytes(job: HeavyHittersJob, backend: Backend) -> int:
+    """The byte ranges of pass 0: ``job.range_bytes``, else :data:`RANGE_BYTES`, cut
+    smaller (down to :data:`MIN_RANGE_BYTES`) when the input would give fewer than two
+    ranges a worker (a few files on several workers)."""
+    if job.range_bytes:
+        return job.range_bytes
+    workers = backend.parallelism
+    if workers <= 1:
+        return RANGE_BYTES
+    total = sum(size for _, size in match(job.input))
+    return int(min(RANGE_BYTES, max(MIN_RANGE_BYTES, -(-total // (2 * workers)))))
 
 
 def _text(key) -> str:
@@ -630,6 +794,19 @@ def run_heavy_hitters(backend: Backend, job: HeavyHittersJob) -> dict[str, Any]:
     "duplicates", "dead_letters", "lost_parts", "lost_bytes", "lost_unsized", "reasons",
     "input_bytes", "candidates", "survivors", "timings_ms", "passes"}`` (and
     ``poisoning_alarms`` with ``--poisoning detect``)."""
+    spill = None
+    if job.pass_store == "disk" and job.protocol.num_passes > 1:
+        os.makedirs(job.output, exist_ok=True)  # beside the staging folder (dedup's too)
+        spill = tempfile.mkdtemp(prefix=".ldpflow-passes-", dir=job.output)
+    try:
+        return _run_heavy_hitters(backend, job, spill)
+    finally:
+        if spill is not None:
+            shutil.rmtree(spill, ignore_errors=True)
+
+
+def _run_heavy_hitters(backend: Backend, job: HeavyHittersJob, spill: str | None
+                       ) -> dict[str, Any]:
     started = time.perf_counter()
     marks: dict[str, float] = {}
 
@@ -638,11 +815,12 @@ def run_heavy_hitters(backend: Backend, job: HeavyHittersJob) -> dict[str, Any]:
 
     protocol, rule, policy = job.protocol, job.rule, job.policy
     staging = outputs.staging_folder(job.output)
-    tasks = estimate_plan.plan_ranges(job.input, job.fmt, job.range_bytes or RANGE_BYTES)
+    tasks = estimate_plan.plan_ranges(job.input, job.fmt, _range_bytes(job, backend))
     mark("plan_ranges")
     parts = backend.persist(backend.map(backend.parallelize(task_lists(tasks, backend)),
                                         functools.partial(read_ranges, policy=policy, step=0,
-                                                          account=True, ids=True)))
+                                                          account=True, ids=True,
+                                                          spill=spill)))
     first = estimate_plan._merged(backend.collect(backend.combine_per_key(
         backend.flat_map(parts, _pass_tallies), estimate_plan._add)))
     reads = backend.flat_map(parts, _reads_of)
@@ -669,7 +847,8 @@ def run_heavy_hitters(backend: Backend, job: HeavyHittersJob) -> dict[str, Any]:
         backend.release(again)
     mark("deduplicate")
     accounts = backend.collect(backend.map(reads, _accounts))  # one small record a range
-    stats = [(records, reasons, ms) for records, reasons, ms, _, _ in accounts]
+    stats = [(records, reasons, ms) for records, reasons, ms, *_ in accounts]
+    spilled = None if spill is None else [entry for a in accounts for entry in a[5]]
     reports = sum(a[3] for a in accounts)
     dead = estimate_plan._merged(item for a in accounts for item in a[4].items())
     backend.collect(backend.flat_map(  # the workers write them, one file per source
@@ -682,7 +861,8 @@ def run_heavy_hitters(backend: Backend, job: HeavyHittersJob) -> dict[str, Any]:
     candidates = survivors = tested = alarms = 0
     for step in range(protocol.num_passes):
         states = {key: outcome.state for key, outcome in previous.items()}
-        tallies = first if step == 0 else count_pass(backend, tasks, policy, step, states)
+        tallies = first if step == 0 else count_pass(backend, tasks, policy, step, states,
+                                                     spilled)
         tallies = _corrected(tallies, step, states, repeats, kept)
         current: dict[tuple, PassOutcome] = {}
         for key in sorted(tallies, key=_text):
@@ -710,6 +890,8 @@ def run_heavy_hitters(backend: Backend, job: HeavyHittersJob) -> dict[str, Any]:
     reasons: dict[str, tuple[int, ...]] = {}
     for _, by_reason, _ in stats:
         reasons = steps.add_tallies(reasons, by_reason)
+    if spill is not None:  # the passes are done: nothing of the spill is committed
+        shutil.rmtree(spill, ignore_errors=True)
     elapsed = None if job.started is None else time.time() - job.started
     _, data = heavy_hitters_file(results, steps.dead_letter_summary(reasons), elapsed,
                                  duplicates)
@@ -736,4 +918,4 @@ def run_heavy_hitters(backend: Backend, job: HeavyHittersJob) -> dict[str, Any]:
 
 
 def _accounts(read: HeavyHittersRead) -> tuple:
-    return read.records, read.reasons, read.read_ms, read.reports, read.dead
+    return read.records, read.reasons, read.read_ms, read.reports, read.dead, read.spilled

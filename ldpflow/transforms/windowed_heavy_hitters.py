@@ -36,7 +36,6 @@ TreeHist: ``(g - 1) / g`` of the window's ``n`` reports, ``g`` groups, 9 bytes a
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,6 +45,15 @@ import numpy as np
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.oracles import Reports
+from ldpflow.plan.packed import (  # the compact columns the plan's passes spill too
+    ALL_GROUPS,
+    FAN_IN,
+    PackedReports,
+    compact,
+    concat_packed,
+    later_groups,
+    rereads_all,
+)
 from ldpflow.plan.steps import add_tallies, dead_letter_summary, letter_tally
 from ldpflow.transforms.heavy_hitters import (
     PassOutcome,
@@ -61,11 +69,7 @@ from ldpflow.transforms.streaming import (
     WindowReports,
     WindowSpec,
 )
-from ldpflow.wire.envelope import (
-    DeadLetter,
-    ReportBatch,
-    narrow_column,  # the wire's compact dtypes
-)
+from ldpflow.wire.envelope import DeadLetter, ReportBatch
 from ldpflow.wire.results import heavy_hitters_document
 
 __all__ = [
@@ -84,86 +88,6 @@ __all__ = [
 
 #: Reports of pass 0's own groups counted together (pass 0's sums are allocated once a run).
 COUNT_RUN = 1 << 16
-
-
-def later_groups(protocol: hh.HeavyHitterProtocol) -> tuple[int, ...]:
-    """The groups some pass after the first reads: their reports are kept until the window
-    closes (the first pass's groups are counted on arrival)."""
-    return tuple(sorted({g for s in range(1, protocol.num_passes)
-                         for g in protocol.pass_groups(s)}))
-
-
-def rereads_all(protocol: hh.HeavyHitterProtocol) -> bool:
-    """Whether every pass reads every group (SPM, MCM, SFP): the reports are then kept
-    together, not split by group (one chunk a message rather than one a group)."""
-    return all(len(protocol.pass_groups(s)) == protocol.num_groups
-               for s in range(protocol.num_passes))
-
-
-#: The ``kept`` entry of the reports of every group, for :func:`rereads_all` protocols.
-ALL_GROUPS = -1
-
-
-class PackedReports:
-    """Reports (of one group, or of a message) in compact columns: each integer column in the
-    narrowest dtype that holds its values, a column of one value as that value alone.
-
-    Exact: :meth:`unpack` restores the columns, values and dtypes.
-    """
-
-    __slots__ = ("oracle", "size", "columns")
-
-    def __init__(self, reports: Reports):
-        self.oracle = reports.oracle
-        self.size = len(reports)
-        self.columns: dict[str, tuple[str, Any, str]] = {}
-        for name, column in reports.columns.items():
-            if column.ndim == 1 and column.size and column.dtype.kind in "iu" and (
-                    column.min() == column.max()):
-                self.columns[name] = ("constant", column[0].item(), column.dtype.str)
-            else:
-                packed, dtype = narrow_column(column)
-                self.columns[name] = ("array", packed, dtype)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the arrays held."""
-        return sum(v.nbytes for kind, v, _ in self.columns.values() if kind == "array")
-
-    def unpack(self, start: int = 0, stop: int | None = None) -> Reports:
-        """The reports (those of ``start:stop``), in their own dtypes."""
-        stop = self.size if stop is None else min(stop, self.size)
-        return Reports(self.oracle, {name: self._column(name, start, stop)
-                                     for name in self.columns})
-
-    @classmethod
-    def join(cls, chunks: Sequence[PackedReports]) -> PackedReports:
-        """One chunk of ``chunks``' reports, in order: columns packed alike are joined as
-        they are (one copy), the others restored, joined and packed again."""
-        first = chunks[0]
-        if any(c.columns.keys() != first.columns.keys() for c in chunks):
-            raise ValueError("cannot join reports of different columns")
-        joined = object.__new__(cls)
-        joined.oracle, joined.size, joined.columns = first.oracle, sum(c.size for c in chunks), {}
-        for name, (kind, value, dtype) in first.columns.items():
-            forms = [c.columns[name] for c in chunks]
-            if all(f[0] == kind and f[2] == dtype for f in forms) and (
-                    kind == "constant" and all(f[1] == value for f in forms)
-                    or kind == "array" and all(f[1].dtype == value.dtype for f in forms)):
-                joined.columns[name] = (kind, value, dtype) if kind == "constant" else (
-                    kind, np.concatenate([f[1] for f in forms]), dtype)
-            else:
-                column = np.concatenate([c._column(name) for c in chunks])
-                packed = cls(Reports(first.oracle, {name: column}))
-                joined.columns[name] = packed.columns[name]
-        return joined
-
-    def _column(self, name: str, start: int = 0, stop: int | None = None) -> np.ndarray:
-        kind, value, dtype = self.columns[name]
-        stop = self.size if stop is None else stop
-        if kind == "constant":
-            return np.full(max(stop - start, 0), value, dtype=np.dtype(dtype))
-        return value[start:stop].astype(np.dtype(dtype), copy=False)
 
 
 @dataclasses.dataclass(eq=False)
@@ -232,7 +156,7 @@ class WindowPasses:
             if present[list(protocol.pass_groups(step))].any():
                 self.pass_batches[step] += 1
         if rereads_all(protocol):
-            self.kept[ALL_GROUPS] = _compact(self.kept.get(ALL_GROUPS, [])
+            self.kept[ALL_GROUPS] = compact(self.kept.get(ALL_GROUPS, [])
                                              + [PackedReports(reports)])
             return self
         later = set(later_groups(protocol))
@@ -245,7 +169,7 @@ class WindowPasses:
             parts = [(g, reports[order[bounds[g]:bounds[g + 1]]]) for g in distinct]
         for g, part in parts:
             if g in later:
-                self.kept[g] = _compact(self.kept.get(g, []) + [PackedReports(part)])
+                self.kept[g] = compact(self.kept.get(g, []) + [PackedReports(part)])
             else:  # read by pass 0 only
                 self.pending.append(PackedReports(part))
         self._count_pending(protocol)
@@ -255,7 +179,7 @@ class WindowPasses:
         """Count the pending reports into pass 0's sums once there are ``COUNT_RUN``."""
         if sum(c.size for c in self.pending) < COUNT_RUN:
             return
-        counts = protocol.accumulate(0, _concat(self.pending), protocol.initial_state())
+        counts = protocol.accumulate(0, concat_packed(self.pending), protocol.initial_state())
         self.first = counts if self.first is None else self.first.merge(counts)
         self.pending = []
 
@@ -285,7 +209,7 @@ class WindowPasses:
             self.first = other.first.copy() if self.first is None else self.first.merge(
                 other.first)
         for g, chunks in other.kept.items():
-            self.kept[g] = _compact(self.kept.get(g, []) + list(chunks))
+            self.kept[g] = compact(self.kept.get(g, []) + list(chunks))
         if other.pending:
             self.pending = self.pending + list(other.pending)
             self._count_pending(ProtocolKey.coerce(self.key).build())
@@ -337,7 +261,7 @@ class WindowPasses:
         counts = (protocol.create_pass_counts(0, initial) if self.first is None
                   else self.first.copy())
         if self.pending:
-            counts.merge(protocol.accumulate(0, _concat(self.pending), initial))
+            counts.merge(protocol.accumulate(0, concat_packed(self.pending), initial))
         return self._count(protocol, 0, initial, counts)
 
     def result(self, protocol: hh.HeavyHitterProtocol, rule: ServerRule) -> dict[str, Any]:
@@ -367,36 +291,6 @@ class WindowPasses:
             grouped[f"stage{step}"] = [outcome]
             previous = {key: outcome}
         return assemble_result((key, grouped), protocol.num_passes, rule)
-
-
-#: Chunks of one size tier (sizes within a factor of it) joined into one once there are
-#: this many: ``O(FAN_IN log n)`` chunks for ``n`` reports, each copied ``log_FAN_IN n`` times.
-FAN_IN = 8
-
-
-def _tier(size: int) -> int:
-    return int(math.log(max(size, 1), FAN_IN))
-
-
-def _compact(chunks: list[PackedReports]) -> list[PackedReports]:
-    """``chunks`` with the chunks of a size tier joined into one whenever there are
-    :data:`FAN_IN` of them (tiered joins, lowest tier first: each join makes chunks of a
-    higher tier, so a report is copied about ``log_FAN_IN n`` times as a window fills)."""
-    while True:
-        tiers: dict[int, list[int]] = {}
-        for i, chunk in enumerate(chunks):
-            tiers.setdefault(_tier(chunk.size), []).append(i)
-        full = [t for t, members in tiers.items() if len(members) >= FAN_IN]
-        if not full:
-            return chunks
-        members = tiers[min(full)]
-        joined = PackedReports.join([chunks[i] for i in members])
-        chunks = [c for i, c in enumerate(chunks) if i not in set(members)] + [joined]
-
-
-def _concat(chunks: Sequence[PackedReports]) -> Reports:
-    return chunks[0].unpack() if len(chunks) == 1 else Reports.concat(
-        [c.unpack() for c in chunks])
 
 
 class WindowPassesCombineFn(beam.CombineFn):

@@ -4,12 +4,14 @@ reports, pure sums, and tasks that hold one running sum each."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
 
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.plan import heavy_hitters as plan
+from ldpflow.plan import packed
 from ldpflow.plan.backend import LocalBackend
 from ldpflow.plan.steps import RangeTask
 from ldpflow.wire.parse import AcceptancePolicy
@@ -87,3 +89,124 @@ def test_tasks_are_runs_of_consecutive_ranges_a_few_per_worker(backend, expected
     lists = plan.task_lists(tasks, backend)
     assert [len(t) for t in lists] == expected
     assert [t for part in lists for t in part] == tasks
+
+
+def _job(pattern, output, protocol, **extra):
+    return plan.HeavyHittersJob(input=pattern, output=str(output), protocol=protocol,
+                                policy=AcceptancePolicy(expect={"oracle": protocol.name},
+                                                        id_key=bytes(16)), **extra)
+
+
+def _leftovers(output) -> list[str]:
+    return sorted(p for p in os.listdir(output) if p.startswith(".ldpflow-passes-"))
+
+
+def _passes(monkeypatch) -> list:
+    """Each pass's deduplicated sums, as the job computes them."""
+    passes: list = []
+    corrected = plan._corrected
+    monkeypatch.setattr(plan, "_corrected",
+                        lambda *a: passes.append(corrected(*a)) or passes[-1])
+    return passes
+
+
+def _reads(monkeypatch) -> list:
+    """The pass of each read of an input range."""
+    steps: list = []
+    original = plan.read_pass
+
+    def read_pass(task, policy, step, *a, **k):
+        steps.append(step)
+        return original(task, policy, step, *a, **k)
+
+    monkeypatch.setattr(plan, "read_pass", read_pass)
+    return steps
+
+
+@pytest.mark.parametrize("name", sorted(hh.PROTOCOLS))
+def test_spilled_passes_count_what_reading_again_counts(tmp_path, monkeypatch, name):
+    """The later passes read what pass 0 spilled: the same integer sums every pass, the
+    same document, and the spill folder is gone when the job is done."""
+    pattern, protocol, _ = _write(tmp_path, name)
+    documents, sums = {}, {}
+    for store in plan.PASS_STORES:
+        with monkeypatch.context() as patch:
+            passes = _passes(patch)
+            reads = _reads(patch)  # with the spill, the input is read by pass 0 alone
+            plan.run_heavy_hitters(LocalBackend(), _job(pattern, tmp_path / store, protocol,
+                                                        pass_store=store))
+        sums[store] = passes
+        assert set(reads) == ({0} if store == "disk" else set(range(protocol.num_passes)))
+        with open(tmp_path / store / "heavy_hitters.json") as f:
+            document = json.load(f)
+        document["elapsed_seconds"] = None
+        documents[store] = document
+        assert _leftovers(tmp_path / store) == []
+    assert documents["disk"] == documents["reread"]
+    assert len(sums["disk"]) == len(sums["reread"]) == protocol.num_passes
+    for disk, again in zip(sums["disk"], sums["reread"], strict=True):
+        assert disk.keys() == again.keys()
+        for key, tally in disk.items():
+            assert tally.counts == again[key].counts
+            assert np.array_equal(tally.group_counts, again[key].group_counts)
+            assert np.array_equal(tally.parts, again[key].parts)
+
+
+def test_spill_folder_is_removed_when_a_pass_fails(tmp_path, monkeypatch):
+    pattern, protocol, _ = _write(tmp_path, "pem")
+
+    def fails(*a, **k):
+        assert len(_leftovers(tmp_path / "out")) == 1  # the spill is there while it runs
+        raise RuntimeError("a worker was lost")
+
+    monkeypatch.setattr(plan, "read_spilled", fails)
+    with pytest.raises(RuntimeError, match="a worker was lost"):
+        plan.run_heavy_hitters(LocalBackend(), _job(pattern, tmp_path / "out", protocol))
+    assert _leftovers(tmp_path / "out") == []
+    assert not os.path.exists(tmp_path / "out" / "heavy_hitters.json")
+
+
+@pytest.mark.parametrize("damage", ["missing", "damaged"])
+def test_spill_lost_during_the_run_is_a_clear_error(tmp_path, monkeypatch, damage):
+    pattern, protocol, _ = _write(tmp_path, "pem")
+    tasks = plan.spill_tasks
+
+    def lose(spilled, step, backend):
+        path = spilled[0][2]
+        if damage == "missing":
+            os.remove(path)
+        else:
+            with open(path, "r+b") as f:
+                f.seek(-1, os.SEEK_END)
+                byte = f.read(1)
+                f.seek(-1, os.SEEK_END)
+                f.write(bytes([byte[0] ^ 1]))
+        return tasks(spilled, step, backend)
+
+    monkeypatch.setattr(plan, "spill_tasks", lose)
+    message = "is missing" if damage == "missing" else "do not match their checksum"
+    with pytest.raises(packed.SpillError, match=message):
+        plan.run_heavy_hitters(LocalBackend(), _job(pattern, tmp_path / "out", protocol))
+    assert _leftovers(tmp_path / "out") == []
+
+
+class _Two(LocalBackend):
+    parallelism = 2
+
+
+def test_spilled_pass_runs_as_twice_as_many_tasks_as_workers(tmp_path, monkeypatch):
+    """Two spill files (two input files) of one pass still give 2 workers 4 tasks, of whole
+    blocks, which cover every row once."""
+    monkeypatch.setattr(packed, "SPILL_BLOCK", 16)
+    key = ("pem",)
+    spilled = [(key, 1, "a.pak", 100), (key, 1, "b.pak", 90), (key, 2, "c.pak", 50)]
+    monkeypatch.setattr(plan, "_protocol", lambda k, cache: make("pem"))
+    lists = plan.spill_tasks(spilled, 1, _Two())
+    assert len(lists) == 4
+    rows = {"a.pak": [], "b.pak": []}
+    for pieces in lists:
+        for _, group, path, start, stop in pieces:
+            assert group == 1 and start % 16 == 0
+            rows[path].extend(range(start, stop))
+    assert rows == {"a.pak": list(range(100)), "b.pak": list(range(90))}
+    assert [len(t) for t in plan.spill_tasks(spilled, 1, LocalBackend())] == [2]
