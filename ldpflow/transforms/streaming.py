@@ -57,6 +57,7 @@ from ldpflow.core import validation
 from ldpflow.core.dedup import SeenIds, first_copies
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.postprocess import postprocess
+from ldpflow.plan.steps import bucket_parts
 from ldpflow.transforms.caps import tie_breaks
 from ldpflow.transforms.combine import FrequencyOracleCombineFn
 from ldpflow.transforms.io import as_policy
@@ -311,20 +312,21 @@ _USER_BUCKET_BITS = 4  # state cells per window for the contribution cap
 
 def split_cells(key: str, batch, cell_ms: int, bucket_bits: int = 0):
     """One ``TimestampedValue((state key, sub-batch))`` per event-time cell of ``batch`` and,
-    with ``bucket_bits``, per id-hash bucket: the state key is then ``key`` and the bucket
-    (``KEY#BUCKET``), and every copy of a report (one id, one event time) lands in one."""
+    with ``bucket_bits``, per id-hash bucket (the plan's split,
+    :func:`ldpflow.plan.steps.bucket_parts`): the state key is then ``key`` and the bucket
+    (``KEY#BUCKET``), and every copy of a report (one id, one event time) lands in one. Each
+    sub-batch keeps its rows in the batch's order."""
     cells = batch.event_times // cell_ms
-    if bucket_bits:
-        buckets = (batch.id_hashes >> np.uint64(64 - bucket_bits)).astype(np.int64)
-        groups = cells * (1 << bucket_bits) + buckets
-    else:
-        groups = cells
-    distinct = np.unique(groups).tolist()
-    for group in distinct:
-        part = batch if len(distinct) == 1 else batch[groups == group]
-        cell, bucket = divmod(group, 1 << bucket_bits)
-        state_key = f"{key}#{bucket}" if bucket_bits else key
-        yield window.TimestampedValue((state_key, part), Timestamp(micros=cell * cell_ms * 1000))
+    distinct = np.unique(cells).tolist()
+    for cell in distinct:
+        part = batch if len(distinct) == 1 else batch[cells == cell]
+        start = Timestamp(micros=cell * cell_ms * 1000)
+        if not bucket_bits:
+            yield window.TimestampedValue((key, part), start)
+            continue
+        for bucket, rows in bucket_parts(part.id_hashes, bucket_bits):
+            yield window.TimestampedValue((f"{key}#{bucket}", part if rows is None
+                                           else part[rows]), start)
 
 
 class SeenIdsCombineFn(beam.CombineFn):
@@ -360,6 +362,12 @@ class DeduplicateReportsFn(beam.DoFn):
         self._tally = tally  # True: also yield (key, Duplicates) of the copies dropped
         self._duplicates = Metrics.counter("ldpflow", "duplicates")
 
+    # The plan's dedup steps (plan.steps.repeated_ids, drop_copies) resolve a whole
+    # shuffle group of id hashes at once and keep the copy of smallest payload; a stream
+    # sees a cell's reports batch by batch and cannot take back a counted copy, so it keeps
+    # the first to arrive. It shares their core: first_copies within a batch (by full id)
+    # and SeenIds, sorted runs of hashes and ids, across batches (one read, one add of the
+    # new rows, per batch and state key).
     def process(self, element, seen=beam.DoFn.StateParam(SEEN)):
         _, batch = element  # keyed by the key's text form: a deterministic state key
         key = tuple(batch.key)
@@ -383,6 +391,12 @@ class DeduplicateReportsFn(beam.DoFn):
             if self._count:  # the ids are needed no more (the cap breaks ties by them)
                 fresh = dataclasses.replace(fresh, report_ids=None)
             yield key, (batch.protocol.count_valid(fresh.reports) if self._count else fresh)
+
+
+def _every_copy(element, count: bool):
+    """``(key text, batch)`` -> ``(key, Accumulator or batch)`` without deduplication."""
+    _, batch = element
+    return tuple(batch.key), batch.protocol.count_valid(batch.reports) if count else batch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -440,6 +454,10 @@ class CapUsersFn(beam.DoFn):
         self._cap = cap
         self._capped = Metrics.counter("ldpflow", "reports_capped")
 
+    # Not the plan's cap (plan.steps.cap_users, core.contribution.capped_rows): those keep
+    # each user's cap earliest reports of all the reports, seen at once; here each user has
+    # the room left by the reports kept from earlier batches (the state), so the ranks
+    # within a batch are compared with a per-user room, not with one cap.
     def process(self, element, kept=beam.DoFn.StateParam(KEPT)):
         _, batch = element
         known, known_counts = kept.read()
@@ -491,14 +509,15 @@ class WindowReports(beam.PTransform):
     frequency stream, uncapped); without it ``reports`` holds the new reports'
     :class:`~ldpflow.wire.envelope.ReportBatch` (capped with ``max_reports_per_user``).
     With ``tally_duplicates`` it also holds a ``(key, Duplicates)`` per cell that dropped
-    copies (never capped).
+    copies (never capped). ``deduplicate=False`` counts every copy (no seen-id state; for
+    at-most-once sources, and to measure what the deduplication costs).
     """
 
     def __init__(self, windows: WindowSpec,
                  expect: AcceptancePolicy | Mapping[str, Any] | None = None,
                  timestamp_attribute: str | None = None,
                  max_reports_per_user: int | None = None, count: bool = True,
-                 tally_duplicates: bool = False):
+                 tally_duplicates: bool = False, deduplicate: bool = True):
         super().__init__()
         cap = max_reports_per_user
         if cap is not None:
@@ -509,6 +528,7 @@ class WindowReports(beam.PTransform):
         self._cap = cap
         self._count = count and cap is None
         self._tally = tally_duplicates
+        self._deduplicate = bool(deduplicate)
 
     def expand(self, messages):
         capping = self._cap is not None
@@ -523,12 +543,15 @@ class WindowReports(beam.PTransform):
         # get deterministic coders.
         decoded = messages | "Decode" >> beam.ParDo(decode).with_output_types(
             tuple[str, typing.Any]).with_outputs(DEAD_LETTERS, main="reports")
+        if self._deduplicate:
+            first = "Deduplicate" >> beam.ParDo(DeduplicateReportsFn(
+                count=self._count, tally=self._tally)).with_input_types(tuple[str, typing.Any])
+        else:
+            first = "EveryCopy" >> beam.Map(_every_copy, self._count)
         windowed = (
             decoded.reports
             | "Cells" >> self._windows.cell_window_into()
-            | "Deduplicate" >> beam.ParDo(DeduplicateReportsFn(count=self._count,
-                                                               tally=self._tally)
-                                          ).with_input_types(tuple[str, typing.Any])
+            | first
             | "Windows" >> self._windows.window_into()
         )
         if capping:
@@ -556,11 +579,11 @@ class EstimateStream(beam.PTransform):
     def __init__(self, methods: Sequence[str], windows: WindowSpec,
                  expect: AcceptancePolicy | Mapping[str, Any] | None = None,
                  timestamp_attribute: str | None = None,
-                 max_reports_per_user: int | None = None):
+                 max_reports_per_user: int | None = None, deduplicate: bool = True):
         super().__init__()
         self._methods = tuple(methods)
         self._reports = WindowReports(windows, expect, timestamp_attribute,
-                                      max_reports_per_user)
+                                      max_reports_per_user, deduplicate=deduplicate)
 
     def expand(self, messages):
         # The stages keep their labels of before WindowReports (streaming update
