@@ -6,7 +6,9 @@ message holds an Avro container of reports, or JSON) and returns ``{"estimates":
 
 1. ``DecodeMessagesFn`` decodes and validates every report (dead letters with reasons)
    and splits each batch by event-time cell, timestamped at the cell's start (reports carry
-   their own event time, or the message's ``--timestamp_attribute`` sets it);
+   their own event time, or the message's ``--timestamp_attribute`` sets it); without a
+   cap, a bundle's Avro messages are joined and decoded once (message by message when
+   anything is refused), which gives the same rows in the same order;
 3. ``DeduplicateReportsFn`` (stateful, per key, cell and id-hash bucket, the top
    ``ID_BUCKET_BITS`` bits of the id hash; one bucket with a cap) drops reports whose id
    was seen before, so redelivery changes no estimate (copies share their id and event
