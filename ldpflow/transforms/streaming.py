@@ -74,6 +74,7 @@ __all__ = [
     "DecodeMessagesFn",
     "split_cells",
     "ID_BUCKET_BITS",
+    "JOIN_BYTES",
     "DeduplicateReportsFn",
     "FormatPaneFn",
     "CapUsersFn",
@@ -176,9 +177,9 @@ class DecodeMessagesFn(beam.DoFn):
 
     With ``join`` (as :class:`WindowReports` has it without a cap), the Avro messages of a
     bundle are decoded together, at the bundle's end: each run of consecutive messages of
-    one header (but for the sync marker), one timestamp attribute value and one window is
-    joined into one container (:func:`~ldpflow.wire.messages.join_avro_messages`) and
-    decoded once, since a decode's
+    one header (but for the sync marker), one timestamp attribute value and one window, of
+    up to :data:`JOIN_BYTES` in all, is joined into one container
+    (:func:`~ldpflow.wire.messages.join_avro_messages`) and decoded once, since a decode's
     fixed cost (about 2 ms, a 1,000-report message's whole decode) would otherwise be paid
     per message. The joined rows are the messages' rows in arrival order, so every later
     step gives what it gives on the messages one by one; when the joined decode refuses
@@ -246,21 +247,22 @@ class DecodeMessagesFn(beam.DoFn):
         bodies of one event-time attribute and window (any other message is a run of its
         own). A joined run's outputs are all cells, timestamped by their event times, so
         the messages' own timestamps may differ."""
-        run, run_key = [], None
+        run, run_key, run_bytes = [], None, 0
         for message, timestamp, win in pending:
             data = getattr(message, "data", message)
             stamp, problem = self._event_time(message)
             joinable = (problem is None and isinstance(data, (bytes, bytearray))
                         and data[:4] == avro.MAGIC)
             key = (stamp, win) if joinable else None
-            if run and (key is None or key != run_key):
+            if run and (key is None or key != run_key or
+                        run_bytes + len(data) > JOIN_BYTES):
                 yield run
-                run = []
+                run, run_bytes = [], 0
             if key is None:
                 yield [(message, timestamp, win)]
                 continue
             run.append((message, timestamp, win))
-            run_key = key
+            run_key, run_bytes = key, run_bytes + len(data)
         if run:
             yield run
 
@@ -309,6 +311,9 @@ class DecodeMessagesFn(beam.DoFn):
 
 
 _KEEP = ("id_hashes", "report_ids", "event_times")
+#: The most message bytes decoded as one joined container (a larger run is cut in runs of
+#: up to this size): the decode's memory grows with it, its fixed cost is paid per run.
+JOIN_BYTES = 32 << 20
 _USER_BUCKET_BITS = 4  # state cells per window for the contribution cap
 
 

@@ -475,3 +475,18 @@ def test_without_deduplication_every_copy_counts():
             out = p | stream | EstimateStream(["base"], WindowSpec(60),
                                               deduplicate=deduplicate)
             assert_that(out["estimates"] | beam.Map(lambda r: r["n"]), equal_to([n]))
+
+
+def test_a_joined_run_is_cut_at_join_bytes(monkeypatch):
+    from ldpflow.transforms import streaming
+
+    _, a = make_reports("a", [5] * 120, seed=15)
+    good = [(PubsubMessage(formats.encode_message(a[lo:lo + 40], "avro"), {}), lo)
+            for lo in range(0, 120, 40)]
+    size = len(good[0][0].data)
+    joined, _ = _decoded(good, join=True)
+    monkeypatch.setattr(streaming, "JOIN_BYTES", 2 * size + size // 2)  # two a run
+    cut, _ = _decoded(good, join=True)
+    per_message, _ = _decoded(good, join=False)
+    assert len(joined) < len(cut) < len(per_message)
+    assert sorted(i for c in cut for i in c[2]) == sorted(i for c in joined for i in c[2])
