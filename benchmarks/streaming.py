@@ -1,17 +1,28 @@
-"""Streaming benchmark: reports/s through the Pub/Sub emulator path and through TestStream.
+"""Streaming benchmark: reports/s through the Pub/Sub emulator and through TestStream, with
+deduplication on and off.
 
     python benchmarks/streaming.py [--reports 200000] [--per_message 1000]
-        [--paths pubsub_emulator,teststream,stages]
+        [--paths pubsub_emulator,pubsub_backlog,teststream,stages] [--dedup on,off]
+        [--repeats 3] [--stage_bundle 100]
 
-Emulator path: starts the emulator, starts ``ldpflow stream`` (BundleBasedDirectRunner),
-publishes the reports as Avro batches of ``--per_message`` (event times in one past window,
-allowed lateness on), and times from the first publish until a pane holding every report
-arrives on the output topic. TestStream path: the same ``EstimateStream`` transform over a
-TestStream of the same messages. Stages path: the transform's own steps on the same messages
-in this process, without Beam (decode, deduplicate, count), in microseconds a report, to show
-what limits the other two. One JSON object per path on stdout, each with the machine's load
-(1-minute load average before and after, and the number of cores): the figures are only
-comparable at a like load.
+``pubsub_emulator`` (live): starts the emulator, starts ``ldpflow stream``
+(BundleBasedDirectRunner, one worker), publishes the reports as Avro batches of
+``--per_message`` (event times in one past window, allowed lateness on) from this process,
+and times from the first publish until a pane holding every report arrives on the output
+topic, so the publishing is inside the figure. ``pubsub_backlog``: the same job started on a
+subscription that already holds every message (published before, timed apart), timed from
+the job's start (``pipeline.run()``; the pipeline's construction is ``build_s``) until the
+full pane: what one worker drains. ``teststream``: the same ``EstimateStream`` over a
+TestStream of the same messages, one message a bundle. ``stages``: the transform's steps on
+the same messages in this process, without Beam (decode, in bundles of ``--stage_bundle``
+messages as the job joins them; deduplicate; count), in microseconds a report, to show what
+limits the others. With ``--dedup off`` the job counts every copy (``build(...,
+deduplicate=False)``; the job itself always deduplicates).
+
+One JSON object per path and dedup setting on stdout: the median of ``--repeats`` runs
+(``reports_per_s``) and every run's figure, with the machine's load (1-minute load average
+before and after, and the number of cores) and this process's peak RSS: the figures are
+only comparable at a like load.
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ import argparse
 import json
 import logging
 import os
+import resource
 import time
 
 import numpy as np
@@ -39,10 +51,48 @@ def make_messages(total, per_message, start_ms, window_ms, seed=1):
             for lo in range(0, total, per_message)]
 
 
-def emulator_path(total, per_message):
-    from google.cloud import pubsub_v1
+def _start_job(argv, deduplicate):
+    """``ldpflow stream`` (``stream.start``), or with ``deduplicate=False`` the same wiring
+    counting every copy; returns ``(result, seconds to build)``."""
+    import apache_beam as beam
+    from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 
     from ldpflow.pipelines import stream
+
+    began = time.perf_counter()
+    if deduplicate:
+        return stream.start(argv), time.perf_counter() - began
+    options, opts, methods, _ = stream.parse(argv)
+    pipeline = beam.Pipeline(runner=BundleBasedDirectRunner(), options=options)
+    stream.build(pipeline, opts, methods, deduplicate=False)
+    built = time.perf_counter() - began
+    return pipeline.run(), built
+
+
+def _await_pane(check, total, timeout=600):
+    """The largest ``n`` of the panes pulled from ``check`` until one holds ``total``."""
+    from google.cloud import pubsub_v1
+
+    best = 0
+    with pubsub_v1.SubscriberClient() as client:
+        deadline = time.monotonic() + timeout
+        while best < total and time.monotonic() < deadline:
+            try:
+                response = client.pull(request={"subscription": check, "max_messages": 100},
+                                       timeout=3)
+            except Exception:  # noqa: BLE001 - deadline on an idle subscription
+                continue
+            if response.received_messages:
+                client.acknowledge(request={"subscription": check, "ack_ids": [
+                    m.ack_id for m in response.received_messages]})
+            for m in response.received_messages:
+                best = max(best, json.loads(m.message.data)["n"])
+    return best
+
+
+def emulator_path(total, per_message, deduplicate=True, backlog=False):
+    from google.cloud import pubsub_v1
+
     from ldpflow.testing.pubsub import PubSubEmulator, cancel_streaming
 
     window_ms = 60_000
@@ -53,36 +103,39 @@ def emulator_path(total, per_message):
         subscription = emulator.create_subscription("reports-stream", "reports")
         emulator.create_topic("estimates")
         check = emulator.create_subscription("estimates-check", "estimates")
-        result = stream.start([f"--subscription={subscription}",
-                               f"--output_topic={emulator.topic('estimates')}",
-                               "--window_size=60", "--allowed_lateness=3600", "--methods=base"])
+        argv = [f"--subscription={subscription}",
+                f"--output_topic={emulator.topic('estimates')}",
+                "--window_size=60", "--allowed_lateness=3600", "--methods=base"]
         publisher = pubsub_v1.PublisherClient()
-        began = time.perf_counter()
-        for future in [publisher.publish(emulator.topic("reports"), m) for m in messages]:
-            future.result(timeout=60)
-        published = time.perf_counter() - began
-        best = 0
-        with pubsub_v1.SubscriberClient() as client:
-            deadline = time.monotonic() + 600
-            while best < total and time.monotonic() < deadline:
-                try:
-                    response = client.pull(request={"subscription": check, "max_messages": 100},
-                                           timeout=3)
-                except Exception:  # noqa: BLE001 - deadline on an idle subscription
-                    continue
-                if response.received_messages:
-                    client.acknowledge(request={"subscription": check, "ack_ids": [
-                        m.ack_id for m in response.received_messages]})
-                for m in response.received_messages:
-                    best = max(best, json.loads(m.message.data)["n"])
+
+        def publish():
+            began = time.perf_counter()
+            for future in [publisher.publish(emulator.topic("reports"), m) for m in messages]:
+                future.result(timeout=60)
+            return time.perf_counter() - began
+
+        if backlog:
+            published = publish()
+            result, built = _start_job(argv, deduplicate)
+            began = time.perf_counter()
+        else:
+            result, built = _start_job(argv, deduplicate)
+            began = time.perf_counter()
+            published = publish()
+        best = _await_pane(check, total)
         elapsed = time.perf_counter() - began
         cancel_streaming(result, emulator.topic("reports"))
-    return {"path": "pubsub_emulator", "reports": total, "per_message": per_message,
-            "estimated": best, "publish_s": round(published, 2), "seconds": round(elapsed, 2),
+    return {"path": "pubsub_backlog" if backlog else "pubsub_emulator", "reports": total,
+            "per_message": per_message, "estimated": best, "publish_s": round(published, 2),
+            "build_s": round(built, 2), "seconds": round(elapsed, 2),
             "reports_per_s": round(best / elapsed)}
 
 
-def teststream_path(total, per_message):
+def backlog_path(total, per_message, deduplicate=True):
+    return emulator_path(total, per_message, deduplicate, backlog=True)
+
+
+def teststream_path(total, per_message, deduplicate=True):
     import apache_beam as beam
     from apache_beam.io.gcp.pubsub import PubsubMessage
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -105,7 +158,7 @@ def teststream_path(total, per_message):
     estimated = Metrics.distribution("benchmark", "estimated")
     began = time.perf_counter()
     p = beam.Pipeline(runner=BundleBasedDirectRunner(), options=options)
-    out = p | stream | EstimateStream(["base"], WindowSpec(60))
+    out = p | stream | EstimateStream(["base"], WindowSpec(60), deduplicate=deduplicate)
     out["estimates"] | beam.Map(lambda r: estimated.update(r["n"]))
     result = p.run()
     result.wait_until_finish()
@@ -116,7 +169,7 @@ def teststream_path(total, per_message):
             "seconds": round(elapsed, 2), "reports_per_s": round(total / elapsed)}
 
 
-def stages_path(total, per_message):
+def stages_path(total, per_message, deduplicate=True, bundle=100):
     """The streaming steps without Beam: microseconds a report for each."""
     from ldpflow.transforms.combine import FrequencyOracleCombineFn
     from ldpflow.transforms.streaming import (
@@ -137,14 +190,24 @@ def stages_path(total, per_message):
             self.accumulator = self.fn.add_input(self.accumulator, value)
 
     messages = make_messages(total, per_message, 0, 60_000)
-    decode = DecodeMessagesFn(60.0)
-    list(decode.process(messages[0]))  # imports and caches out of the timing
+    decode = DecodeMessagesFn(60.0, join=True)
+    decode.start_bundle()
+    list(decode.process(messages[0], 0, None))
+    list(decode.finish_bundle())  # imports and caches out of the timing
     began = time.perf_counter()
-    cells = [tv.value for m in messages for tv in decode.process(m)]
+    cells = []
+    for lo in range(0, len(messages), bundle):  # as the job's bundles arrive
+        decode.start_bundle()
+        for m in messages[lo:lo + bundle]:
+            list(decode.process(m, 0, None))
+        cells += [wv.value for wv in decode.finish_bundle()]
     decoded = time.perf_counter()
-    states, dedup = {}, DeduplicateReportsFn()  # per state key: key, cell and id bucket
-    counted = [a for cell in cells
-               for _, a in dedup.process(cell, seen=states.setdefault(cell[0], State()))]
+    if deduplicate:
+        states, dedup = {}, DeduplicateReportsFn()  # per state key: key, cell and id bucket
+        counted = [a for cell in cells
+                   for _, a in dedup.process(cell, seen=states.setdefault(cell[0], State()))]
+    else:
+        counted = [batch.protocol.count_valid(batch.reports) for _, batch in cells]
     deduplicated = time.perf_counter()
     combine = FrequencyOracleCombineFn()
     combine.merge_accumulators([combine.add_input(combine.create_accumulator(), a)
@@ -152,30 +215,41 @@ def stages_path(total, per_message):
     merged = time.perf_counter()
 
     def us(seconds):
-        return round(seconds / total * 1e6, 2)
+        return round(seconds / total * 1e6, 3)
 
     return {"path": "stages", "reports": total, "per_message": per_message,
-            "decode_us": us(decoded - began), "deduplicate_and_count_us":
+            "bundle_messages": bundle, "decode_us": us(decoded - began),
+            ("deduplicate_and_count_us" if deduplicate else "count_us"):
             us(deduplicated - decoded), "merge_us": us(merged - deduplicated),
             "reports_per_s": round(total / (merged - began))}
 
 
 def main(argv=None):
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reports", type=int, default=200_000)
     parser.add_argument("--per_message", type=int, default=1000)
-    parser.add_argument("--paths", default="pubsub_emulator,teststream,stages")
+    parser.add_argument("--paths", default="pubsub_emulator,pubsub_backlog,teststream,stages")
+    parser.add_argument("--dedup", default="on,off", help="on, off or on,off")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--stage_bundle", type=int, default=100,
+                        help="messages a bundle in the stages path")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    paths = {"pubsub_emulator": emulator_path, "teststream": teststream_path,
-             "stages": stages_path}
+    paths = {"pubsub_emulator": emulator_path, "pubsub_backlog": backlog_path,
+             "teststream": teststream_path,
+             "stages": lambda n, m, d: stages_path(n, m, d, args.stage_bundle)}
     for path in args.paths.split(","):
-        load_before = os.getloadavg()[0]
-        result = paths[path](args.reports, args.per_message)
-        result.update(load_before=round(load_before, 2),
-                      load_after=round(os.getloadavg()[0], 2), cores=os.cpu_count())
-        print(json.dumps(result), flush=True)
+        for setting in args.dedup.split(","):
+            load_before = os.getloadavg()[0]
+            runs = [paths[path](args.reports, args.per_message, setting == "on")
+                    for _ in range(args.repeats)]
+            result = sorted(runs, key=lambda r: r["reports_per_s"])[len(runs) // 2]
+            result.update(dedup=setting, runs_reports_per_s=[r["reports_per_s"] for r in runs],
+                          load_before=round(load_before, 2),
+                          load_after=round(os.getloadavg()[0], 2), cores=os.cpu_count(),
+                          max_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+                                           / 1024))
+            print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

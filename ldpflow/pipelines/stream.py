@@ -163,10 +163,13 @@ class HeavyHitterStream:
 
 
 def build(pipeline: beam.Pipeline, opts, methods: list[str], messages=None,
-          heavy: HeavyHitterStream | None = None):
+          heavy: HeavyHitterStream | None = None, deduplicate: bool = True):
     """Wire source -> ``EstimateStream`` (with ``heavy``: ``IdentifyHeavyHittersStream``)
     -> sinks (``opts``: the job's flags, from ``job_options``). ``messages`` replaces the
-    Pub/Sub source."""
+    Pub/Sub source; ``deduplicate=False`` counts every copy (frequency estimates only: the
+    job always deduplicates, ``benchmarks/streaming.py`` measures the difference)."""
+    if heavy is not None and not deduplicate:
+        raise ValueError("the heavy-hitter stream always deduplicates")
     policy = acceptance_policy(opts, _PROG, None if heavy is None else heavy.expect)
     if messages is None:
         from ldpflow.pipelines.pubsub_client import allow_large_pulls
@@ -179,7 +182,7 @@ def build(pipeline: beam.Pipeline, opts, methods: list[str], messages=None,
     if heavy is None:
         out = messages | "EstimateStream" >> EstimateStream(
             methods, _windows(opts), policy, opts.timestamp_attribute,
-            opts.max_reports_per_user)
+            opts.max_reports_per_user, deduplicate=deduplicate)
         panes, writer = out["estimates"], WritePanesFn
     else:
         out = messages | "HeavyHittersStream" >> IdentifyHeavyHittersStream(

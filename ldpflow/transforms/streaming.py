@@ -6,7 +6,9 @@ message holds an Avro container of reports, or JSON) and returns ``{"estimates":
 
 1. ``DecodeMessagesFn`` decodes and validates every report (dead letters with reasons)
    and splits each batch by event-time cell, timestamped at the cell's start (reports carry
-   their own event time, or the message's ``--timestamp_attribute`` sets it);
+   their own event time, or the message's ``--timestamp_attribute`` sets it); without a
+   cap, a bundle's Avro messages are joined and decoded once (message by message when
+   anything is refused), which gives the same rows in the same order;
 3. ``DeduplicateReportsFn`` (stateful, per key, cell and id-hash bucket, the top
    ``ID_BUCKET_BITS`` bits of the id hash; one bucket with a cap) drops reports whose id
    was seen before, so redelivery changes no estimate (copies share their id and event
@@ -51,16 +53,19 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms import trigger, window
 from apache_beam.transforms.userstate import CombiningValueStateSpec
 from apache_beam.utils.timestamp import Duration, Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
 
 from ldpflow.core import validation
 from ldpflow.core.dedup import SeenIds, first_copies
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.postprocess import postprocess
+from ldpflow.plan.steps import bucket_parts
 from ldpflow.transforms.caps import tie_breaks
 from ldpflow.transforms.combine import FrequencyOracleCombineFn
 from ldpflow.transforms.io import as_policy
-from ldpflow.wire import formats
+from ldpflow.wire import avro, formats
 from ldpflow.wire.envelope import DeadLetter
+from ldpflow.wire.messages import join_avro_messages
 from ldpflow.wire.parse import AcceptancePolicy
 from ldpflow.wire.results import estimate_result
 
@@ -69,6 +74,7 @@ __all__ = [
     "DecodeMessagesFn",
     "split_cells",
     "ID_BUCKET_BITS",
+    "JOIN_BYTES",
     "DeduplicateReportsFn",
     "FormatPaneFn",
     "CapUsersFn",
@@ -168,74 +174,166 @@ class DecodeMessagesFn(beam.DoFn):
 
     Every report of a cell lies in the same windows, and every copy of a report in the same
     cell (copies share their event time), so deduplication and windowing can work on cells.
+
+    With ``join`` (as :class:`WindowReports` has it without a cap), the Avro messages of a
+    bundle are decoded together, at the bundle's end: each run of consecutive messages of
+    one header (but for the sync marker), one timestamp attribute value and one window, of
+    up to :data:`JOIN_BYTES` in all, is joined into one container
+    (:func:`~ldpflow.wire.messages.join_avro_messages`) and decoded once, since a decode's
+    fixed cost (about 2 ms, a 1,000-report message's whole decode) would otherwise be paid
+    per message. The joined rows are the messages' rows in arrival order, so every later
+    step gives what it gives on the messages one by one; when the joined decode refuses
+    anything, the run's messages are decoded one by one instead, so every dead letter names
+    its own message. A capped stream decodes message by message (``join=False``, the
+    default): the cap ranks the reports of one batch together (by event time, then id), and
+    across batches in arrival order, so a joined run would change which reports it keeps.
     """
 
     def __init__(self, cell_seconds: float,
                  expect: AcceptancePolicy | Mapping[str, Any] | None = None,
                  timestamp_attribute: str | None = None, keep: tuple[str, ...] = (),
-                 bucket_bits: int = ID_BUCKET_BITS):
+                 bucket_bits: int = ID_BUCKET_BITS, join: bool = False):
         super().__init__()
         self._bucket_bits = int(bucket_bits)
         self._keep = _KEEP + tuple(keep)
         self._cell_ms = int(round(cell_seconds * 1000))
         self._policy = as_policy(expect)
         self._attribute = timestamp_attribute
+        self._join = bool(join)
+        self._pending: list = []
         self._messages = Metrics.counter("ldpflow", "messages")
         self._records = Metrics.counter("ldpflow", "records")
         self._reports = Metrics.counter("ldpflow", "reports")
         self._dead = Metrics.counter("ldpflow", "dead_letters")
 
-    def process(self, message):
-        data = getattr(message, "data", message)
+    def start_bundle(self):
+        self._pending = []
+
+    def process(self, message, timestamp=beam.DoFn.TimestampParam, win=beam.DoFn.WindowParam):
+        if self._join:  # decoded at the bundle's end, with the bundle's other messages
+            self._pending.append((message, timestamp, win))
+            return
+        for tag, value, stamp in self._decode_one(message):
+            if tag is None:
+                yield window.TimestampedValue(value, stamp)
+            else:  # the message's own timestamp
+                yield beam.pvalue.TaggedOutput(tag, value)
+
+    def finish_bundle(self):
+        pending, self._pending = self._pending, []
+        for run in self._runs(pending):
+            joined = self._decode_run([m for m, _, _ in run]) if len(run) > 1 else None
+            if joined is not None:  # every output is a cell, at the cell's start
+                outputs = [(output, None, run[0][2]) for output in joined]
+            else:
+                outputs = [(output, timestamp, win) for message, timestamp, win in run
+                           for output in self._decode_one(message)]
+            for (tag, value, stamp), timestamp, win in outputs:
+                value = WindowedValue(value, timestamp if stamp is None else stamp, (win,))
+                yield value if tag is None else beam.pvalue.TaggedOutput(tag, value)
+
+    def _event_time(self, message) -> tuple[int | None, str | None]:
+        """The timestamp attribute's event time (ms), or the problem with it."""
+        if not self._attribute:
+            return None, None
         attributes = getattr(message, "attributes", None) or {}
+        try:
+            return parse_event_time(str(attributes[self._attribute])), None
+        except (KeyError, ValueError, OverflowError) as exc:
+            return None, f"message attribute {self._attribute!r} missing or invalid: {exc!r}"
+
+    def _runs(self, pending):
+        """Runs of consecutive ``(message, timestamp, window)`` that may be joined: Avro
+        bodies of one event-time attribute and window (any other message is a run of its
+        own). A joined run's outputs are all cells, timestamped by their event times, so
+        the messages' own timestamps may differ."""
+        run, run_key, run_bytes = [], None, 0
+        for message, timestamp, win in pending:
+            data = getattr(message, "data", message)
+            stamp, problem = self._event_time(message)
+            joinable = (problem is None and isinstance(data, (bytes, bytearray))
+                        and data[:4] == avro.MAGIC)
+            key = (stamp, win) if joinable else None
+            if run and (key is None or key != run_key or
+                        run_bytes + len(data) > JOIN_BYTES):
+                yield run
+                run, run_bytes = [], 0
+            if key is None:
+                yield [(message, timestamp, win)]
+                continue
+            run.append((message, timestamp, win))
+            run_key, run_bytes = key, run_bytes + len(data)
+        if run:
+            yield run
+
+    def _decode_run(self, run):
+        """The outputs of a run of messages decoded as one container, or None when they do
+        not join or their joined decode refuses anything."""
+        joined = join_avro_messages([getattr(m, "data", m) for m in run])
+        if joined is None:
+            return None
+        parsed = formats.decode_message(joined, "pubsub:joined", self._policy, self._keep)
+        if any(p.dead_letters for p in parsed):
+            return None
+        stamp, _ = self._event_time(run[0])
+        self._messages.inc(len(run))
+        return list(self._cell_outputs(parsed, stamp))
+
+    def _decode_one(self, message):
+        """``(None, cell value, cell start)`` and ``(DEAD_LETTERS, letter, None)`` outputs
+        of one message (None: the message's timestamp)."""
+        data = getattr(message, "data", message)
         source = f"pubsub:{getattr(message, 'message_id', None) or 'message'}"
         self._messages.inc()
-        stamp, problem = None, None
-        if self._attribute:
-            try:
-                stamp = parse_event_time(str(attributes[self._attribute]))
-            except (KeyError, ValueError, OverflowError) as exc:
-                problem = f"message attribute {self._attribute!r} missing or invalid: {exc!r}"
+        stamp, problem = self._event_time(message)
         parsed = formats.decode_message(data, source, self._policy, self._keep)
         dead = [letter for p in parsed for letter in p.dead_letters]
-        records = sum(p.records for p in parsed)
-        self._records.inc(records)
-        batches = [(key, batch) for p in parsed for key, batch in p.batches.items()]
         if problem is not None:  # the message's reports have no event time
-            dead += [DeadLetter(source, problem, None, key, len(batch)) for key, batch in batches]
-            batches = []
+            dead += [DeadLetter(source, problem, None, key, len(batch))
+                     for p in parsed for key, batch in p.batches.items()]
+            parsed = [dataclasses.replace(p, batches={}) for p in parsed]
+        self._dead.inc(sum(letter.count for letter in dead))
+        yield from self._cell_outputs(parsed, stamp)
+        for letter in dead:
+            yield DEAD_LETTERS, letter, None
+
+    def _cell_outputs(self, parsed, stamp):
+        self._records.inc(sum(p.records for p in parsed))
+        batches = [(key, batch) for p in parsed for key, batch in p.batches.items()]
         if stamp is not None:
             for _, batch in batches:
                 batch.event_times[:] = stamp
         self._reports.inc(sum(len(b) for _, b in batches))
-        self._dead.inc(sum(letter.count for letter in dead))
         for key, batch in batches:
-            yield from split_cells(ProtocolKey.coerce(key).to_json(), batch, self._cell_ms,
-                                   self._bucket_bits)
-        for letter in dead:
-            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
+            for cell in split_cells(ProtocolKey.coerce(key).to_json(), batch, self._cell_ms,
+                                    self._bucket_bits):
+                yield None, cell.value, cell.timestamp
 
 
 _KEEP = ("id_hashes", "report_ids", "event_times")
+#: The most message bytes decoded as one joined container (a larger run is cut in runs of
+#: up to this size): the decode's memory grows with it, its fixed cost is paid per run.
+JOIN_BYTES = 32 << 20
 _USER_BUCKET_BITS = 4  # state cells per window for the contribution cap
 
 
 def split_cells(key: str, batch, cell_ms: int, bucket_bits: int = 0):
     """One ``TimestampedValue((state key, sub-batch))`` per event-time cell of ``batch`` and,
-    with ``bucket_bits``, per id-hash bucket: the state key is then ``key`` and the bucket
-    (``KEY#BUCKET``), and every copy of a report (one id, one event time) lands in one."""
+    with ``bucket_bits``, per id-hash bucket (the plan's split,
+    :func:`ldpflow.plan.steps.bucket_parts`): the state key is then ``key`` and the bucket
+    (``KEY#BUCKET``), and every copy of a report (one id, one event time) lands in one. Each
+    sub-batch keeps its rows in the batch's order."""
     cells = batch.event_times // cell_ms
-    if bucket_bits:
-        buckets = (batch.id_hashes >> np.uint64(64 - bucket_bits)).astype(np.int64)
-        groups = cells * (1 << bucket_bits) + buckets
-    else:
-        groups = cells
-    distinct = np.unique(groups).tolist()
-    for group in distinct:
-        part = batch if len(distinct) == 1 else batch[groups == group]
-        cell, bucket = divmod(group, 1 << bucket_bits)
-        state_key = f"{key}#{bucket}" if bucket_bits else key
-        yield window.TimestampedValue((state_key, part), Timestamp(micros=cell * cell_ms * 1000))
+    distinct = np.unique(cells).tolist()
+    for cell in distinct:
+        part = batch if len(distinct) == 1 else batch[cells == cell]
+        start = Timestamp(micros=cell * cell_ms * 1000)
+        if not bucket_bits:
+            yield window.TimestampedValue((key, part), start)
+            continue
+        for bucket, rows in bucket_parts(part.id_hashes, bucket_bits):
+            yield window.TimestampedValue((f"{key}#{bucket}", part if rows is None
+                                           else part[rows]), start)
 
 
 class SeenIdsCombineFn(beam.CombineFn):
@@ -271,6 +369,12 @@ class DeduplicateReportsFn(beam.DoFn):
         self._tally = tally  # True: also yield (key, Duplicates) of the copies dropped
         self._duplicates = Metrics.counter("ldpflow", "duplicates")
 
+    # The plan's dedup steps (plan.steps.repeated_ids, drop_copies) resolve a whole
+    # shuffle group of id hashes at once and keep the copy of smallest payload; a stream
+    # sees a cell's reports batch by batch and cannot take back a counted copy, so it keeps
+    # the first to arrive. It shares their core: first_copies within a batch (by full id)
+    # and SeenIds, sorted runs of hashes and ids, across batches (one read, one add of the
+    # new rows, per batch and state key).
     def process(self, element, seen=beam.DoFn.StateParam(SEEN)):
         _, batch = element  # keyed by the key's text form: a deterministic state key
         key = tuple(batch.key)
@@ -294,6 +398,12 @@ class DeduplicateReportsFn(beam.DoFn):
             if self._count:  # the ids are needed no more (the cap breaks ties by them)
                 fresh = dataclasses.replace(fresh, report_ids=None)
             yield key, (batch.protocol.count_valid(fresh.reports) if self._count else fresh)
+
+
+def _every_copy(element, count: bool):
+    """``(key text, batch)`` -> ``(key, Accumulator or batch)`` without deduplication."""
+    _, batch = element
+    return tuple(batch.key), batch.protocol.count_valid(batch.reports) if count else batch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -351,6 +461,10 @@ class CapUsersFn(beam.DoFn):
         self._cap = cap
         self._capped = Metrics.counter("ldpflow", "reports_capped")
 
+    # Not the plan's cap (plan.steps.cap_users, core.contribution.capped_rows): those keep
+    # each user's cap earliest reports of all the reports, seen at once; here each user has
+    # the room left by the reports kept from earlier batches (the state), so the ranks
+    # within a batch are compared with a per-user room, not with one cap.
     def process(self, element, kept=beam.DoFn.StateParam(KEPT)):
         _, batch = element
         known, known_counts = kept.read()
@@ -402,14 +516,15 @@ class WindowReports(beam.PTransform):
     frequency stream, uncapped); without it ``reports`` holds the new reports'
     :class:`~ldpflow.wire.envelope.ReportBatch` (capped with ``max_reports_per_user``).
     With ``tally_duplicates`` it also holds a ``(key, Duplicates)`` per cell that dropped
-    copies (never capped).
+    copies (never capped). ``deduplicate=False`` counts every copy (no seen-id state; for
+    at-most-once sources, and to measure what the deduplication costs).
     """
 
     def __init__(self, windows: WindowSpec,
                  expect: AcceptancePolicy | Mapping[str, Any] | None = None,
                  timestamp_attribute: str | None = None,
                  max_reports_per_user: int | None = None, count: bool = True,
-                 tally_duplicates: bool = False):
+                 tally_duplicates: bool = False, deduplicate: bool = True):
         super().__init__()
         cap = max_reports_per_user
         if cap is not None:
@@ -420,6 +535,7 @@ class WindowReports(beam.PTransform):
         self._cap = cap
         self._count = count and cap is None
         self._tally = tally_duplicates
+        self._deduplicate = bool(deduplicate)
 
     def expand(self, messages):
         capping = self._cap is not None
@@ -428,17 +544,21 @@ class WindowReports(beam.PTransform):
         # over id buckets.
         decode = DecodeMessagesFn(self._windows.cell, self._expect, self._attribute,
                                   ("user_hashes",) if capping else (),
-                                  bucket_bits=0 if capping else ID_BUCKET_BITS)
+                                  bucket_bits=0 if capping else ID_BUCKET_BITS,
+                                  join=not capping)
         # Typed keys (str here, int for the user buckets), so that the stateful DoFns' keys
         # get deterministic coders.
         decoded = messages | "Decode" >> beam.ParDo(decode).with_output_types(
             tuple[str, typing.Any]).with_outputs(DEAD_LETTERS, main="reports")
+        if self._deduplicate:
+            first = "Deduplicate" >> beam.ParDo(DeduplicateReportsFn(
+                count=self._count, tally=self._tally)).with_input_types(tuple[str, typing.Any])
+        else:
+            first = "EveryCopy" >> beam.Map(_every_copy, self._count)
         windowed = (
             decoded.reports
             | "Cells" >> self._windows.cell_window_into()
-            | "Deduplicate" >> beam.ParDo(DeduplicateReportsFn(count=self._count,
-                                                               tally=self._tally)
-                                          ).with_input_types(tuple[str, typing.Any])
+            | first
             | "Windows" >> self._windows.window_into()
         )
         if capping:
@@ -466,11 +586,11 @@ class EstimateStream(beam.PTransform):
     def __init__(self, methods: Sequence[str], windows: WindowSpec,
                  expect: AcceptancePolicy | Mapping[str, Any] | None = None,
                  timestamp_attribute: str | None = None,
-                 max_reports_per_user: int | None = None):
+                 max_reports_per_user: int | None = None, deduplicate: bool = True):
         super().__init__()
         self._methods = tuple(methods)
         self._reports = WindowReports(windows, expect, timestamp_attribute,
-                                      max_reports_per_user)
+                                      max_reports_per_user, deduplicate=deduplicate)
 
     def expand(self, messages):
         # The stages keep their labels of before WindowReports (streaming update

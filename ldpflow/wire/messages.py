@@ -7,9 +7,10 @@ a line) or a JSON array of reports; one that is none of these is one dead letter
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -21,7 +22,7 @@ from ldpflow.wire.jsonl import json_lines, unhex_bits
 from ldpflow.wire.parse import AcceptancePolicy, Parsed, parse_table, records_to_table
 from ldpflow.wire.reading import guarded, unread_records
 
-__all__ = ["encode_message", "decode_message"]
+__all__ = ["encode_message", "decode_message", "join_avro_messages"]
 
 
 def encode_message(table: pa.Table, fmt: str = "avro") -> bytes:
@@ -95,3 +96,34 @@ def _read(data: bytes, reader: Any, source: str, policy: AcceptancePolicy,
     :mod:`jsonl`), guarded as :func:`ldpflow.wire.formats.read_reports` guards a range."""
     chunks = reader.read_chunks(io.BytesIO(data), source, 0, None, policy, tuple(keep))
     return list(guarded(chunks, policy, source))
+
+
+def join_avro_messages(bodies: Sequence[bytes]) -> bytes | None:
+    """One Avro container holding the blocks of ``bodies``, in order, when every body is an
+    intact Avro container whose header is the first's byte for byte but for the sync
+    marker (so one schema and codec); None otherwise (the caller then decodes them one by
+    one). Decoding the joined container gives the rows of decoding each body, in order:
+    a message's decode has a fixed cost (its header, the columnar decode's set-up, the
+    checks), which many small messages then pay once.
+    """
+    if not bodies or any(not isinstance(b, (bytes, bytearray)) for b in bodies):
+        return None
+    first = bytes(bodies[0])
+    try:
+        header = avro.read_header(io.BytesIO(first))
+    except avro.AvroFormatError:
+        return None
+    prefix = header.raw[:-len(header.sync)]
+    out = [header.raw]
+    for body in bodies:
+        body = bytes(body)
+        end = len(header.raw)
+        if not body.startswith(prefix) or len(body) < end:
+            return None
+        own = dataclasses.replace(header, raw=body[:end], sync=body[len(prefix):end])
+        for block in avro.iter_blocks(io.BytesIO(body), own):
+            if not isinstance(block, avro.Block):  # damage: decoded alone, it is reported
+                return None
+            out.append(block.raw[:-len(own.sync)])
+            out.append(header.sync)
+    return b"".join(out)

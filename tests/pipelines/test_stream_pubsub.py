@@ -290,3 +290,19 @@ def test_pull_takes_many_large_messages(emulator, capsys):
     assert len(lines) == 26
     assert sorted(json.loads(line)["pane"] for line in lines if line.startswith("{")) == \
         list(range(25))
+
+
+def test_the_direct_runners_reader_pulls_many_messages_at_a_time():
+    """Beam's direct-runner reader asks for 10 messages a pull (a bundle each); its
+    subscriber class asks for READER_PULL_MESSAGES, and takes a larger request as it is."""
+    from ldpflow.pipelines.pubsub_client import READER_PULL_MESSAGES, _reader_subscriber_class
+
+    class Recorder:
+        def pull(self, *args, **kwargs):
+            return kwargs
+
+    client = _reader_subscriber_class(Recorder)()
+    assert READER_PULL_MESSAGES == 1000  # Pub/Sub's largest pull
+    assert client.pull(subscription="s", max_messages=10)["max_messages"] == 1000
+    assert client.pull(subscription="s", max_messages=5000)["max_messages"] == 5000
+    assert "max_messages" not in client.pull(request={"subscription": "s"})

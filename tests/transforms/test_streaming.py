@@ -385,3 +385,108 @@ def test_decode_splits_by_cell_and_id_bucket_and_copies_share_a_state_key(bits):
             where.setdefault(rid, set()).add((state_key, cell))
     assert len(where) == 500  # every report, its copies with it: one state key each
     assert all(len(places) == 1 for places in where.values())
+
+
+def _decoded(messages, join):
+    """DecodeMessagesFn over one bundle of ``(message, timestamp)``: the cells as
+    ``(state key, cell start, report ids in order)`` and the dead letters as ``(source,
+    reason, timestamp)``, in output order."""
+    from apache_beam.transforms.window import GlobalWindow
+    from apache_beam.utils.timestamp import Timestamp
+
+    from ldpflow.transforms.streaming import DecodeMessagesFn
+
+    fn = DecodeMessagesFn(60.0, join=join)
+    fn.start_bundle()
+    out = []
+    for m, t in messages:
+        out += list(fn.process(m, Timestamp(t), GlobalWindow()))
+    out += list(fn.finish_bundle())
+    cells, dead = [], []
+    for item in out:
+        tagged = isinstance(item, beam.pvalue.TaggedOutput)
+        value = item.value if tagged else item
+        stamp = getattr(value, "timestamp", None)
+        value = getattr(value, "value", value)
+        if tagged:
+            dead.append((value.source, value.reason, stamp))
+        else:
+            cells.append((value[0], stamp, value[1].report_ids.tolist()))
+    return cells, dead
+
+
+def test_joined_decode_gives_each_messages_rows_in_order_and_its_own_dead_letters():
+    """A bundle's Avro messages are decoded as one container: the cells hold the messages'
+    rows in arrival order (one element per cell and bucket, not one per message), and a
+    run with a refused report is decoded message by message, so every dead letter names
+    its message and has its timestamp."""
+    _, a = make_reports("a", [5] * 300 + [70] * 100, seed=11)
+    _, b = make_reports("b", [6] * 200, seed=12)
+    good = [(PubsubMessage(formats.encode_message(part, "avro"), {}, message_id=f"m{i}"), i)
+            for i, part in enumerate([a[:250], b, a[250:], a[:10]])]  # the last: copies
+    per_message, none = _decoded(good, join=False)
+    joined, none_joined = _decoded(good, join=True)
+    assert none == none_joined == []
+    assert len(joined) < len(per_message)  # joined: one element per cell and bucket
+    by_place = {}
+    for key, cell, ids in per_message:  # per message, in arrival order
+        by_place.setdefault((key, cell), []).extend(ids)
+    assert {(key, cell): ids for key, cell, ids in joined} == by_place
+    bad = [dict(b[0], report_id="bad", bucket=99)]
+    mixed = good[:2] + [(PubsubMessage(formats.encode_message(a[:5] + bad, "avro"), {},
+                                       message_id="m-bad"), 7)] + good[2:]
+    cells, dead = _decoded(mixed, join=True)
+    expected_cells, expected_dead = _decoded(mixed, join=False)
+    assert sorted(cells) == sorted(expected_cells)
+    assert [d[:2] for d in dead] == [d[:2] for d in expected_dead] and len(dead) == 1
+    # per message the letter keeps its message's timestamp implicitly; joined, explicitly
+    assert dead[0][0] == "pubsub:m-bad" and dead[0][2].micros == 7_000_000
+
+
+def test_join_avro_messages_only_joins_intact_containers_of_one_header():
+    from ldpflow.wire import formats as wire
+    from ldpflow.wire.messages import join_avro_messages
+
+    _, a = make_reports("a", [5] * 20, seed=13)
+    first, second = (formats.encode_message(part, "avro") for part in (a[:10], a[10:]))
+    joined = join_avro_messages([first, second])
+    keep = ("id_hashes", "report_ids")
+    rows = [b.report_ids.tolist() for p in wire.decode_message(joined, "j", None, keep)
+            for b in p.batches.values()]
+    separate = [b.report_ids.tolist() for m in (first, second)
+                for p in wire.decode_message(m, "s", None, keep) for b in p.batches.values()]
+    assert rows == [separate[0] + separate[1]]
+    assert join_avro_messages([first, second[:-3]]) is None  # a truncated block
+    assert join_avro_messages([first, b"[{}]"]) is None  # not Avro
+    other = second.replace(b"avro.codec", b"avro.codeX", 1)  # another header
+    assert other != second and join_avro_messages([first, other]) is None
+
+
+def test_without_deduplication_every_copy_counts():
+    _, a = make_reports("a", [5] * 40, seed=14)
+    options = PipelineOptions([])
+    options.view_as(StandardOptions).streaming = True
+    for deduplicate, n in ((True, 40), (False, 80)):
+        stream = (TestStream().advance_watermark_to(0)
+                  .add_elements([TimestampedValue(message(a), 1),
+                                 TimestampedValue(message(a), 2)])
+                  .advance_watermark_to_infinity())
+        with beam.Pipeline(runner=BundleBasedDirectRunner(), options=options) as p:
+            out = p | stream | EstimateStream(["base"], WindowSpec(60),
+                                              deduplicate=deduplicate)
+            assert_that(out["estimates"] | beam.Map(lambda r: r["n"]), equal_to([n]))
+
+
+def test_a_joined_run_is_cut_at_join_bytes(monkeypatch):
+    from ldpflow.transforms import streaming
+
+    _, a = make_reports("a", [5] * 120, seed=15)
+    good = [(PubsubMessage(formats.encode_message(a[lo:lo + 40], "avro"), {}), lo)
+            for lo in range(0, 120, 40)]
+    size = len(good[0][0].data)
+    joined, _ = _decoded(good, join=True)
+    monkeypatch.setattr(streaming, "JOIN_BYTES", 2 * size + size // 2)  # two a run
+    cut, _ = _decoded(good, join=True)
+    per_message, _ = _decoded(good, join=False)
+    assert len(joined) < len(cut) < len(per_message)
+    assert sorted(i for c in cut for i in c[2]) == sorted(i for c in joined for i in c[2])
