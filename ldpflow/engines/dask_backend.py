@@ -134,6 +134,11 @@ class DaskBackend(Backend):
     def collect(self, collection) -> list:
         return list(collection.compute())
 
+    def collect_all(self, *collections) -> tuple[list, ...]:
+        import dask
+
+        return tuple(list(found) for found in dask.compute(*collections))
+
     def persist(self, collection):
         return collection.persist()
 
