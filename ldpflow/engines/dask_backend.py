@@ -129,7 +129,9 @@ class DaskBackend(Backend):
     def union(self, first, second):
         import dask.bag as db
 
-        return db.concat([first, second])
+        # A real task per partition, not db.concat's aliases of the inputs' keys: a persisted
+        # alias lost its partitions once the inputs were released (counts varied by run).
+        return db.concat([first, second]).map_partitions(list)
 
     def collect(self, collection) -> list:
         return list(collection.compute())
