@@ -5,18 +5,43 @@ its workers must have ldpflow installed, or it is sent to them as a zip with
 ``Client.upload_file``: ``deploy/dask``); without one it starts a ``LocalCluster`` of
 ``workers`` worker processes, one thread each (the counting is numpy: processes, not
 threads, use the cores). The shuffles are Dask's task-based shuffle.
+
+The worker processes it starts get glibc's allocator settings of :data:`WORKER_MALLOC`
+instead of Dask's default ``MALLOC_TRIM_THRESHOLD_=65536``: that setting also fixes the
+``mmap`` threshold at 128 KiB, so every array a read makes (a column, a hash, a count) is a
+fresh ``mmap`` whose pages fault in and are handed back at once, which doubled the CPU time
+of a range read (0.17 s -> 0.36 s for 1.25 million Parquet reports; ``docs/engines.md``).
+Each worker counts in one thread (``LDPFLOW_THREADS=1``, :mod:`ldpflow.core.parallel`;
+unless the driver's environment sets it): a worker is one core, as its one Dask thread
+says, and the workers are the parallelism; with the counting's own threads on top, two
+workers ran four threads on two cores. Workers of a cluster started elsewhere
+(``--dask_scheduler``) take their own environment: ``deploy/dask`` sets the same there.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from ldpflow.plan.backend import Backend
 
-__all__ = ["DaskBackend"]
+__all__ = ["DaskBackend", "WORKER_MALLOC", "worker_environment"]
 
 _LOGGER = logging.getLogger(__name__)
+
+#: The allocator settings of the worker processes a ``LocalCluster`` starts (Dask's
+#: ``distributed.nanny.pre-spawn-environ``, set before each worker process exists): freed
+#: blocks under 32 MiB (glibc's largest mmap threshold) stay in the heap for the next
+#: range, and the heap gives memory back once 128 MiB are free at its top.
+WORKER_MALLOC = {"MALLOC_TRIM_THRESHOLD_": str(128 << 20),
+                 "MALLOC_MMAP_THRESHOLD_": str(32 << 20)}
+
+
+def worker_environment() -> dict[str, str]:
+    """The environment a ``LocalCluster``'s worker processes start with: :data:`WORKER_MALLOC`
+    and one counting thread each (``LDPFLOW_THREADS``, unless set here)."""
+    return {**WORKER_MALLOC, "LDPFLOW_THREADS": os.environ.get("LDPFLOW_THREADS", "1")}
 
 
 def _fold(acc, item, add):
@@ -57,9 +82,13 @@ class DaskBackend(Backend):
         elif scheduler:
             self.client = Client(scheduler)
         else:
+            import dask
+
             logging.getLogger("distributed").setLevel(logging.WARNING)
-            self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1,
-                                         processes=True, dashboard_address=None)
+            with dask.config.set({f"distributed.nanny.pre-spawn-environ.{name}": value
+                                  for name, value in worker_environment().items()}):
+                self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1,
+                                             processes=True, dashboard_address=None)
             self.client = Client(self._cluster)
         if ship_package if ship_package is not None else bool(scheduler):
             from ldpflow.engines.package import package_zip
@@ -100,10 +129,17 @@ class DaskBackend(Backend):
     def union(self, first, second):
         import dask.bag as db
 
-        return db.concat([first, second])
+        # A real task per partition, not db.concat's aliases of the inputs' keys: a persisted
+        # alias lost its partitions once the inputs were released (counts varied by run).
+        return db.concat([first, second]).map_partitions(list)
 
     def collect(self, collection) -> list:
         return list(collection.compute())
+
+    def collect_all(self, *collections) -> tuple[list, ...]:
+        import dask
+
+        return tuple(list(found) for found in dask.compute(*collections))
 
     def persist(self, collection):
         return collection.persist()

@@ -50,6 +50,10 @@ class SparkBackend(Backend):
                 # Executors on this machine run this interpreter (its packages), not the
                 # first python3 on the PATH.
                 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            # One counting thread per task (ldpflow.core.parallel): the executors' cores are
+            # the parallelism, as on Dask; a user's LDPFLOW_THREADS wins.
+            settings = settings.setIfMissing("spark.executorEnv.LDPFLOW_THREADS",
+                                             os.environ.get("LDPFLOW_THREADS", "1"))
             for name, value in (conf or {}).items():
                 settings = settings.set(name, value)
             context = SparkContext.getOrCreate(settings)

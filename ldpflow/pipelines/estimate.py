@@ -133,9 +133,9 @@ def _run_plan(args, methods: list[str], backend, labelling: dict) -> dict:
     ``backend``, an engine already running)."""
     from ldpflow.plan.job import plan_ranges, run_estimate
 
-    if args.poisoning != "none":
-        raise usage_error(_PROG, f"--poisoning {args.poisoning} runs on --engine beam only "
-                                 f"(not yet on {args.engine})")
+    if args.poisoning != "none" and args.max_reports_per_user is not None:
+        raise usage_error(_PROG, f"--poisoning {args.poisoning} with --max_reports_per_user "
+                                 f"runs on --engine beam only (not yet on {args.engine})")
     check_engine(args, _PROG)
     try:
         tasks = plan_ranges(args.input, args.input_format)
@@ -196,6 +196,7 @@ def _plan_job(args, methods, policy, tasks, backend, labelling: dict):
                        max_reports_per_user=args.max_reports_per_user, run=metadata,
                        input_bytes=size, max_job_bytes=args.max_job_bytes,
                        progress=ProgressSpec(uuid.uuid4().hex, size),
+                       poisoning=args.poisoning == "detect",
                        dedup_store=args.dedup_store or ("disk" if args.engine == "local"
                                                         else "memory"))
 

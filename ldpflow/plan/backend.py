@@ -10,7 +10,8 @@ written once against this small set of operations over an engine's distributed c
 * :meth:`Backend.combine_per_key`: ``(key, value)`` pairs reduced per key by a pure,
   associative, commutative ``add`` (combined where they are, then shuffled);
 * :meth:`Backend.union`: the elements of two collections;
-* :meth:`Backend.collect`: a collection -> a driver list;
+* :meth:`Backend.collect`: a collection -> a driver list (:meth:`Backend.collect_all`:
+  several at once, in one job where the engine can);
 * :meth:`Backend.persist`: keep a collection's elements where they are, for several uses.
 
 Shuffle keys are integers (:func:`ldpflow.plan.steps.shuffle_key`): engines partition by
@@ -58,6 +59,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def collect(self, collection: Any) -> list:
         """The collection's elements, on the driver."""
+
+    def collect_all(self, *collections: Any) -> tuple[list, ...]:
+        """The elements of each collection, on the driver (default: one after the other;
+        an engine that can computes them in one job, sharing what they have in common)."""
+        return tuple(self.collect(collection) for collection in collections)
 
     @abc.abstractmethod
     def union(self, first: Any, second: Any) -> Any:

@@ -44,7 +44,8 @@ from ldpflow.plan.backend import Backend
 from ldpflow.plan.files import match, open_file
 from ldpflow.plan.steps import RangeRead, RangeTask, Tally
 
-__all__ = ["EstimateJob", "Counted", "plan_ranges", "count_reports", "run_estimate"]
+__all__ = ["EstimateJob", "Counted", "TASKS_PER_WORKER", "MIN_RANGE_BYTES", "range_size",
+           "plan_ranges", "count_reports", "detect_poisoning", "run_estimate"]
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -73,16 +74,40 @@ class EstimateJob:
     temp_location: str | None = None
     #: The job's progress lines (``ldpflow.plan.progress``; None: none).
     progress: Any = None
+    #: ``--poisoning detect``: each result gets the defence's section, computed from the
+    #: reports counted (after dedup; :func:`detect_poisoning`).
+    poisoning: bool = False
 
 
-def plan_ranges(pattern: str, fmt: str | None = None, range_bytes: int | None = None
-                ) -> list[RangeTask]:
-    """The byte ranges of every file matching ``pattern``, numbered in path order."""
+#: Read tasks per worker the plan aims at (so that a slow range does not leave the other
+#: workers idle at the end of a step): files larger than their share are cut smaller.
+TASKS_PER_WORKER = 4
+#: The smallest range :func:`range_size` makes (a read has a fixed cost: opening the file,
+#: its footer, the batches of each key).
+MIN_RANGE_BYTES = 4 << 20
+
+
+def range_size(total_bytes: int, parallelism: int) -> int:
+    """The range size that gives every one of ``parallelism`` workers about
+    :data:`TASKS_PER_WORKER` reads of ``total_bytes``, within ``[MIN_RANGE_BYTES,
+    wire.formats.RANGE_BYTES]``."""
     from ldpflow.wire import formats
 
-    range_bytes = range_bytes or formats.RANGE_BYTES
+    share = int(total_bytes) // max(TASKS_PER_WORKER * int(parallelism), 1)
+    return min(formats.RANGE_BYTES, max(MIN_RANGE_BYTES, share))
+
+
+def plan_ranges(pattern: str, fmt: str | None = None, range_bytes: int | None = None,
+                parallelism: int = 1) -> list[RangeTask]:
+    """The byte ranges of every file matching ``pattern``, numbered in path order; ranges
+    of ``range_bytes`` (default: :func:`range_size` of the files for ``parallelism``
+    workers; Parquet is cut at row groups, a compressed file not at all)."""
+    from ldpflow.wire import formats
+
+    files = match(pattern)
+    range_bytes = range_bytes or range_size(sum(size for _, size in files), parallelism)
     tasks = []
-    for path, size in match(pattern):
+    for path, size in files:
         kind = fmt or formats.detect_format(path)
         if formats.is_compressed(path) or size <= range_bytes:
             ranges = [(0, None)]
@@ -165,6 +190,53 @@ def _only_tallies(item):
     return [item] if isinstance(item[1], Tally) else []
 
 
+def _counted_batches(read: RangeRead):
+    return [(key, batch) for _, key, batch in read.users]
+
+
+def _pass_tallies(pieces, plans):
+    return steps.poisoning_tallies([pieces], plans)
+
+
+def _poisoning_pieces(backend: Backend, job: EstimateJob, tasks: list[RangeTask],
+                      repeated: dict | None, refused: frozenset):
+    """The reports the estimate counts (no cap), as ``(key, batch)`` pieces kept on the
+    workers: every range read again for its valid reports of the keys admitted, the rows of
+    repeated ids resolved as the count resolves them (one copy kept)."""
+    keep = ("user_hashes",) + (("id_hashes", "report_ids") if repeated else ())
+    reads = backend.persist(backend.map(backend.parallelize(tasks), functools.partial(
+        steps.read_range, policy=job.policy, keep=keep, account=False, count=False,
+        users=True, repeated=repeated or None, refused=refused)))
+    pieces = backend.flat_map(reads, _counted_batches)
+    if repeated:
+        pieces = backend.union(pieces, backend.flat_map(
+            backend.group_by_key(backend.flat_map(reads, functools.partial(
+                _repeat_pieces, refused=refused))),
+            functools.partial(_dropped, keep_rows=True)))
+    pieces = backend.persist(pieces)
+    backend.release(reads)
+    return pieces
+
+
+def detect_poisoning(backend: Backend, pieces, keys) -> dict[tuple, dict]:
+    """The defence (:mod:`ldpflow.core.poisoning`) of every key of ``keys`` it covers, over
+    ``(key, batch)`` pieces (persisted: each pass maps over them): per pass the tallies of
+    the pieces where they are, merged per key exactly, and the next plan on the driver;
+    returns key -> its ``poisoning`` section."""
+    from ldpflow.core import poisoning
+
+    plans = steps.poisoning_plans(keys)
+    tallies: dict[tuple, Any] = {}
+    for stage in range(poisoning.NUM_PASSES):
+        if stage:
+            plans = steps.advance_poisoning(plans, tallies)
+        found = backend.collect(backend.combine_per_key(
+            backend.flat_map(pieces, functools.partial(_pass_tallies, plans=plans)),
+            steps.add_poisoning))
+        tallies = dict(sorted(found, key=lambda kv: steps._key_text(kv[0])))
+    return steps.poisoning_sections(plans, tallies)
+
+
 def _capped(group, cap: int):
     tallies, users = steps.cap_users(group[1], cap)
     return [("tally", item) for item in tallies] + [("users", users)]
@@ -203,11 +275,12 @@ class Admission:
                 if self.census.get(key, 0)]
 
 
-def _admission(backend: Backend, reads, keys, budget: int | None) -> Admission:
-    """Admit the keys (``keys``: every key a tally names) by the reads' census."""
+def _admission(found: list, keys, budget: int | None) -> Admission:
+    """Admit the keys (``keys``: every key a tally names) by the reads' census (``found``:
+    the collected ``_census`` of every read)."""
     census: dict[tuple, int] = {}
     over = []
-    for index, counts, is_over in backend.collect(backend.flat_map(reads, _census)):
+    for index, counts, is_over in found:
         census = steps.add_counts(census, counts)
         if is_over:
             over.append(index)
@@ -237,6 +310,8 @@ class Counted:
     #: Seconds from the start to the end of each step, in order (the engine runs a step
     #: when its result is collected: reads overlap with what is collected first).
     step_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: With ``job.poisoning``: key -> its ``poisoning`` section.
+    poisoning: dict[tuple, dict] | None = None
 
 
 def count_reports(backend: Backend, job: EstimateJob, staging: str) -> Counted:
@@ -262,7 +337,7 @@ def _count_reports(backend: Backend, job: EstimateJob, staging: str, spill: str 
     def mark(name: str) -> None:
         marks[name] = round(time.perf_counter() - started, 3)
 
-    tasks = plan_ranges(job.input, job.fmt, job.range_bytes)
+    tasks = plan_ranges(job.input, job.fmt, job.range_bytes, backend.parallelism)
     mark("plan_ranges")
     cap = job.max_reports_per_user
     # The read that counts (no cap) needs the id hashes only; the rows of repeated hashes
@@ -274,13 +349,17 @@ def _count_reports(backend: Backend, job: EstimateJob, staging: str, spill: str 
     ids_only = functools.partial(steps.read_range, policy=job.policy, keep=("id_hashes",),
                                  account=False, count=False)
     contribution = None
+    sections = None
     if cap is None:
         reads = backend.persist(backend.map(backend.parallelize(tasks),
                                             functools.partial(read, ids=job.dedup,
                                                               spill=spill)))
-        tallies = _merged(backend.collect(backend.combine_per_key(
-            backend.flat_map(reads, _tallies), _add)))
-        admission = _admission(backend, reads, tallies, job.max_job_bytes)
+        # One job for what every read gives the driver: merged tallies, census, stats.
+        merged, census, stats = backend.collect_all(
+            backend.combine_per_key(backend.flat_map(reads, _tallies), _add),
+            backend.flat_map(reads, _census), backend.flat_map(reads, _stats))
+        tallies = _merged(merged)
+        admission = _admission(census, tallies, job.max_job_bytes)
         for key in admission.refused:
             tallies.pop(key, None)
         if admission.over:  # ranges that stopped counting: again, for the keys admitted
@@ -306,7 +385,16 @@ def _count_reports(backend: Backend, job: EstimateJob, staging: str, spill: str 
                 for key, dropped in drops.items():
                     tallies[key] = tallies[key].without(dropped)
                 mark("drop_copies")
+        if job.poisoning:
+            pieces = _poisoning_pieces(backend, job, tasks,
+                                       repeated if job.dedup else None, admission.refused_keys)
+            sections = detect_poisoning(backend, pieces, tallies)
+            backend.release(pieces)
+            mark("poisoning")
     else:
+        if job.poisoning:
+            raise ValueError("poisoning detection with a contribution cap runs on the Beam "
+                             "engine only")
         repeated = None
         if job.dedup:  # the cap must see the deduplicated reports: find the ids first
             ids = backend.map(backend.parallelize(tasks), functools.partial(ids_only, ids=True,
@@ -315,9 +403,12 @@ def _count_reports(backend: Backend, job: EstimateJob, staging: str, spill: str 
             mark("repeated_ids")
         reads = backend.persist(backend.map(backend.parallelize(tasks), functools.partial(
             read, count=False, users=True, repeated=repeated or None)))
-        tallies = _merged(backend.collect(backend.flat_map(reads, _tallies)))  # dead letters
+        found, census, stats = backend.collect_all(  # the tallies hold dead letters only
+            backend.flat_map(reads, _tallies), backend.flat_map(reads, _census),
+            backend.flat_map(reads, _stats))
+        tallies = _merged(found)
         # Admitted before the cap's shuffle, where the accumulators are allocated.
-        admission = _admission(backend, reads, tallies, job.max_job_bytes)
+        admission = _admission(census, tallies, job.max_job_bytes)
         refused = admission.refused_keys
         for key in refused:
             tallies.pop(key, None)
@@ -339,15 +430,17 @@ def _count_reports(backend: Backend, job: EstimateJob, staging: str, spill: str 
         counts = [item for kind, item in capped if kind == "users"]
         contribution = {"max_reports_per_user": cap, "users": sum(c for c, _ in counts),
                         "max_epsilon_per_user": max((e for _, e in counts), default=0.0)}
-    stats = backend.collect(backend.flat_map(reads, _stats))
     refused_letters = admission.letters(job.input)
-    letter_pieces = backend.flat_map(reads, _letter_pieces)
-    if refused_letters:
-        letter_pieces = backend.union(letter_pieces, backend.parallelize(
-            [(_text_key(letter.source), (letter.source, [letter.to_json()]))
-             for letter in refused_letters]))
-    written = backend.collect(backend.flat_map(
-        backend.group_by_key(letter_pieces), functools.partial(_write_letters, staging=staging)))
+    written = []
+    if refused_letters or any(by_reason for _, by_reason, _ in stats):  # else no shuffle
+        letter_pieces = backend.flat_map(reads, _letter_pieces)
+        if refused_letters:
+            letter_pieces = backend.union(letter_pieces, backend.parallelize(
+                [(_text_key(letter.source), (letter.source, [letter.to_json()]))
+                 for letter in refused_letters]))
+        written = backend.collect(backend.flat_map(
+            backend.group_by_key(letter_pieces),
+            functools.partial(_write_letters, staging=staging)))
     backend.release(reads)
     mark("dead_letters")
     reasons: dict[str, tuple[int, ...]] = {}
@@ -356,7 +449,7 @@ def _count_reports(backend: Backend, job: EstimateJob, staging: str, spill: str 
     for letter in refused_letters:
         reasons = steps.add_tallies(reasons, {letter.reason: steps.letter_tally(letter)})
     return Counted(tallies, sum(s[0] for s in stats), reasons, sorted(written),
-                   [s[2] for s in stats], contribution, marks)
+                   [s[2] for s in stats], contribution, marks, sections)
 
 
 def run_estimate(backend: Backend, job: EstimateJob) -> dict[str, Any]:
@@ -375,6 +468,8 @@ def run_estimate(backend: Backend, job: EstimateJob) -> dict[str, Any]:
     results = backend.collect(backend.map(
         backend.parallelize(sorted(tallies.items(), key=lambda kv: steps._key_text(kv[0]))),
         functools.partial(steps.estimate_key, methods=job.methods)))
+    if counted.poisoning is not None:
+        results = [steps.attach_poisoning(result, counted.poisoning) for result in results]
     run = {**job.run, "finished": utc_now()} if job.run is not None else None
     document = estimates_document(results, steps.dead_letter_summary(counted.reasons),
                                   job.dedup, counted.contribution, run)

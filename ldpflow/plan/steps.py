@@ -656,3 +656,79 @@ def file_ranges(path: str, size: int, fmt: str, range_bytes: int, opener=None
         from ldpflow.plan.files import open_file as opener
     with opener(path) as stream:
         return list(formats.plan_ranges(stream, fmt, size, True, range_bytes))
+
+
+# -- poisoning detection over the reports counted (the math: ldpflow.core.poisoning) ----------
+__all__ += ["poisoning_plans", "poisoning_tallies", "add_poisoning", "advance_poisoning",
+            "poisoning_sections", "attach_poisoning"]
+
+
+def poisoning_plans(keys: Iterable[tuple], level: float | None = None,
+                    population_level: float | None = None) -> dict[tuple, Any]:
+    """The first pass's :class:`~ldpflow.core.poisoning.DefencePlan` of every key of an
+    oracle the defence covers (``poisoning.SUPPORTED``; other keys get none)."""
+    from ldpflow.core import poisoning
+
+    if population_level is None:
+        population_level = poisoning.DEFAULT_POPULATION_LEVEL
+    return {tuple(key): poisoning.initial_plan(registry.from_key(key), level, population_level)
+            for key in keys if ProtocolKey.coerce(key).name in poisoning.SUPPORTED}
+
+
+def poisoning_tallies(pieces: Iterable[tuple[tuple, Any]], plans: Mapping[tuple, Any]
+                      ) -> list[tuple[tuple, Any]]:
+    """One pass of the defence over ``(key, batch)`` pieces of the reports counted: per key
+    that has a plan, the :class:`~ldpflow.core.poisoning.PoisoningTally` of its pieces
+    (added exactly, :func:`add_poisoning`). Pieces that are no non-empty
+    :class:`ReportBatch` (the tallies of copies dropped) are skipped."""
+    from ldpflow.core import poisoning
+
+    out: dict[tuple, Any] = {}
+    for key, batch in pieces:
+        key = tuple(key)
+        plan = plans.get(key)
+        if plan is None or not isinstance(batch, ReportBatch) or not len(batch):
+            continue
+        found = poisoning.tally(plan, batch.reports)
+        out[key] = add_poisoning(out[key], found) if key in out else found
+    return list(out.items())
+
+
+def add_poisoning(a, b):
+    """The sum of two tallies of one pass, as a new tally (neither input changes)."""
+    from ldpflow.core.poisoning import PoisoningTally
+
+    first = PoisoningTally(a.stage, {name: value.copy() for name, value in a.counts.items()})
+    return first.merge(b)
+
+
+def advance_poisoning(plans: Mapping[tuple, Any], tallies: Mapping[tuple, Any]
+                      ) -> dict[tuple, Any]:
+    """The next pass's plans: of the keys whose reports this pass tallied."""
+    from ldpflow.core import poisoning
+
+    return {key: poisoning.advance(plans[key], tally) for key, tally in tallies.items()}
+
+
+def poisoning_sections(plans: Mapping[tuple, Any], tallies: Mapping[tuple, Any]
+                       ) -> dict[tuple, dict[str, Any]]:
+    """After the last pass: key -> its ``poisoning`` section
+    (:meth:`~ldpflow.core.poisoning.PoisoningReport.to_dict`)."""
+    from ldpflow.core import poisoning
+
+    return {key: poisoning.finish(plans[key], tally).to_dict()
+            for key, tally in tallies.items()}
+
+
+def attach_poisoning(result: dict[str, Any], sections: Mapping[Any, dict]) -> dict[str, Any]:
+    """A key's result dict with its ``poisoning`` section: from ``sections`` (by key), or
+    an error for an oracle the defence does not cover; a covered key without reports keeps
+    its result as it is. Every engine attaches the sections with this function."""
+    from ldpflow.core import poisoning
+
+    key = ProtocolKey(result["oracle"], result["parameters"])
+    section = sections.get(key)
+    if section is None and key.name not in poisoning.SUPPORTED:
+        section = {"error": f"no poisoning defence for oracle {key.name!r}; it covers "
+                            f"{' '.join(poisoning.SUPPORTED)}"}
+    return result if section is None else {**result, "poisoning": section}

@@ -21,6 +21,7 @@ from apache_beam.metrics import Metrics
 from ldpflow.core import poisoning, validation
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.oracles import registry
+from ldpflow.plan.steps import attach_poisoning  # the one attach every engine uses
 from ldpflow.wire.envelope import ReportBatch
 
 __all__ = ["PoisoningTallyFn", "MergePoisoningTalliesCombineFn", "DetectPoisoning",
@@ -163,15 +164,6 @@ class DetectPoisoning(beam.PTransform):
         return tallies | "Finish" >> beam.ParDo(_FinishFn(), plans=beam.pvalue.AsDict(plans))
 
 
-def _attach(result, sections):
-    key = ProtocolKey(result["oracle"], result["parameters"])
-    section = sections.get(key)
-    if section is None and key.name not in poisoning.SUPPORTED:
-        section = {"error": f"no poisoning defence for oracle {key.name!r}; it covers "
-                            f"{' '.join(poisoning.SUPPORTED)}"}
-    return result if section is None else {**result, "poisoning": section}
-
-
 class AttachPoisoning(beam.PTransform):
     """Result dicts (``EstimateReports``) -> the same dicts with a ``poisoning`` section.
 
@@ -182,4 +174,4 @@ class AttachPoisoning(beam.PTransform):
 
     def expand(self, inputs):
         return inputs["results"] | "Attach" >> beam.Map(
-            _attach, beam.pvalue.AsDict(inputs["poisoning"]))
+            attach_poisoning, beam.pvalue.AsDict(inputs["poisoning"]))

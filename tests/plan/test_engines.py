@@ -31,7 +31,9 @@ RUN_TIME_FIELDS = ("started", "finished", "runner")
 #: A job budget that admits the OLH key (the most reports) and refuses the GRR one.
 BUDGET = key_memory(ldpflow.oracle("olh", epsilon=1.0, domain_size=64).key) + 1
 CONFIGS = {"dedup": [], "cap": ["--max_reports_per_user=2"],
-           "budget": [f"--max_job_bytes={BUDGET}"]}
+           "budget": [f"--max_job_bytes={BUDGET}"], "poisoning": ["--poisoning=detect"]}
+#: The configurations whose counts (not only outputs) the plan engines are compared on.
+COUNT_CONFIGS = ("budget", "cap", "dedup")
 #: Spark's two executors: a local cluster of 2 workers (1 core, 1 GiB each).
 SPARK_MASTER = os.environ.get("LDPFLOW_TEST_SPARK_MASTER", "local-cluster[2,1,1024]")
 
@@ -118,6 +120,12 @@ def test_beam_counts_what_the_files_hold(request, runs, files, config):
     else:
         assert summary["capped"] == 0
         assert summary["reports_estimated"] == total - broken - summary["duplicates"]
+    if config == "poisoning":  # both keys' oracles are covered: each result has a section
+        sections = [r["poisoning"] for r in doc["results"]]
+        assert [s["n"] for s in sections] == [r["n"] for r in doc["results"]]
+        assert all(s["n"] > 0 and "error" not in s for s in sections)
+    else:
+        assert all("poisoning" not in r for r in doc["results"])
 
 
 @pytest.mark.parametrize("engine", ["local", "dask", "spark"])
@@ -135,7 +143,7 @@ def test_engine_gives_beams_counts_and_outputs(request, runs, files, engine, con
     assert records == beam_out[2]
 
 
-@pytest.mark.parametrize("config", sorted(CONFIGS))
+@pytest.mark.parametrize("config", COUNT_CONFIGS)
 def test_plan_engines_give_identical_integer_accumulators(request, files, config, tmp_path):
     from ldpflow.pipelines.common import acceptance_policy, job_options
     from ldpflow.plan.backend import LocalBackend
