@@ -18,11 +18,17 @@ A Beam job (``Command.beam``: estimate, heavy-hitters and stream, when ``--engin
 the default) hands the flags that are not ldpflow's, unchanged and in order, to Beam's
 ``PipelineOptions`` (``Parsed.beam_argv``), so every runner's flags keep working
 (``--runner``, ``--project``, ``--region``, ``--temp_location``, Flink's and Spark's, ...).
-An unknown flag is Beam's when the installed Beam's ``pipeline_options`` module names it
-(read as text, not imported); otherwise, if it is close to one of ldpflow's, it is a
-misspelling of that one; otherwise Beam is imported and asked (its plugins' options). A
-Beam flag on a command that does not run on Beam (``--engine local``, simulate, ...) is
-refused, saying so.
+A flag that is not ldpflow's is Beam's when a ``PipelineOptions`` class of Beam declares
+it: the table :mod:`ldpflow.pipelines.beam_flags`, generated from Beam's live parser, says
+so without importing Beam (about a second) when it was made for the installed Beam's
+version (``apache_beam/version.py``, read as text). Otherwise it is a misspelling of the
+closest of ldpflow's or Beam's flags, or refused pointing at ``--help``. Beam is imported
+and asked only when the table is of another version (the flags its ``pipeline_options``
+module names, read as text, are then tried first) or when ``--beam_plugin(s)`` names
+plugin modules: those are imported, as Beam's workers import them, so that an options class
+a plugin defines counts (the CLI sees no other code that could define one). A Beam flag on
+a command that does not run on Beam (``--engine local``, simulate, ...) is refused, saying
+so.
 
 Renamed flags keep their old spelling as a deprecated alias (:attr:`Flag.deprecated`): the
 old name is accepted with one warning naming the new one. One name per concept:
