@@ -183,8 +183,9 @@ def _read_up_to(stream, size: int) -> bytes:
 def _json_chunk(chunk: bytes, number: int, source, policy, keep, cache):
     """Parse one chunk of lines (a generator of Parsed); returns its number of lines."""
     dead: list[DeadLetter] = []
-    lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") or not chunk else 1)
-    nonblank: int | None = _nonblank_lines(chunk)
+    newlines = chunk.count(b"\n")
+    lines = newlines + (0 if chunk.endswith(b"\n") or not chunk else 1)
+    nonblank: int | None = _nonblank_lines(chunk, newlines)
     if not _lines_are_short(chunk):  # where the long lines are
         ends = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
         if ends.size == 0 or ends[-1] != len(chunk) - 1:  # a last line with no newline
@@ -329,15 +330,18 @@ def _json_parse(chunk, number, source, policy, keep, cache, dead, nonblank=None
     yield parsed
 
 
-def _nonblank_lines(chunk: bytes) -> int:
+def _nonblank_lines(chunk: bytes, newlines: int | None = None) -> int:
     """The number of lines of ``chunk``, less the empty ones.
 
     The newlines are counted by ``bytes.count`` (a C loop: no array of the chunk's bytes);
     only a chunk that holds an empty line (two newlines in a row: a search, as cheap) has
     its empty lines counted by numpy. A line of spaces also counts; a chunk holding one
     reads fewer rows than this and goes the line-by-line way, which is right either way.
+    ``newlines``: ``chunk.count(b"\\n")``, when it is known.
     """
-    lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+    if newlines is None:
+        newlines = chunk.count(b"\n")
+    lines = newlines + (0 if chunk.endswith(b"\n") else 1)
     # Each newline right after a newline (or at the start) ends an empty line.
     empty = int(chunk.startswith(b"\n"))
     if b"\n\n" in chunk:
