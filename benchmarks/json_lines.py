@@ -1,7 +1,7 @@
 """JSON lines against ``pyarrow.json.read_json``: the wire layer's read, and the estimate job.
 
     python benchmarks/json_lines.py [--users 10000000] [--input DIR] [--workdir DIR]
-        [--repeat 3] [--skip estimate]
+        [--repeat 3] [--skip estimate] [--engine beam]
 
 OLH reports, d = 1024, epsilon = 1, written by ``ldpflow simulate --format json`` (16
 shards; or the ``reports-*.jsonl`` of ``--input``). Three measurements, each in its own
@@ -12,7 +12,8 @@ the machine's load touches all three alike), the median reported:
   the read call alone;
 * ``read``: :func:`ldpflow.wire.formats.read_reports` of every file (ranges, chunks, the
   parse and its checks: the batches the job counts), the read alone;
-* ``estimate``: ``ldpflow estimate --dedup none`` end to end (start to exit).
+* ``estimate``: ``ldpflow estimate --dedup none --engine ENGINE`` end to end (start to
+  exit; ``--engine``: beam, the default, on its in-process runner, or local).
 
 Each prints one JSON object, with ``ratio_to_reference`` (records/s over the reference's)
 and ``cpu_ratio_to_reference`` (the same of CPU seconds, all threads: steadier than wall
@@ -60,6 +61,7 @@ def main(argv=None):
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--skip", default="", help="comma-separated: read,estimate")
+    parser.add_argument("--engine", default="beam", choices=("beam", "local", "dask", "spark"))
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     workdir = args.workdir or tempfile.mkdtemp(prefix="ldpflow-bench-json-")
@@ -86,7 +88,8 @@ def main(argv=None):
             before = _children_cpu()
             seconds, memory, _ = run_timed([BIN, "estimate", f"--input={folder}/reports-*",
                                             "--methods=base", f"--output={out}",
-                                            "--dedup=none"])
+                                            "--dedup=none", f"--engine={args.engine}",
+                                            "--quiet"])
             cpu = _children_cpu() - before
             with open(os.path.join(out, "estimates.json"), encoding="utf-8") as f:
                 estimated = json.load(f)["reports_estimated"]
@@ -109,7 +112,7 @@ def main(argv=None):
              cpu_ratio_to_reference=round(reference_cpu / cpu, 3), **extra)
         summary[step] = round(reference / seconds, 3)
         summary_cpu[step] = round(reference_cpu / cpu, 3)
-    emit(step="summary", records=records, ratio_to_reference=summary,
+    emit(step="summary", records=records, engine=args.engine, ratio_to_reference=summary,
          cpu_ratio_to_reference=summary_cpu, target_estimate=0.6,
          load_average=[round(x, 1) for x in os.getloadavg()])
 

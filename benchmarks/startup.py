@@ -93,6 +93,9 @@ def main() -> None:
             "usage: estimate missing --output": ([*cli, "estimate", given[0]], 2),
             "usage: estimate misspelt Beam flag": ([*cli, "estimate", *given,
                                                     "--runer=DirectRunner"], 2),
+            "usage: estimate unknown flag": ([*cli, "estimate", *given, "--bogus"], 2),
+            "usage: estimate misspelt Beam flag (temp_location)": (
+                [*cli, "estimate", *given, "--temp_locaton=/tmp/t"], 2),
             "usage: simulate bad value": ([*cli, "simulate", "--oracle=olh", "--epsilon=x",
                                            "--output=x"], 2),
             "usage: audit misspelt flag": ([*cli, "audit", "--orcale=olh"], 2),

@@ -18,11 +18,17 @@ A Beam job (``Command.beam``: estimate, heavy-hitters and stream, when ``--engin
 the default) hands the flags that are not ldpflow's, unchanged and in order, to Beam's
 ``PipelineOptions`` (``Parsed.beam_argv``), so every runner's flags keep working
 (``--runner``, ``--project``, ``--region``, ``--temp_location``, Flink's and Spark's, ...).
-An unknown flag is Beam's when the installed Beam's ``pipeline_options`` module names it
-(read as text, not imported); otherwise, if it is close to one of ldpflow's, it is a
-misspelling of that one; otherwise Beam is imported and asked (its plugins' options). A
-Beam flag on a command that does not run on Beam (``--engine local``, simulate, ...) is
-refused, saying so.
+A flag that is not ldpflow's is Beam's when a ``PipelineOptions`` class of Beam declares
+it: the table :mod:`ldpflow.pipelines.beam_flags`, generated from Beam's live parser, says
+so without importing Beam (about a second) when it was made for the installed Beam's
+version (``apache_beam/version.py``, read as text). Otherwise it is a misspelling of the
+closest of ldpflow's or Beam's flags, or refused pointing at ``--help``. Beam is imported
+and asked only when the table is of another version (the flags its ``pipeline_options``
+module names, read as text, are then tried first) or when ``--beam_plugin(s)`` names
+plugin modules: those are imported, as Beam's workers import them, so that an options class
+a plugin defines counts (the CLI sees no other code that could define one). A Beam flag on
+a command that does not run on Beam (``--engine local``, simulate, ...) is refused, saying
+so.
 
 Renamed flags keep their old spelling as a deprecated alias (:attr:`Flag.deprecated`): the
 old name is accepted with one warning naming the new one. One name per concept:
@@ -54,6 +60,7 @@ __all__ = [
     "Lazy",
     "parse",
     "help_parser",
+    "beam_flag_table",
     "protocol_flag_specs",
     "COMMANDS",
     "JOBS",
@@ -833,34 +840,96 @@ def _closest(flag: str, names: Sequence[str], cutoff: float) -> str | None:
     return close[0] if close else None
 
 
-@functools.cache
-def _beam_flags_from_source() -> frozenset[str]:
-    """The flags the installed Beam's ``pipeline_options`` module defines, read as text
-    (importing Beam takes about a second); empty without Beam."""
+def _beam_file(*parts: str) -> str | None:
+    """The text of a file of the installed ``apache_beam`` package (the one Python would
+    import), read without importing it; None without Beam."""
     import importlib.util
     import os
 
     try:
         spec = importlib.util.find_spec("apache_beam")
     except (ImportError, ValueError):
-        return frozenset()
-    if spec is None or not spec.submodule_search_locations:
-        return frozenset()
-    for folder in spec.submodule_search_locations:
-        path = os.path.join(folder, "options", "pipeline_options.py")
+        return None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
         try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
+            with open(os.path.join(folder, *parts), encoding="utf-8") as f:
+                return f.read()
         except OSError:
             continue
-        return frozenset(re.findall(r"""['"](--[A-Za-z][\w-]*)['"]""", text))
-    return frozenset()
+    return None
 
 
-def _beam_flags_imported() -> frozenset[str]:
-    """Every flag of Beam's ``PipelineOptions`` classes (Beam imported: its plugins too)."""
+@functools.cache
+def _beam_flags_from_source() -> frozenset[str]:
+    """The flags the installed Beam's ``pipeline_options`` module defines, read as text
+    (importing Beam takes about a second); empty without Beam. Used when the stored table
+    (:mod:`ldpflow.pipelines.beam_flags`) is of another Beam version."""
+    text = _beam_file("options", "pipeline_options.py")
+    return frozenset(re.findall(r"""['"](--[A-Za-z][\w-]*)['"]""", text or ""))
+
+
+def _installed_beam_version() -> str | None:
+    """The installed Beam's version (``apache_beam.version.__version__``, what its package
+    metadata says too), read as text from the package Python would import: importing
+    ``importlib.metadata`` alone takes a quarter of a usage error's time (it imports the
+    email parser). None without Beam, or if the file does not say."""
+    found = re.search(r"""^__version__\s*=\s*['"]([^'"]+)['"]""",
+                      _beam_file("version.py") or "", re.MULTILINE)
+    return found.group(1) if found else None
+
+
+@functools.cache
+def _beam_flags_stored() -> frozenset[str] | None:
+    """Every flag of Beam's ``PipelineOptions`` classes from the stored table
+    (:mod:`ldpflow.pipelines.beam_flags`) when it was made for the installed Beam, else
+    None (another version, or no Beam: ask Beam itself)."""
+    from ldpflow.pipelines import beam_flags
+
+    if _installed_beam_version() != beam_flags.BEAM_VERSION:
+        return None
+    return beam_flags.FLAGS
+
+
+#: Beam's flag naming modules to import before anything else (``SetupOptions``).
+_BEAM_PLUGIN_FLAGS = ("--beam_plugin", "--beam_plugins")
+
+
+def _beam_plugins(rest: Sequence[str]) -> list[str]:
+    """The modules (or classes) named by ``--beam_plugin(s)`` among Beam's flags."""
+    collect = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    collect.add_argument(*_BEAM_PLUGIN_FLAGS, dest="plugins", action="append", default=[])
+    try:
+        given, _ = collect.parse_known_args(list(rest))
+    except SystemExit:  # --beam_plugins without a value: Beam's own parse says so
+        return []
+    return [name.strip() for value in given.plugins for name in value.split(",")
+            if name.strip()]
+
+
+def _import_beam_plugins(plugins: Sequence[str]) -> None:
+    """Import Beam plugins as Beam's workers do (``sdk_worker_main``): a module, or the
+    module of a class path; one that cannot be imported here is left to the workers."""
+    import importlib
+
+    for plugin in plugins:
+        for module in (plugin, plugin.rpartition(".")[0]):
+            if not module:
+                continue
+            try:
+                importlib.import_module(module)
+                break
+            except ImportError:
+                continue
+        else:
+            _LOGGER.info("Beam plugin %s cannot be imported here; its flags are unknown", plugin)
+
+
+def _beam_flags_imported(plugins: Sequence[str] = ()) -> frozenset[str]:
+    """Every flag of Beam's ``PipelineOptions`` classes, Beam imported (and ``plugins``:
+    an options class defined in a plugin module counts once that module is imported)."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    _import_beam_plugins(plugins)
     flags: set[str] = set()
     stack = list(PipelineOptions.__subclasses__())
     seen = set()
@@ -877,6 +946,40 @@ def _beam_flags_imported() -> frozenset[str]:
             continue
         flags.update(name for action in collect._actions for name in action.option_strings)
     return frozenset(flags)
+
+
+def beam_flag_table() -> str:
+    """The text of :mod:`ldpflow.pipelines.beam_flags` for the installed Beam, from its live
+    parser: run ``python -m ldpflow.pipelines.beam_flags`` in a fresh process (so that only
+    Beam's own options classes are loaded) after upgrading Beam."""
+    import apache_beam
+
+    version = apache_beam.__version__
+    lines = "\n".join(f'    "{flag}",' for flag in sorted(_beam_flags_imported()))
+    return (f'''"""The flags of Apache Beam's ``PipelineOptions`` classes, for Beam {version}.
+
+Generated by ``python -m ldpflow.pipelines.beam_flags`` from Beam's live parser (every
+``PipelineOptions`` subclass that importing ``apache_beam.options.pipeline_options``
+defines); do not edit. :mod:`ldpflow.pipelines.options` uses it, when the installed Beam is
+this version, to tell Beam's flags from misspellings without importing Beam, and
+``tests/pipelines/test_options.py`` fails when it differs from the installed Beam's parser.
+"""
+
+__all__ = ["BEAM_VERSION", "FLAGS"]
+
+BEAM_VERSION = "{version}"
+
+FLAGS = frozenset({{
+{lines}
+}})
+
+if __name__ == "__main__":
+    import pathlib
+
+    from ldpflow.pipelines.options import beam_flag_table
+
+    pathlib.Path(__file__).write_text(beam_flag_table(), encoding="utf-8")
+''')
 
 
 def _undeprecate(command: Command, argv: list[str]) -> list[str]:
@@ -943,9 +1046,17 @@ def parse(name: str | Command, argv: Sequence[str] | None = None) -> Parsed:
 def _check_rest(command: Command, args: argparse.Namespace, rest: list[str],
                 parser: argparse.ArgumentParser) -> list[str]:
     """The tokens that are not ldpflow's: Beam's flags (and their values) on a Beam run;
-    anything else is a usage error."""
+    anything else is a usage error.
+
+    Beam's flags are the stored table's (:func:`_beam_flags_stored`) when it is of the
+    installed Beam and no Beam plugin is named; otherwise those of Beam's source, and for a
+    flag that is neither close to one of ldpflow's nor Beam's, Beam (and the plugins) are
+    imported and asked."""
     ours = [f"--{flag}" for flag in command.flags()]
     on_beam = command.on_beam(args)
+    plugins = _beam_plugins(rest) if on_beam else []
+    stored = None if plugins else _beam_flags_stored()
+    beams = stored if stored is not None else _beam_flags_from_source()
     imported: frozenset[str] | None = None
     after_flag = False
     for token in rest:
@@ -956,17 +1067,17 @@ def _check_rest(command: Command, args: argparse.Namespace, rest: list[str],
             parser.error(f"unexpected argument {token!r} (flags are --name=value)")
         flag = token.split("=", 1)[0]
         after_flag = "=" not in token
-        if flag in _beam_flags_from_source():
+        if flag in beams:
             if on_beam:
                 continue
             if command.beam:
                 parser.error(f"{flag} is an Apache Beam flag: it applies with --engine beam "
                              f"only, not --engine {args.engine}")
         close = _closest(flag, ours, 0.75) or (
-            _closest(flag, sorted(_beam_flags_from_source()), 0.75) if command.beam else None)
-        if close is None and on_beam:  # Beam's plugins' flags: ask Beam itself
+            _closest(flag, sorted(beams), 0.75) if command.beam else None)
+        if close is None and on_beam and stored is None:  # ask Beam (and its plugins)
             if imported is None:
-                imported = _beam_flags_imported()
+                imported = _beam_flags_imported(plugins)
             if flag in imported:
                 continue
             close = _closest(flag, sorted(imported), 0.75)

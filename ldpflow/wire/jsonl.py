@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from ldpflow.wire.buffers import offsets_and_data
 from ldpflow.wire.envelope import DeadLetter, field_kind, json_safe
 from ldpflow.wire.parse import Parsed, arrow_schema, parse_table, records_to_table
-from ldpflow.wire.reading import unread_records
+from ldpflow.wire.reading import read_ahead, unread_records
 
 __all__ = ["MAX_LINE_BYTES", "MAX_JSON_DEPTH", "read_chunks", "unhex_bits", "json_lines",
            "write_table", "write_records"]
@@ -49,12 +49,38 @@ for _i, _c in enumerate(b"ABCDEF"):
 
 
 def read_chunks(stream, source, start, end, policy, keep):
+    """The :class:`~ldpflow.wire.parse.Parsed` chunks of the lines that begin in ``[start,
+    end)``. A range of more than one chunk is read ahead (:func:`ldpflow.wire.reading.
+    read_ahead`): the next chunk is read, decompressed and parsed on a thread while the
+    caller counts this one; the chunks, dead letters and errors are the same, in the same
+    order."""
+    chunks = _parsed_chunks(stream, source, start, end, policy, keep)
+    return read_ahead(chunks) if _several_chunks(stream, start, end) else chunks
+
+
+def _parsed_chunks(stream, source, start, end, policy, keep):
     cache: dict = {}
     number = 1 if start == 0 else 0  # line numbers are known when reading from the start
     for chunk in _json_chunks(stream, start, end):
         lines = yield from _json_chunk(chunk, number, source, policy, keep, cache)
         if number:
             number += lines
+
+
+def _several_chunks(stream, start: int, end: int | None) -> bool:
+    """Whether ``[start, end)`` of ``stream`` may hold more than one chunk: a compressed
+    stream, one whose size cannot be told, or more than :data:`_JSON_CHUNK_BYTES` left (a
+    message body, a small file: no thread)."""
+    if hasattr(stream, "compressed"):  # compression._Guarded: what it expands to is unknown
+        return True
+    try:
+        here = stream.tell()
+        size = stream.seek(0, io.SEEK_END)
+        stream.seek(here)
+    except (OSError, AttributeError, ValueError):
+        return True
+    stop = size if end is None else min(end + MAX_LINE_BYTES, size)
+    return stop - start > _JSON_CHUNK_BYTES
 
 
 def _json_chunks(stream, start: int, end: int | None) -> Iterator[bytes]:
@@ -157,11 +183,11 @@ def _read_up_to(stream, size: int) -> bytes:
 def _json_chunk(chunk: bytes, number: int, source, policy, keep, cache):
     """Parse one chunk of lines (a generator of Parsed); returns its number of lines."""
     dead: list[DeadLetter] = []
-    newline = np.frombuffer(chunk, dtype=np.uint8) == 10
-    lines = int(np.count_nonzero(newline)) + (0 if chunk.endswith(b"\n") or not chunk else 1)
-    nonblank: int | None = _nonblank_lines(chunk, newline)
+    newlines = chunk.count(b"\n")
+    lines = newlines + (0 if chunk.endswith(b"\n") or not chunk else 1)
+    nonblank: int | None = _nonblank_lines(chunk, newlines)
     if not _lines_are_short(chunk):  # where the long lines are
-        ends = np.flatnonzero(newline)
+        ends = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
         if ends.size == 0 or ends[-1] != len(chunk) - 1:  # a last line with no newline
             ends = np.append(ends, len(chunk))
         starts = np.concatenate([[0], ends[:-1] + 1])
@@ -180,7 +206,6 @@ def _json_chunk(chunk: bytes, number: int, source, policy, keep, cache):
         pieces.append(chunk[at:])
         chunk = b"".join(pieces)
         nonblank = None
-    del newline
     yield from _json_parse(chunk, number, source, policy, keep, cache, dead, nonblank)
     return lines
 
@@ -305,18 +330,23 @@ def _json_parse(chunk, number, source, policy, keep, cache, dead, nonblank=None
     yield parsed
 
 
-def _nonblank_lines(chunk: bytes, newline: np.ndarray | None = None) -> int:
-    """The number of lines of ``chunk``, less the empty ones (vectorised; ``newline``: the
-    chunk's bytes that are newlines, when they are known).
+def _nonblank_lines(chunk: bytes, newlines: int | None = None) -> int:
+    """The number of lines of ``chunk``, less the empty ones.
 
-    A line of spaces also counts; a chunk holding one reads fewer rows than this and goes
-    the line-by-line way, which is right either way.
+    The newlines are counted by ``bytes.count`` (a C loop: no array of the chunk's bytes);
+    only a chunk that holds an empty line (two newlines in a row: a search, as cheap) has
+    its empty lines counted by numpy. A line of spaces also counts; a chunk holding one
+    reads fewer rows than this and goes the line-by-line way, which is right either way.
+    ``newlines``: ``chunk.count(b"\\n")``, when it is known.
     """
-    if newline is None:
-        newline = np.frombuffer(chunk, dtype=np.uint8) == 10
-    lines = int(np.count_nonzero(newline)) + (0 if chunk.endswith(b"\n") else 1)
+    if newlines is None:
+        newlines = chunk.count(b"\n")
+    lines = newlines + (0 if chunk.endswith(b"\n") else 1)
     # Each newline right after a newline (or at the start) ends an empty line.
-    empty = int(chunk.startswith(b"\n")) + int(np.count_nonzero(newline[1:] & newline[:-1]))
+    empty = int(chunk.startswith(b"\n"))
+    if b"\n\n" in chunk:
+        newline = np.frombuffer(chunk, dtype=np.uint8) == 10
+        empty += int(np.count_nonzero(newline[1:] & newline[:-1]))
     return lines - empty
 
 

@@ -10,8 +10,11 @@ message decoder) wraps them in.
 from __future__ import annotations
 
 import io
+import queue
+import threading
 import zlib
 from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 from ldpflow.core.keys import HEAVY_HITTERS, PEM
 from ldpflow.wire.compression import TruncatedError
@@ -19,7 +22,9 @@ from ldpflow.wire.envelope import PARAMETER_FIELDS, PAYLOAD_FIELDS, REQUIRED_FIE
 from ldpflow.wire.parse import AcceptancePolicy, Parsed
 
 __all__ = ["CHUNK_ROWS", "CHUNK_BYTES", "unread_records", "needed_fields", "damage",
-           "lost_file", "guarded"]
+           "lost_file", "guarded", "read_ahead"]
+
+T = TypeVar("T")
 
 #: Rows handed to one parse call, at most; and the bytes of data they may hold, at most
 #: (wide reports, e.g. unary encodings of a large domain, make fewer rows per chunk).
@@ -131,6 +136,60 @@ def _bounded(chunks: Iterator[Parsed], limit: int, source: str) -> Iterator[Pars
                                              f"{limit} are listed)", None, None, extra)], 0)
 
 
+
+
+_END = object()
+
+
+def read_ahead(items: Iterator[T]) -> Iterator[T]:
+    """``items`` in their order, each made on a thread while the caller works on the one
+    before it: at most one item ahead (the memory of one more chunk).
+
+    For a reader whose items are chunks read, decompressed and parsed by code that releases
+    the GIL (file reads, zlib, ``pyarrow.json``): the next chunk is read and parsed while
+    the caller counts this one. Nothing else changes: an exception raised making an item
+    (a truncated or damaged file, a parse error) is raised here where that item would have
+    been yielded, after every item before it; closing this iterator stops the thread once
+    the item it is making is made, and closes ``items`` (on that thread).
+    """
+    made: queue.SimpleQueue = queue.SimpleQueue()
+    wanted = threading.Semaphore(1)  # the items the thread may make before the caller asks
+    stop = threading.Event()
+
+    def make() -> None:
+        try:
+            while True:
+                wanted.acquire()
+                if stop.is_set():
+                    return
+                try:
+                    item = next(items)
+                except StopIteration:
+                    made.put((_END, None))
+                    return
+                made.put((item, None))
+        except BaseException as exc:  # handed to the caller, raised there  # noqa: BLE001
+            made.put((None, exc))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    thread = threading.Thread(target=make, name="ldpflow-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, error = made.get()
+            if error is not None:
+                raise error
+            if item is _END:
+                return
+            wanted.release()  # the next one is made while the caller works on this one
+            yield item
+    finally:
+        stop.set()
+        wanted.release()
+        thread.join()
 
 
 def guarded(chunks: Iterator[Parsed], policy: AcceptancePolicy, source: str

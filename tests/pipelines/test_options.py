@@ -188,6 +188,10 @@ def test_a_groups_variant_and_a_new_flag_are_one_declaration():
     ["estimate", "--help"], ["simulate", "--help"], ["heavy-hitters", "--help"],
     ["stream", "--help"], ["estimate", "--input=x", "--method=base"],
     ["estimate", "--input=x", "--output=y", "--runer=Direct"], ["audit", "--orcale=olh"],
+    ["estimate", "--input=x", "--output=y", "--zzzzzzzz=1"],
+    ["estimate", "--input=x", "--output=y", "--temp_locaton=gs://b"],
+    ["heavy-hitters", "--input=x", "--output=y", "--bogus"],
+    ["stream", "--subscription=s", "--bogus"],
     ["pubsub", "publish", "--topic=t"],
 ])
 def test_help_and_usage_errors_do_not_import_beam(argv):
@@ -196,6 +200,109 @@ def test_help_and_usage_errors_do_not_import_beam(argv):
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode in (0, 2), done.stderr
+
+
+def _fresh(code: str, *argv: str, path: str | None = None) -> subprocess.CompletedProcess:
+    env = None
+    if path is not None:
+        import os
+
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [path, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+def test_the_stored_beam_flags_are_the_installed_beams_live_parser():
+    """An upgrade of Beam fails here until ``python -m ldpflow.pipelines.beam_flags`` has
+    regenerated the table (from a fresh process: only Beam's own options classes)."""
+    import importlib.metadata
+    import pathlib
+
+    from ldpflow.pipelines import beam_flags
+
+    pytest.importorskip("apache_beam")
+    assert options._installed_beam_version() == importlib.metadata.version("apache-beam")
+    done = _fresh("import sys\nfrom ldpflow.pipelines.options import beam_flag_table\n"
+                  "sys.stdout.write(beam_flag_table())")
+    assert done.returncode == 0, done.stderr
+    assert pathlib.Path(beam_flags.__file__).read_text(encoding="utf-8") == done.stdout
+    assert options._beam_flags_stored() == beam_flags.FLAGS
+    assert {"--runner", "--temp_location", "--beam_plugins"} <= beam_flags.FLAGS
+
+
+def test_an_unknown_flag_asks_beam_only_when_the_table_is_of_another_version(monkeypatch):
+    from ldpflow.pipelines import beam_flags
+
+    asked = []
+
+    def imported(plugins=()):
+        asked.append(list(plugins))
+        return frozenset({"--runner", "--some_plugins_flag"})
+
+    monkeypatch.setattr(options, "_beam_flags_imported", imported)
+    monkeypatch.setattr(options, "_installed_beam_version", lambda: beam_flags.BEAM_VERSION)
+    options._beam_flags_stored.cache_clear()
+    argv = ["--input=i", "--output=o", "--some_plugins_flag=1"]
+    with pytest.raises(SystemExit, match="unrecognized flag --some_plugins_flag"):
+        parse("estimate", argv)
+    with pytest.raises(SystemExit, match=r"--runer; did you mean --runner\?$"):
+        parse("estimate", ["--input=i", "--output=o", "--runer=X"])
+    assert asked == []
+    monkeypatch.setattr(options, "_installed_beam_version", lambda: "0.0.1")
+    options._beam_flags_stored.cache_clear()
+    try:
+        assert parse("estimate", argv).beam_argv == ["--some_plugins_flag=1"]
+        with pytest.raises(SystemExit, match=r"--some_plugin_flag; did you mean "
+                                             r"--some_plugins_flag\?$"):
+            parse("estimate", ["--input=i", "--output=o", "--some_plugin_flag=1"])
+        assert asked == [[], []]
+        # a flag close to one of ldpflow's is a misspelling of it, Beam not asked
+        with pytest.raises(SystemExit, match=r"did you mean --output\?$"):
+            parse("estimate", ["--input=i", "--output=o", "--outptu=o"])
+        assert len(asked) == 2
+    finally:
+        options._beam_flags_stored.cache_clear()
+
+
+_PLUGIN = """
+from apache_beam.options.pipeline_options import PipelineOptions
+
+
+class SomePluginOptions(PipelineOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument("--some_plugin_flag")
+"""
+
+
+def test_a_beam_plugins_options_are_beams_flags_when_it_is_named(tmp_path):
+    pytest.importorskip("apache_beam")
+    (tmp_path / "ldpflow_some_plugin.py").write_text(_PLUGIN)
+    code = ("import sys\nfrom ldpflow.pipelines.options import parse\n"
+            "try:\n    print(parse('estimate', sys.argv[1:]).beam_argv)\n"
+            "except SystemExit as exc:\n    sys.exit(exc.code)")
+    given = ["--input=i", "--output=o"]
+    done = _fresh(code, *given, "--beam_plugins=ldpflow_some_plugin", "--some_plugin_flag=3",
+                  path=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['--beam_plugins=ldpflow_some_plugin', '--some_plugin_flag=3']"
+    # as a class path too, and Beam's flags and suggestions still hold
+    done = _fresh(code, *given, "--beam_plugin", "ldpflow_some_plugin.SomePluginOptions",
+                  "--some_plugin_flg=3", path=str(tmp_path))
+    assert done.returncode == 1
+    assert done.stderr.strip().endswith("unrecognized flag --some_plugin_flg; did you mean "
+                                        "--some_plugin_flag?")
+    # not named: not Beam's flag (the table holds Beam's own)
+    done = _fresh(code, *given, "--some_plugin_flag=3", path=str(tmp_path))
+    assert done.returncode == 1
+    assert "unrecognized flag --some_plugin_flag (see ldpflow estimate --help)" in done.stderr
+    # a plugin that cannot be imported here is the workers' business; the check still holds
+    done = _fresh(code, *given, "--beam_plugins=no_such_plugin_module", "--bogus")
+    assert done.returncode == 1
+    assert "unrecognized flag --bogus (see ldpflow estimate --help)" in done.stderr
+    done = _fresh(code, *given, "--beam_plugins=no_such_plugin_module")
+    assert done.returncode == 0, done.stderr
 
 
 def test_the_top_level_help_imports_neither_numpy_nor_beam():

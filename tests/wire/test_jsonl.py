@@ -182,4 +182,6 @@ def test_lines_proven_short_are_short(lengths, limit):
 @given(st.lists(st.sampled_from([b"\n", b"a", b" ", b"{}"]), min_size=1, max_size=40))
 def test_nonblank_lines_counts_the_lines_that_are_not_empty(parts):
     chunk = b"".join(parts)
-    assert jsonl._nonblank_lines(chunk) == sum(1 for line in chunk.split(b"\n") if line)
+    expected = sum(1 for line in chunk.split(b"\n") if line)
+    assert jsonl._nonblank_lines(chunk) == expected
+    assert jsonl._nonblank_lines(chunk, chunk.count(b"\n")) == expected

@@ -1,0 +1,133 @@
+"""JSON lines read ahead on a thread (``ldpflow.wire.reading.read_ahead``): the same chunks,
+reports, dead letters and errors, in the same order, as a read in the caller's thread."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import threading
+
+import pytest
+
+from ldpflow.wire import formats, jsonl, reading
+from ldpflow.wire.parse import KEEP_FIELDS
+from tests.wire.test_jsonl import _hostile_file, _read_all
+
+
+def _made(n: int, log: list, fail_at: int | None = None):
+    try:
+        for i in range(n):
+            if i == fail_at:
+                raise ValueError(f"item {i} cannot be made")
+            log.append(("made", i, threading.get_ident()))
+            yield i
+    finally:
+        log.append(("closed",))
+
+
+def test_items_come_in_order_made_on_a_thread_at_most_one_ahead():
+    log: list = []
+    seen = []
+    for item in reading.read_ahead(_made(6, log)):
+        made = [entry[1] for entry in log if entry[0] == "made"]
+        assert max(made) <= item + 1  # never more than the next one made before asked
+        seen.append(item)
+    assert seen == list(range(6))
+    assert {entry[2] for entry in log if entry[0] == "made"} != {threading.get_ident()}
+    assert log[-1] == ("closed",)
+
+
+def test_an_error_is_raised_where_its_item_would_have_come():
+    log: list = []
+    seen = []
+    with pytest.raises(ValueError, match="item 3 cannot be made"):
+        for item in reading.read_ahead(_made(6, log, fail_at=3)):
+            seen.append(item)
+    assert seen == [0, 1, 2]
+
+
+def test_closing_early_stops_the_thread_and_closes_the_items():
+    log: list = []
+    items = reading.read_ahead(_made(100, log))
+    assert next(items) == 0
+    items.close()
+    assert log[-1] == ("closed",)
+    assert len([entry for entry in log if entry[0] == "made"]) <= 2
+    assert not any(t.name == "ldpflow-read-ahead" for t in threading.enumerate())
+
+
+def _spy_threads(monkeypatch) -> list:
+    started: list = []
+    ahead = reading.read_ahead
+
+    def spy(items):
+        started.append(True)
+        return ahead(items)
+
+    monkeypatch.setattr(jsonl, "read_ahead", spy)
+    return started
+
+
+def _in_the_callers_thread(monkeypatch) -> None:
+    monkeypatch.setattr(jsonl, "read_ahead", lambda items: items)
+
+
+@pytest.mark.parametrize("keep", [(), KEEP_FIELDS])
+def test_a_hostile_file_read_ahead_gives_what_the_callers_thread_gives(monkeypatch, keep):
+    data = _hostile_file()
+    monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(jsonl, "_JSON_CHUNK_BYTES", 40_000)  # many chunks
+    started = _spy_threads(monkeypatch)
+    ahead = _read_all(data, keep)
+    assert started == [True]
+    _in_the_callers_thread(monkeypatch)
+    assert ahead == _read_all(data, keep)
+    assert len(ahead) > 10 and sum(len(p[3]) for p in ahead) >= 10
+
+
+def _records(parsed_chunks) -> list:
+    return [(p.records, p.reports, [letter.to_json() for letter in p.dead_letters])
+            for p in parsed_chunks]
+
+
+def _truncated_gzip(data: bytes) -> bytes:
+    packed = gzip.compress(data, compresslevel=1)
+    return packed[: len(packed) * 2 // 3]
+
+
+@pytest.mark.parametrize("start,end", [(0, None), (0, 150_000), (150_000, None)])
+def test_a_truncated_or_split_file_read_ahead_fails_where_it_did(monkeypatch, start, end):
+    monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(jsonl, "_JSON_CHUNK_BYTES", 20_000)
+    data = _hostile_file()
+
+    def read(compressed: bool):
+        if compressed:
+            stream = formats.decompressed(io.BytesIO(_truncated_gzip(data)), "f.jsonl.gz")
+            return _records(formats.read_reports(stream, "json", source="f.jsonl.gz"))
+        return _records(formats.read_reports(io.BytesIO(data), "json", source="f.jsonl",
+                                             start=start, end=end))
+
+    started = _spy_threads(monkeypatch)
+    ahead = {compressed: read(compressed) for compressed in (False, True)}
+    assert started == [True, True]
+    _in_the_callers_thread(monkeypatch)
+    for compressed, chunks in ahead.items():
+        assert chunks == read(compressed)
+    assert json.loads(ahead[True][-1][2][0])["reason"].startswith("truncated file: ")
+    assert sum(c[0] for c in ahead[True][:-1]) > 1000
+
+
+def test_a_message_or_a_small_file_is_read_in_the_callers_thread(monkeypatch):
+    started = _spy_threads(monkeypatch)
+    data = _hostile_file()
+    assert len(data) < jsonl._JSON_CHUNK_BYTES
+    assert _read_all(data, ())
+    formats.decode_message(data[: data.index(b"\n") + 1], "m", None, ())
+    assert started == []
+    assert jsonl._several_chunks(io.BytesIO(b"x" * 100), 0, None) is False
+    assert jsonl._several_chunks(io.BytesIO(b"x" * (jsonl._JSON_CHUNK_BYTES + 1)), 0,
+                                 None) is True
+    stream = formats.decompressed(io.BytesIO(gzip.compress(b"{}\n")), "m.jsonl.gz")
+    assert jsonl._several_chunks(stream, 0, None) is True
