@@ -109,11 +109,13 @@ def string_hashes(offsets: npt.ArrayLike, data: npt.ArrayLike, key: bytes | None
     lengths = np.diff(offsets)
     if lengths.min() < 0 or offsets[0] < 0 or offsets[-1] > data.size:
         raise ValueError("offsets must be non-decreasing and within data")
-    # The bytes as aligned little-endian words, with two zero words past the end: the
-    # word at any byte offset is then two aligned loads and a funnel shift.
-    padded = np.zeros(8 * (int(data.size) // 8 + 2), dtype=np.uint8)
-    padded[: data.size] = data
-    return _siphash(offsets[:-1], lengths, padded.view("<u8"), key, rounds)
+    # The strings' bytes (only theirs: a slice of a column is hashed with the column's
+    # data) as aligned little-endian words, with two zero words past the end: the word at
+    # any byte offset is then two aligned loads and a funnel shift.
+    first, end = int(offsets[0]), int(offsets[-1])
+    padded = np.zeros(8 * ((end - first) // 8 + 2), dtype=np.uint8)
+    padded[: end - first] = data[first:end]
+    return _siphash(offsets[:-1] - first, lengths, padded.view("<u8"), key, rounds)
 
 
 _SIP_INIT = (0x736F6D6570736575, 0x646F72616E646F6D, 0x6C7967656E657261, 0x7465646279746573)
