@@ -91,11 +91,12 @@ def string_hashes(offsets: npt.ArrayLike, data: npt.ArrayLike, key: bytes | None
 
     Notes
     -----
-    Vectorised over the strings, without a Python object per string: the keyed hash takes
-    the strings of one word count together, in blocks of rows whose SipHash state stays in
-    cache, with every array operation in place (about 40 ns an 11-byte id on one core of
-    the project's machine, against 100 ns for whole-column passes); the public hash makes
-    one pass per word position. The cost is that of the total number of words.
+    Vectorised over the strings, without a Python object per string: both hashes take the
+    strings of one word count together, in blocks of rows whose state stays in cache, with
+    every array operation in place and each word two aligned loads
+    (:class:`ldpflow.core.hashing.WordLoads`): the keyed hash takes about 40 ns an 11-byte
+    id on one core of the project's machine, against 100 ns with whole-column passes. The
+    cost is that of the total number of words.
     """
     offsets = np.asarray(offsets, dtype=np.int64)
     data = np.asarray(data, dtype=np.uint8).reshape(-1)
@@ -106,31 +107,16 @@ def string_hashes(offsets: npt.ArrayLike, data: npt.ArrayLike, key: bytes | None
         return np.zeros(0, dtype=np.uint64)
     if key is None:  # ldpflow-idhash-1: the hash family's keyed string hash, public key
         return hashing.keyed_string_hashes(offsets, data, _GOLDEN)
-    lengths = np.diff(offsets)
-    if lengths.min() < 0 or offsets[0] < 0 or offsets[-1] > data.size:
-        raise ValueError("offsets must be non-decreasing and within data")
-    # The strings' bytes (only theirs: a slice of a column is hashed with the column's
-    # data) as aligned little-endian words, with two zero words past the end: the word at
-    # any byte offset is then two aligned loads and a funnel shift.
-    first, end = int(offsets[0]), int(offsets[-1])
-    padded = np.zeros(8 * ((end - first) // 8 + 2), dtype=np.uint8)
-    padded[: end - first] = data[first:end]
-    return _siphash(offsets[:-1] - first, lengths, padded.view("<u8"), key, rounds)
+    return _siphash(*hashing.string_layout(offsets, data), key, rounds)
 
 
 _SIP_INIT = (0x736F6D6570736575, 0x646F72616E646F6D, 0x6C7967656E657261, 0x7465646279746573)
-#: Rows hashed together: the four lanes, the word and a scratch lane (48 bytes a row, under
-#: 1 MiB) stay in a core's L2 cache through all the rounds, so each of the ~26 array
-#: operations of a SipRound runs from cache instead of streaming whole columns through
-#: memory (measured: half the time of whole-column passes at 2*10^7 ids, and blocks of
-#: 4,096 rows or fewer lose it again to per-call overhead).
-_SIP_BLOCK = 16384
 #: ``(1 << 8 t) - 1``: the mask of the ``t`` bytes a string has past its last full word.
 _TAIL_MASKS = (np.uint64(1) << (np.uint64(8) * np.arange(8, dtype=np.uint64))) - np.uint64(1)
 _U = np.uint64
 _R13, _R16, _R17, _R21, _R32 = _U(13), _U(16), _U(17), _U(21), _U(32)
 _L13, _L16, _L17, _L21 = _U(51), _U(48), _U(47), _U(43)
-_FF, _B56, _B64 = _U(0xFF), _U(56), _U(64)
+_FF, _B56 = _U(0xFF), _U(56)
 
 
 def _sip_rounds(v: list[np.ndarray], scratch: np.ndarray, count: int) -> None:
@@ -188,30 +174,23 @@ def _sip_first_round(v: list[np.ndarray], word: np.ndarray, init: Sequence[int],
 
 def _siphash(start: np.ndarray, lengths: np.ndarray, aligned: np.ndarray, key: bytes,
              rounds: tuple[int, int]) -> np.ndarray:
-    """SipHash-c-d of every string (``aligned``: the bytes as little-endian words): the
-    strings of one full-word count together, in blocks of :data:`_SIP_BLOCK` rows whose
-    state stays in cache (see :data:`_SIP_BLOCK`)."""
+    """SipHash-c-d of every string (:func:`ldpflow.core.hashing.string_layout`'s form): the
+    strings of one full-word count together, in blocks of
+    :data:`~ldpflow.core.hashing.STRING_BLOCK` rows whose state stays in cache."""
     c, d = (int(r) for r in rounds)
     if c < 1 or d < 0:
         raise ValueError(f"rounds must be (c >= 1, d >= 0), got {rounds!r}")
     k0, k1 = _key_words(key)
     n = lengths.size
     init = [int(k) ^ i for k, i in zip((k0, k1, k0, k1), _SIP_INIT, strict=True)]
-    full = lengths >> 3  # whole words; then one last word with the tail and the length
-    counts = np.bincount(full)
-    if np.count_nonzero(counts) == 1:  # ids of one word count (the common case)
-        groups: list[tuple[int, np.ndarray | None]] = [(int(full[0]), None)]
-    else:  # by word count (a stable sort: numpy's of 16-bit keys is a radix sort)
-        order = np.argsort(full.astype(np.uint16) if counts.size <= 1 << 16 else full,
-                           kind="stable")
-        bounds = np.concatenate([[0], np.cumsum(counts)])
-        groups = [(k, order[bounds[k]:bounds[k + 1]]) for k in np.flatnonzero(counts).tolist()]
     out = np.empty(n, dtype=_U)
-    block = min(_SIP_BLOCK, n)
-    lanes = np.empty((9, block), dtype=_U)  # v0..v3, word, scratch, two loads, the shift
-    index = np.empty(block, dtype=np.int64)
+    block = min(hashing.STRING_BLOCK, n)
+    loads = hashing.WordLoads(aligned, block)
+    lanes = np.empty((6, block), dtype=_U)  # v0..v3, the tail's mask, scratch
+    tail = np.empty(block, dtype=np.int64)
     with np.errstate(over="ignore"):
-        for k, rows in groups:
+        # Whole words, then one last word with the tail bytes and the length.
+        for k, rows in hashing.word_count_groups(lengths >> 3):
             group_start = start if rows is None else start[rows]
             group_lengths = lengths if rows is None else lengths[rows]
             hashes = out if rows is None else np.empty(group_start.size, dtype=_U)
@@ -219,31 +198,18 @@ def _siphash(start: np.ndarray, lengths: np.ndarray, aligned: np.ndarray, key: b
                 at = group_start[lo:lo + block]
                 m = at.size
                 v = [lanes[i, :m] for i in range(4)]
-                word, scratch, low, high, shift = (lanes[i, :m] for i in range(4, 9))
-                where = index[:m]
-                # A string's words all start at its offset mod 8: word j is the top bytes
-                # of aligned word q + j and the bottom ones of q + j + 1 (a shift by 64
-                # is 0 in numpy, so offsets that are multiples of 8 need no special case).
-                np.bitwise_and(at, 7, out=where)
-                np.left_shift(where, 3, out=where)
-                shift[...] = where
-                np.right_shift(at, 3, out=where)
-                np.take(aligned, where, out=low)
+                mask, scratch = lanes[4, :m], lanes[5, :m]
+                loads.start(at)
                 for j in range(k + 1):
-                    where += 1
-                    np.take(aligned, where, out=high)
-                    np.right_shift(low, shift, out=word)
-                    np.subtract(_B64, shift, out=scratch)
-                    np.left_shift(high, scratch, out=scratch)
-                    word |= scratch
+                    word = loads.next()
                     if j == k:  # the tail bytes, and the length mod 256 in the top byte
                         length = group_lengths[lo:lo + m]
-                        np.bitwise_and(length, 7, out=where)
-                        np.take(_TAIL_MASKS, where, out=scratch)
-                        word &= scratch
-                        scratch[...] = length
-                        scratch <<= _B56
-                        word |= scratch
+                        np.bitwise_and(length, 7, out=tail[:m])
+                        np.take(_TAIL_MASKS, tail[:m], out=mask)
+                        word &= mask
+                        mask[...] = length
+                        mask <<= _B56
+                        word |= mask
                     if j:
                         v[3] ^= word
                         _sip_rounds(v, scratch, c)
@@ -251,7 +217,6 @@ def _siphash(start: np.ndarray, lengths: np.ndarray, aligned: np.ndarray, key: b
                         _sip_first_round(v, word, init, scratch)
                         _sip_rounds(v, scratch, c - 1)
                     v[0] ^= word
-                    low, high = high, low
                 v[2] ^= _FF
                 _sip_rounds(v, scratch, d)
                 result = hashes[lo:lo + m]

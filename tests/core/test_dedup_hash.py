@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ldpflow.core import dedup
+from ldpflow.core import hashing
 from ldpflow.core.dedup import report_id_hashes, string_hashes
 from tests.core.test_dedup import _columns, _reference_hash, _reference_siphash
 
@@ -34,9 +34,21 @@ FROZEN = {
 }
 
 
+#: ldpflow-idhash-1 (the public hash: contribution-cap tie-breaks, user hashes) of the
+#: same ids, as computed before the blocked implementation.
+FROZEN_PUBLIC = (0x48218226FF3CD4BF, 0x3BB8F89104B09B3F, 0x2BCAEEB691A96E79,
+                 0x6985A07E4A5B2428, 0x538DCC84774E211B, 0x84630B4FCD7A80AF,
+                 0x0940393A787A110C, 0x699CC307B12B96C4, 0x2DDB678AFBFC154E,
+                 0xAEF914026ACAF6E4, 0x7E7AE99FE883DC64, 0x44B41C543DB8B11F)
+
+
 def test_keyed_hash_keeps_the_values_it_always_had():
     got = report_id_hashes(list(FROZEN), key=KEY).tolist()
     assert got == list(FROZEN.values())
+
+
+def test_public_hash_keeps_the_values_it_always_had():
+    assert report_id_hashes(list(FROZEN)).tolist() == list(FROZEN_PUBLIC)
 
 
 def _text(length: int, rng: np.random.Generator) -> bytes:
@@ -76,7 +88,7 @@ def test_keyed_hash_across_blocks_of_mixed_lengths(monkeypatch):
     offsets, data = _columns(ids)
     expected = [_reference_siphash(i, KEY) for i in ids]
     for block in (1, 7, 64, 1000, 1 << 14):
-        monkeypatch.setattr(dedup, "_SIP_BLOCK", block)
+        monkeypatch.setattr(hashing, "STRING_BLOCK", block)
         assert string_hashes(offsets, data, KEY).tolist() == expected
 
 
@@ -93,10 +105,13 @@ def test_keyed_hash_of_a_slice_of_a_column():
     assert whole.tolist() == [_reference_siphash(i, KEY) for i in ids]
 
 
-def test_public_hash_equals_the_reference_at_every_edge_length():
+def test_public_hash_equals_the_reference_at_every_edge_length(monkeypatch):
     rng = np.random.default_rng(11)
-    texts = ["".join(rng.choice(list("ab-é日🙂"), size=n)) for n in LENGTHS]
-    assert report_id_hashes(texts).tolist() == [_reference_hash(t) for t in texts]
+    texts = ["".join(rng.choice(list("ab-é日🙂"), size=n)) for n in LENGTHS for _ in range(30)]
+    expected = [_reference_hash(t) for t in texts]
+    for block in (1, 7, 1 << 14):  # across blocks and word-count groups
+        monkeypatch.setattr(hashing, "STRING_BLOCK", block)
+        assert report_id_hashes(texts).tolist() == expected
 
 
 def test_keyed_hash_refuses_offsets_outside_the_data():
