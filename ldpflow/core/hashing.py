@@ -24,6 +24,10 @@ __all__ = [
     "splitmix64_mix",
     "splitmix64_stream",
     "keyed_string_hashes",
+    "STRING_BLOCK",
+    "string_layout",
+    "word_count_groups",
+    "WordLoads",
     "hash_rows",
     "hash_values",
     "hash_grid",
@@ -64,6 +68,93 @@ def splitmix64_stream(seeds: npt.ArrayLike, count: int) -> np.ndarray:
 
 _M3 = _U64(0xFF51AFD7ED558CCD)
 _ALL = ~_U64(0)
+_B64 = _U64(64)
+#: Rows of strings hashed together: a few uint64 lanes of this length stay in a core's L2
+#: cache through every array operation of a word's rounds, instead of streaming whole
+#: columns through memory (blocks of 4,096 rows or fewer lose it to per-call overhead).
+STRING_BLOCK = 16384
+
+
+def string_layout(offsets: npt.ArrayLike, data: npt.ArrayLike
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Checked Arrow string layout -> ``(starts, lengths, aligned)``: the strings' bytes
+    (only theirs: a slice of a column comes with the column's data) as aligned
+    little-endian words with two zero words past the end, and each string's start in them
+    (bytes), for :class:`WordLoads`."""
+    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1)
+    data = np.asarray(data, dtype=np.uint8).reshape(-1)
+    lengths = np.diff(offsets)
+    if lengths.size and (lengths.min() < 0 or offsets[0] < 0 or offsets[-1] > data.size):
+        raise ValueError("offsets must be non-decreasing and within data")
+    first, end = (int(offsets[0]), int(offsets[-1])) if lengths.size else (0, 0)
+    padded = np.zeros(8 * ((end - first) // 8 + 2), dtype=np.uint8)
+    padded[: end - first] = data[first:end]
+    return offsets[:-1] - first, lengths, padded.view("<u8")
+
+
+def word_count_groups(words: np.ndarray) -> list[tuple[int, np.ndarray | None]]:
+    """``(word count, rows)`` of the strings of each word count (rows None: all of them,
+    the common case of ids of one length class), by a stable sort."""
+    counts = np.bincount(words)
+    if np.count_nonzero(counts) <= 1:
+        return [(int(words[0]), None)] if words.size else []
+    keys = words.astype(np.uint16) if counts.size <= 1 << 16 else words
+    order = np.argsort(keys, kind="stable")  # of 16-bit keys: a radix sort
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    return [(k, order[bounds[k]:bounds[k + 1]]) for k in np.flatnonzero(counts).tolist()]
+
+
+class WordLoads:
+    """The little-endian 8-byte words at ``start + 8 j`` of a block of rows, as two aligned
+    loads and a funnel shift each (a string's words all sit at its start mod 8), into
+    buffers of :data:`STRING_BLOCK` rows reused from block to block. Fancy indexing of an
+    unaligned strided view costs about five times as much."""
+
+    def __init__(self, aligned: np.ndarray, rows: int) -> None:
+        self._aligned = aligned
+        self._buffers = np.empty((5, rows), dtype=_U64)  # word, low, high, shift, scratch
+        self._index = np.empty(rows, dtype=np.int64)
+
+    def start(self, at: np.ndarray) -> None:
+        """Begin the rows starting at byte ``at`` (at most ``rows`` of them)."""
+        m = at.size
+        self.word, self._low, self._high, self._shift, self._scratch = (
+            b[:m] for b in self._buffers)
+        where = self._where = self._index[:m]
+        np.bitwise_and(at, 7, out=where)
+        where <<= 3
+        self._shift[...] = where
+        np.right_shift(at, 3, out=where)
+        np.take(self._aligned, where, out=self._low)
+
+    def next(self) -> np.ndarray:
+        """The next word of every row (the buffer ``word``, overwritten by the next call;
+        bytes past a string's end are those that follow it)."""
+        self._where += 1
+        np.take(self._aligned, self._where, out=self._high)
+        np.right_shift(self._low, self._shift, out=self.word)
+        # A shift by 64 gives 0 in numpy: starts at multiples of 8 need no special case.
+        np.subtract(_B64, self._shift, out=self._scratch)
+        np.left_shift(self._high, self._scratch, out=self._scratch)
+        self.word |= self._scratch
+        self._low, self._high = self._high, self._low
+        return self.word
+
+
+#: ``2**(8 (r + 1)) - 1``: the mask of a last word holding ``r + 1`` bytes.
+_LAST_MASKS = _ALL >> (_U64(56) - _U64(8) * np.arange(8, dtype=_U64))
+
+
+def _mix_in_place(z: np.ndarray, scratch: np.ndarray) -> None:
+    """:func:`splitmix64_mix` of ``z`` in place."""
+    np.right_shift(z, _U64(30), out=scratch)
+    z ^= scratch
+    z *= _MIX1
+    np.right_shift(z, _U64(27), out=scratch)
+    z ^= scratch
+    z *= _MIX2
+    np.right_shift(z, _U64(31), out=scratch)
+    z ^= scratch
 
 
 def keyed_string_hashes(offsets: npt.ArrayLike, data: npt.ArrayLike,
@@ -100,49 +191,54 @@ def keyed_string_hashes(offsets: npt.ArrayLike, data: npt.ArrayLike,
 
     Notes
     -----
-    One pass per word position over the strings that are that long (longest first, so the
-    strings still active at word ``j`` are a prefix): the cost is that of the total number
-    of words, with no Python loop over strings.
+    The strings of one word count together, in blocks of :data:`STRING_BLOCK` rows whose
+    state stays in cache, every array operation in place (:class:`WordLoads`): the cost is
+    that of the total number of words, with no Python loop over strings.
     """
     if not validation.is_integer(key) or not 0 <= int(key) < 2**64:
         raise ValueError(f"key must be an integer in [0, 2**64), got {key!r}")
     k = _U64(int(key))
-    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1)
-    data = np.asarray(data, dtype=np.uint8).reshape(-1)
-    n = offsets.size - 1
+    starts, lengths, aligned = string_layout(offsets, data)
+    n = lengths.size
     if n <= 0:
         return np.zeros(0, dtype=_U64)
-    lengths = np.diff(offsets)
-    if lengths.min() < 0 or offsets[0] < 0 or offsets[-1] > data.size:
-        raise ValueError("offsets must be non-decreasing and within data")
-    padded = np.zeros(int(data.size) + 8, dtype=np.uint8)
-    padded[: data.size] = data
-    # Unaligned little-endian 8-byte loads at any byte offset.
-    words_at = np.ndarray(shape=(data.size + 1,), dtype="<u8", buffer=padded, strides=(1,))
-    h = splitmix64_mix(k ^ lengths.astype(_U64))
-    num_words = (lengths + 7) // 8
-    most = int(num_words.max())
-    if int(num_words.min()) == most:  # ids of one word count (the common case)
-        order = None
-        start, remaining = offsets[:-1], lengths
-        active_rows = np.full(most, n)
-    else:
-        order = np.argsort(-num_words, kind="stable")
-        start, remaining, h = offsets[:-1][order], lengths[order], h[order]
-        active_rows = np.searchsorted(-num_words[order], -np.arange(most), side="left")
+    out = np.empty(n, dtype=_U64)
+    block = min(STRING_BLOCK, n)
+    loads = WordLoads(aligned, block)
+    lanes = np.empty((3, block), dtype=_U64)  # h, the word's mix, scratch
+    last = np.empty(block, dtype=np.int64)
     with np.errstate(over="ignore"):
-        for j in range(most):
-            active = int(active_rows[j])
-            word = words_at[start[:active] + 8 * j]
-            left = np.minimum(remaining[:active] - 8 * j, 8).astype(_U64)  # 1..8 bytes
-            word &= _ALL >> (_U64(64) - _U64(8) * left)
-            h[:active] = splitmix64_mix(h[:active] ^ splitmix64_mix(word + k)) * _M3
-    out = splitmix64_mix(h)
-    if order is None:
-        return out
-    result = np.empty(n, dtype=_U64)
-    result[order] = out
-    return result
+        for words, rows in word_count_groups((lengths + 7) >> 3):
+            group_starts = starts if rows is None else starts[rows]
+            group_lengths = lengths if rows is None else lengths[rows]
+            hashes = out if rows is None else np.empty(group_starts.size, dtype=_U64)
+            for lo in range(0, group_starts.size, block):
+                at = group_starts[lo:lo + block]
+                length = group_lengths[lo:lo + block]
+                m = at.size
+                h, mixed, scratch = (lane[:m] for lane in lanes)
+                h[...] = length
+                h ^= k
+                _mix_in_place(h, scratch)
+                if words:
+                    loads.start(at)
+                for j in range(words):
+                    word = loads.next()
+                    if j == words - 1:  # the last word holds 1..8 bytes: zero the rest
+                        np.subtract(length, 1, out=last[:m])
+                        last[:m] &= 7
+                        np.take(_LAST_MASKS, last[:m], out=scratch)
+                        word &= scratch
+                    np.add(word, k, out=mixed)
+                    _mix_in_place(mixed, scratch)
+                    h ^= mixed
+                    _mix_in_place(h, scratch)
+                    h *= _M3
+                _mix_in_place(h, scratch)
+                hashes[lo:lo + m] = h
+            if rows is not None:
+                out[rows] = hashes
+    return out
 
 
 def hash_rows(
