@@ -7,7 +7,8 @@ files: JSON lines on stdout.
 The input: ``--users`` reports of each protocol (64-bit values, k = 32, epsilon = 4; Zipf
 1.1 over 10^5 values), made once by ``ldpflow simulate`` (Avro, 4 files) and kept in
 ``--workdir``. Each case runs in a fresh process, so that its peak resident memory is its
-own: ``beam`` (FnApiRunner, 1 worker), ``local`` (the job plan in process), ``dask-N``
+own: ``beam`` (FnApiRunner, 1 worker; its dedup shuffles the id hashes only and each
+pass reads the input again, as the plan's), ``local`` (the job plan in process), ``dask-N``
 (a LocalCluster of N worker processes: the driver's peak and each worker's), and
 ``decode`` (``polars.read_avro`` of every file, the bare decode the job must keep up
 with; fastavro when polars has no Avro reader). Job time is the run's own
@@ -30,7 +31,10 @@ CASES = ("beam", "local", "dask-1", "dask-2", "decode")
 
 
 def emit(**fields) -> None:
-    print(json.dumps(fields), flush=True)
+    """One JSON line, with the machine's load average (1, 5, 15 min) when it was printed:
+    on a shared machine the seconds mean little without it."""
+    print(json.dumps({**fields, "load_average": [round(x, 2) for x in os.getloadavg()]}),
+          flush=True)
 
 
 def _peak() -> int:

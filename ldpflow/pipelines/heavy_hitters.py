@@ -62,7 +62,15 @@ dispersion test per stage from the pass counts, ``docs/poisoning.md``; the other
 says they have no defence) and the refused records with their reasons under
 ``OUTPUT/dead_letters/``. Timings are
 Beam metrics, not document fields; :func:`run` returns the run's counts from Beam's
-counters (it does not read its output back) and logs each pass once.
+counters (it does not read its output back) and logs each pass once. Progress lines go to
+stderr every 10 s and at the end (``--quiet``: none; ``ldpflow.plan.progress``).
+
+On Beam, as on the other engines, deduplication shuffles the 8-byte id hashes, and the rows
+of repeated ids alone (:func:`build`); each pass is counted where its reports are read (the
+later passes read the input again), so no report crosses a shuffle or is held between
+passes, and memory is bounded by the ranges (16 MiB) and the candidate sums, not by n
+(``docs/engines.md``, "Heavy hitters, measured"). Beam is imported only on the Beam path:
+``--engine local|dask|spark`` run without it.
 """
 
 from __future__ import annotations

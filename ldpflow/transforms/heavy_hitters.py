@@ -18,6 +18,18 @@ Contract (:mod:`ldpflow.core.heavy_hitters` holds all the math):
   needs under the server's :class:`ServerRule` (options, codec pruning). The output is one
   JSON-ready result dict per key (:func:`assemble_result`), scored against a truth list when
   one is given.
+* :class:`IdentifyHeavyHittersOfFiles` is what ``ldpflow heavy-hitters`` runs on Beam: the
+  same passes over the job's input files, with no report in a shuffle. Pass 0 is counted
+  where the reports are read (:class:`CountReportsFn`, one running sum per key and bundle),
+  each pass ``s > 0`` reads the input's ranges again (:class:`CountRangesFn`, the job
+  plan's ``read_pass``) for the candidates pass ``s - 1`` left, and each pass's sums
+  (:class:`~ldpflow.plan.heavy_hitters.PassTally`, merged by
+  :class:`AddTalliesCombineFn`) are corrected for the copies of repeated report ids
+  (:class:`CorrectPassFn`: ``all - repeated rows + kept rows``, the plan's correction);
+  deduplication shuffles only the id hashes and the rows of repeated ids
+  (:mod:`ldpflow.transforms.dedup`). Its sums, documents and dead letters equal the job
+  plan's on every engine to the last integer and byte
+  (``tests/plan/test_heavy_hitter_engines.py``).
 * Results equal the protocol's ``identify`` on the same reports and rule exactly: the counts
   are integers and every step is deterministic.
 
@@ -549,10 +561,12 @@ class IdentifyHeavyHittersOfFiles(beam.PTransform):
         previous = None
         for step in range(protocol.num_passes):
             side = () if previous is None else (beam.pvalue.AsDict(previous),)
-            if step == 0:
-                tallies = ((inputs["reports"], inputs["repeats"])
-                           | "EveryRow" >> beam.Flatten()
-                           | "Count0" >> beam.ParDo(CountReportsFn()))
+            if step == 0:  # each counted in the read's stage; only the sums are flattened
+                # (a Flatten of the reports would hold them all: FnApiRunner materialises it)
+                tallies = (
+                    (inputs["reports"] | "Count0" >> beam.ParDo(CountReportsFn()),
+                     inputs["repeats"] | "CountRepeats0" >> beam.ParDo(CountReportsFn()))
+                    | "EveryRow0" >> beam.Flatten())
             else:
                 tallies = ranges | f"Count{step}" >> beam.ParDo(
                     CountRangesFn(step, self._policy), *side)
