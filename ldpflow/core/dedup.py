@@ -246,24 +246,33 @@ def packed_ids(offsets: npt.ArrayLike, data: npt.ArrayLike) -> npt.NDArray[np.by
 
     Each string is followed by one ``0x01`` byte, so the zero padding of numpy's fixed-width
     strings can never make two different strings equal (numpy ignores trailing zeros, and
-    no packed string ends in one). Vectorised: one pass per 8-byte word position.
+    no packed string ends in one). Vectorised: blocks of rows, each word two aligned loads
+    (:class:`ldpflow.core.hashing.WordLoads`).
     """
-    offsets = np.asarray(offsets, dtype=np.int64)
-    data = np.asarray(data, dtype=np.uint8).reshape(-1)
-    n = max(offsets.size - 1, 0)
-    if n == 0:
+    lengths = np.diff(np.asarray(offsets, dtype=np.int64).reshape(-1))
+    if lengths.size == 0:
         return np.zeros(0, dtype="S1")
-    lengths = np.diff(offsets)
     words = (int(lengths.max()) + 1 + 7) // 8  # the bytes and the terminator
-    padded = np.zeros(int(data.size) + 8, dtype=np.uint8)
-    padded[: data.size] = data
-    words_at = np.ndarray(shape=(data.size + 1,), dtype="<u8", buffer=padded, strides=(1,))
-    table = np.zeros((n, words), dtype="<u8")
-    for j in range(words):
-        rows = np.flatnonzero(lengths > 8 * j)
-        left = np.minimum(lengths[rows] - 8 * j, 8).astype(np.uint64)
-        table[rows, j] = words_at[offsets[rows] + 8 * j] & (_ALL >> (np.uint64(64) -
-                                                                     np.uint64(8) * left))
+    start, lengths, aligned = hashing.string_layout(offsets, data, reach=words + 1)
+    n = lengths.size
+    table = np.empty((n, words), dtype="<u8")
+    block = min(hashing.STRING_BLOCK, n)
+    loads = hashing.WordLoads(aligned, block)
+    left = np.empty(block, dtype=np.int64)
+    mask = np.empty(block, dtype=np.uint64)
+    for lo in range(0, n, block):
+        length = lengths[lo:lo + block]
+        m = length.size
+        loads.start(start[lo:lo + m])
+        for j in range(words):
+            word = loads.next()
+            # The bytes of the string in this word (0 to 8): a shift by 64 gives 0.
+            np.subtract(length, 8 * j, out=left[:m])
+            np.clip(left[:m], 0, 8, out=left[:m])
+            left[:m] <<= 3
+            mask[:m] = left[:m]
+            np.right_shift(_ALL, np.uint64(64) - mask[:m], out=mask[:m])
+            np.bitwise_and(word, mask[:m], out=table[lo:lo + m, j])
     table.view(np.uint8).reshape(n, 8 * words)[np.arange(n), lengths] = 1
     return table.view(f"S{8 * words}").reshape(n)
 

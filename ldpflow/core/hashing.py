@@ -75,19 +75,20 @@ _B64 = _U64(64)
 STRING_BLOCK = 16384
 
 
-def string_layout(offsets: npt.ArrayLike, data: npt.ArrayLike
+def string_layout(offsets: npt.ArrayLike, data: npt.ArrayLike, reach: int = 2
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Checked Arrow string layout -> ``(starts, lengths, aligned)``: the strings' bytes
     (only theirs: a slice of a column comes with the column's data) as aligned
-    little-endian words with two zero words past the end, and each string's start in them
-    (bytes), for :class:`WordLoads`."""
+    little-endian words with ``reach`` zero words past the end, and each string's start in
+    them (bytes), for :class:`WordLoads`. ``reach`` 2 lets every string load the words
+    that hold its bytes and one more; loading ``w`` words of every row needs ``w + 1``."""
     offsets = np.asarray(offsets, dtype=np.int64).reshape(-1)
     data = np.asarray(data, dtype=np.uint8).reshape(-1)
     lengths = np.diff(offsets)
     if lengths.size and (lengths.min() < 0 or offsets[0] < 0 or offsets[-1] > data.size):
         raise ValueError("offsets must be non-decreasing and within data")
     first, end = (int(offsets[0]), int(offsets[-1])) if lengths.size else (0, 0)
-    padded = np.zeros(8 * ((end - first) // 8 + 2), dtype=np.uint8)
+    padded = np.zeros(8 * ((end - first) // 8 + max(int(reach), 2)), dtype=np.uint8)
     padded[: end - first] = data[first:end]
     return offsets[:-1] - first, lengths, padded.view("<u8")
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ldpflow.core import hashing
-from ldpflow.core.dedup import report_id_hashes, string_hashes
+from ldpflow.core.dedup import packed_ids, report_id_hashes, string_hashes, unpacked_ids
 from tests.core.test_dedup import _columns, _reference_hash, _reference_siphash
 
 KEY = bytes(range(16))
@@ -119,3 +119,21 @@ def test_keyed_hash_refuses_offsets_outside_the_data():
         string_hashes(np.array([0, 5]), np.zeros(3, dtype=np.uint8), KEY)
     with pytest.raises(ValueError, match="offsets"):
         string_hashes(np.array([0, 4, 2]), np.zeros(6, dtype=np.uint8), KEY)
+
+
+def test_packed_ids_across_blocks_and_slices_are_the_bytes_and_a_terminator(monkeypatch):
+    rng = np.random.default_rng(13)
+    ids = [bytes(rng.integers(0, 256, size=int(n), dtype=np.uint8))
+           for n in rng.choice(LENGTHS + (3, 23), size=700)]
+    offsets, data = _columns(ids)
+    for block in (1, 5, 1 << 14):
+        monkeypatch.setattr(hashing, "STRING_BLOCK", block)
+        for a, b in ((0, 700), (1, 2), (37, 400)):
+            part = ids[a:b]
+            width = 8 * ((max(len(i) for i in part) + 1 + 7) // 8)
+            expected = np.array([i + b"\x01" for i in part], dtype=f"S{width}")
+            got = packed_ids(offsets[a:b + 1], data)
+            assert got.dtype == expected.dtype
+            assert got.tobytes() == expected.tobytes()
+            back_offsets, back_data = unpacked_ids(got)
+            assert back_data.tobytes() == b"".join(part)
