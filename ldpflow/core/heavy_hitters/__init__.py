@@ -29,7 +29,10 @@ import pkgutil as _pkgutil
 from typing import Any
 
 from ldpflow.core import registry
-from ldpflow.core.heavy_hitters import config, counting, evaluation
+
+# pem and spm first: registration order is import order, and the registry's order
+# (pem spm mcm sfp treehist) is that of the --protocol choices and messages.
+from ldpflow.core.heavy_hitters import config, counting, evaluation, pem, spm  # noqa: F401
 from ldpflow.core.heavy_hitters.base import (
     DEFAULT_GROUP_HASH,
     DEFAULT_QUERY_LIMIT,
