@@ -4,7 +4,8 @@
 its workers must have ldpflow installed, or it is sent to them as a zip with
 ``Client.upload_file``: ``deploy/dask``); without one it starts a ``LocalCluster`` of
 ``workers`` worker processes, one thread each (the counting is numpy: processes, not
-threads, use the cores). The shuffles are Dask's task-based shuffle.
+threads, use the cores). A shuffle is one split task per partition, a pick of each part
+and one group task per output partition (two per worker); merges are ``foldby``.
 
 The worker processes it starts get glibc's allocator settings of :data:`WORKER_MALLOC`
 instead of Dask's default ``MALLOC_TRIM_THRESHOLD_=65536``: that setting also fixes the
