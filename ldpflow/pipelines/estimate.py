@@ -133,9 +133,6 @@ def _run_plan(args, methods: list[str], backend, labelling: dict) -> dict:
     ``backend``, an engine already running)."""
     from ldpflow.plan.job import plan_ranges, run_estimate
 
-    if args.poisoning != "none" and args.max_reports_per_user is not None:
-        raise usage_error(_PROG, f"--poisoning {args.poisoning} with --max_reports_per_user "
-                                 f"runs on --engine beam only (not yet on {args.engine})")
     check_engine(args, _PROG)
     try:
         tasks = plan_ranges(args.input, args.input_format)

@@ -237,6 +237,10 @@ def detect_poisoning(backend: Backend, pieces, keys) -> dict[tuple, dict]:
     return steps.poisoning_sections(plans, tallies)
 
 
+def _capped_kept(group, cap: int):
+    return steps.capped_batches(group[1], cap)
+
+
 def _capped(group, cap: int):
     tallies, users = steps.cap_users(group[1], cap)
     return [("tally", item) for item in tallies] + [("users", users)]
@@ -392,9 +396,6 @@ def _count_reports(backend: Backend, job: EstimateJob, staging: str, spill: str 
             backend.release(pieces)
             mark("poisoning")
     else:
-        if job.poisoning:
-            raise ValueError("poisoning detection with a contribution cap runs on the Beam "
-                             "engine only")
         repeated = None
         if job.dedup:  # the cap must see the deduplicated reports: find the ids first
             ids = backend.map(backend.parallelize(tasks), functools.partial(ids_only, ids=True,
@@ -422,14 +423,23 @@ def _count_reports(backend: Backend, job: EstimateJob, staging: str, spill: str 
                     backend.flat_map(resolved, _only_tallies))).items():
                 tallies[key] = tallies[key] + tally if key in tallies else tally
             users = backend.union(users, backend.flat_map(resolved, _kept_user_pieces))
-        capped = backend.collect(backend.flat_map(backend.group_by_key(users),
-                                                  functools.partial(_capped, cap=cap)))
+        grouped = backend.group_by_key(users)
+        if job.poisoning:  # the cap's groups, kept for the defence's passes over what it counts
+            grouped = backend.persist(grouped)
+        capped = backend.collect(backend.flat_map(grouped, functools.partial(_capped, cap=cap)))
         for key, tally in _merged(item for kind, item in capped if kind == "tally").items():
             tallies[key] = tallies[key] + tally if key in tallies else tally
         mark("cap_users")
         counts = [item for kind, item in capped if kind == "users"]
         contribution = {"max_reports_per_user": cap, "users": sum(c for c, _ in counts),
                         "max_epsilon_per_user": max((e for _, e in counts), default=0.0)}
+        if job.poisoning:
+            pieces = backend.persist(backend.flat_map(grouped, functools.partial(
+                _capped_kept, cap=cap)))
+            sections = detect_poisoning(backend, pieces, tallies)
+            backend.release(pieces)
+            backend.release(grouped)
+            mark("poisoning")
     refused_letters = admission.letters(job.input)
     written = []
     if refused_letters or any(by_reason for _, by_reason, _ in stats):  # else no shuffle

@@ -732,3 +732,26 @@ def attach_poisoning(result: dict[str, Any], sections: Mapping[Any, dict]) -> di
         section = {"error": f"no poisoning defence for oracle {key.name!r}; it covers "
                             f"{' '.join(poisoning.SUPPORTED)}"}
     return result if section is None else {**result, "poisoning": section}
+
+
+__all__ += ["capped_batches"]
+
+
+def capped_batches(pieces: Iterable[tuple[tuple, ReportBatch]], cap: int
+                   ) -> list[tuple[tuple, ReportBatch]]:
+    """One user-hash bucket's ``(key, batch)`` pieces -> the rows :func:`cap_users` counts
+    (each user's ``cap`` earliest reports, :func:`ldpflow.core.contribution.capped_rows`),
+    as ``(key, batch)`` pieces: what the poisoning defence examines after a cap."""
+    pieces = list(pieces)
+    if not pieces:
+        return []
+    keep = capped_rows(np.concatenate([b.user_hashes for _, b in pieces]),
+                       np.concatenate([b.event_times for _, b in pieces]),
+                       tie_breaks(np.concatenate([b.report_ids for _, b in pieces])), cap)
+    out, start = [], 0
+    for key, batch in pieces:
+        mine = keep[start:start + len(batch)]
+        start += len(batch)
+        if mine.any():
+            out.append((key, batch[mine]))
+    return out

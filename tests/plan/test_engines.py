@@ -31,7 +31,8 @@ RUN_TIME_FIELDS = ("started", "finished", "runner")
 #: A job budget that admits the OLH key (the most reports) and refuses the GRR one.
 BUDGET = key_memory(ldpflow.oracle("olh", epsilon=1.0, domain_size=64).key) + 1
 CONFIGS = {"dedup": [], "cap": ["--max_reports_per_user=2"],
-           "budget": [f"--max_job_bytes={BUDGET}"], "poisoning": ["--poisoning=detect"]}
+           "budget": [f"--max_job_bytes={BUDGET}"], "poisoning": ["--poisoning=detect"],
+           "cap-poisoning": ["--max_reports_per_user=2", "--poisoning=detect"]}
 #: The configurations whose counts (not only outputs) the plan engines are compared on.
 COUNT_CONFIGS = ("budget", "cap", "dedup")
 #: Spark's two executors: a local cluster of 2 workers (1 core, 1 GiB each).
@@ -114,13 +115,13 @@ def test_beam_counts_what_the_files_hold(request, runs, files, config):
     if config == "budget":
         assert [r["oracle"] for r in doc["results"]] == ["olh"]
         assert summary["reports_estimated"] == total - broken - refused - summary["duplicates"]
-    elif config == "cap":  # 300 users of 3 OLH and 2 GRR reports (fewer where refused)
+    elif config.startswith("cap"):  # 300 users of 3 OLH and 2 GRR reports (fewer where refused)
         assert summary["capped"] > 0 and doc["contribution"]["users"] == 300
         assert summary["reports_estimated"] == 2 * 300
     else:
         assert summary["capped"] == 0
         assert summary["reports_estimated"] == total - broken - summary["duplicates"]
-    if config == "poisoning":  # both keys' oracles are covered: each result has a section
+    if config.endswith("poisoning"):  # both keys' oracles are covered: each result has a section
         sections = [r["poisoning"] for r in doc["results"]]
         assert [s["n"] for s in sections] == [r["n"] for r in doc["results"]]
         assert all(s["n"] > 0 and "error" not in s for s in sections)

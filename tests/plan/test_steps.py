@@ -164,15 +164,6 @@ def test_dead_letter_summary_orders_ties_by_reason():
     assert list(summary["by_reason"]) == ["c", "a", "b"]
 
 
-def test_poisoning_detection_with_a_cap_off_beam_is_a_usage_error(tmp_path):
-    from ldpflow.pipelines import cli
-
-    (tmp_path / "a.jsonl").write_text("")
-    status = cli.main(["estimate", f"--input={tmp_path}/a.jsonl", f"--output={tmp_path}/o",
-                       "--engine=local", "--poisoning=detect", "--max_reports_per_user=2"])
-    assert status == 2 and not (tmp_path / "o").exists()
-
-
 def _grr_key(epsilon, domain_size=16):
     return tuple(ldpflow.oracle("grr", epsilon=epsilon, domain_size=domain_size).key)
 
