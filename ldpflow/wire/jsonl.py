@@ -68,16 +68,21 @@ def _parsed_chunks(stream, source, start, end, policy, keep):
 
 
 def _several_chunks(stream, start: int, end: int | None) -> bool:
-    """Whether ``[start, end)`` of ``stream`` may hold more than one chunk: a compressed
-    stream, one whose size cannot be told, or more than :data:`_JSON_CHUNK_BYTES` left (a
-    message body, a small file: no thread)."""
-    if hasattr(stream, "compressed"):  # compression._Guarded: what it expands to is unknown
-        return True
-    try:
-        here = stream.tell()
-        size = stream.seek(0, io.SEEK_END)
-        stream.seek(here)
-    except (OSError, AttributeError, ValueError):
+    """Whether ``[start, end)`` of ``stream`` may hold more than one chunk: more than
+    :data:`_JSON_CHUNK_BYTES` left in a stream whose size is known without moving it (bytes
+    in memory, an open file), or any other stream (compressed: what it expands to is
+    unknown). A message body or a small file starts no thread. The stream is never sought
+    here: seeking a decompressing stream to its end would decompress all of it."""
+    import os
+
+    if isinstance(stream, io.BytesIO):
+        size = stream.getbuffer().nbytes
+    elif isinstance(stream, (io.BufferedReader, io.FileIO)) and not hasattr(stream, "compressed"):
+        try:
+            size = os.fstat(stream.fileno()).st_size
+        except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+            return True
+    else:
         return True
     stop = size if end is None else min(end + MAX_LINE_BYTES, size)
     return stop - start > _JSON_CHUNK_BYTES

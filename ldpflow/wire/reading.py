@@ -168,7 +168,7 @@ def read_ahead(items: Iterator[T]) -> Iterator[T]:
                     made.put((_END, None))
                     return
                 made.put((item, None))
-        except BaseException as exc:  # handed to the caller, raised there  # noqa: BLE001
+        except BaseException as exc:  # handed to the caller, raised there
             made.put((None, exc))
         finally:
             close = getattr(items, "close", None)

@@ -131,3 +131,21 @@ def test_a_message_or_a_small_file_is_read_in_the_callers_thread(monkeypatch):
                                  None) is True
     stream = formats.decompressed(io.BytesIO(gzip.compress(b"{}\n")), "m.jsonl.gz")
     assert jsonl._several_chunks(stream, 0, None) is True
+
+
+def test_whether_to_read_ahead_is_told_without_moving_or_decompressing_the_stream(
+        monkeypatch, tmp_path):
+    monkeypatch.setattr(jsonl, "_JSON_CHUNK_BYTES", 1000)
+    monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 100)  # a range's last line may run on
+    data = b'{"a":1}\n' * 500
+    packed = gzip.GzipFile(fileobj=io.BytesIO(gzip.compress(data)))
+    assert jsonl._several_chunks(packed, 0, None) is True
+    assert packed.tell() == 0  # not sought: the end of a gzip stream is all of it inflated
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(data)
+    with open(path, "rb") as f:
+        f.seek(7)
+        assert jsonl._several_chunks(f, 0, None) is True
+        assert jsonl._several_chunks(f, 0, 500) is False
+        assert jsonl._several_chunks(f, len(data) - 900, None) is False
+        assert f.tell() == 7
