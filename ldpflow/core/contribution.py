@@ -7,12 +7,16 @@ spending at the sum of the user's ``cap`` kept reports' budgets, whatever a clie
 
 Which reports are kept does not depend on the order they arrived in: a user's reports are
 ranked by event time, then by report-id hash (``ldpflow.core.dedup``), and the first
-``cap`` are kept. Users are told apart by the 64-bit hash of their user id (the same hash);
+``cap`` are kept; copies of one report (without deduplication) that tie on all three are
+ranked by their payloads (``ties``), so even then the choice is order-free. Users are
+told apart by the 64-bit hash of their user id (the same hash);
 two users collide with probability about ``u**2 / 2**65`` for ``u`` users, and would then
 share one cap.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -20,11 +24,13 @@ import numpy.typing as npt
 from ldpflow.core import validation
 from ldpflow.core.dedup import string_hashes, unpacked_ids
 
-__all__ = ["capped_rows", "epsilon_per_user", "tie_breaks"]
+__all__ = ["capped_rows", "epsilon_per_user", "payload_ranks", "tie_breaks"]
 
 
 def capped_rows(user_hashes: npt.ArrayLike, event_times: npt.ArrayLike,
-                id_hashes: npt.ArrayLike, cap: int) -> npt.NDArray[np.bool_]:
+                id_hashes: npt.ArrayLike, cap: int,
+                ties: Callable[[], Sequence[np.ndarray]] | None = None
+                ) -> npt.NDArray[np.bool_]:
     """Which rows to keep when every user may contribute at most ``cap`` reports.
 
     Parameters
@@ -35,6 +41,11 @@ def capped_rows(user_hashes: npt.ArrayLike, event_times: npt.ArrayLike,
         Each report's event time.
     cap : int
         Reports kept per user (>= 1).
+    ties : callable, optional
+        Called only when two rows share user, event time and id hash (copies of one
+        report, which deduplication would have removed): returns further sort keys, 1-d
+        arrays of length n, most significant first (e.g. :func:`payload_ranks`), that
+        rank such rows. Without it such copies keep their input order.
 
     Returns
     -------
@@ -53,6 +64,11 @@ def capped_rows(user_hashes: npt.ArrayLike, event_times: npt.ArrayLike,
     if n <= cap:
         return keep
     order = np.lexsort((ids, times, users))  # the last key is the primary one
+    if ties is not None:
+        a, b = order[1:], order[:-1]
+        if ((users[a] == users[b]) & (times[a] == times[b]) & (ids[a] == ids[b])).any():
+            extra = [np.asarray(k) for k in ties()]
+            order = np.lexsort((*extra[::-1], ids, times, users))
     sorted_users = users[order]
     starts = np.ones(n, dtype=bool)
     starts[1:] = sorted_users[1:] != sorted_users[:-1]
@@ -95,3 +111,25 @@ def tie_breaks(report_ids: np.ndarray) -> np.ndarray:
     report id (``report_ids``: :func:`ldpflow.core.dedup.packed_ids`), the same in every run
     and on every engine (the keyed id hashes change with each run's key)."""
     return string_hashes(*unpacked_ids(report_ids))
+
+
+def payload_ranks(columns: Sequence[np.ndarray]) -> npt.NDArray[np.int64]:
+    """Each row's rank (0, 1, ...; equal rows equal ranks) in the order of its payload:
+    ``columns`` (1-d, or 2-d with one row per report) compared in order, each row by row,
+    the order :func:`ldpflow.core.dedup.first_copies` keeps copies in."""
+    parts: list[np.ndarray] = []
+    for column in columns:
+        column = np.asarray(column)
+        parts.extend([column] if column.ndim == 1 else
+                     [column[:, j] for j in range(column.shape[1])])
+    n = parts[0].shape[0] if parts else 0
+    ranks = np.zeros(n, dtype=np.int64)
+    if n < 2 or not parts:
+        return ranks
+    order = np.lexsort(parts[::-1])
+    new = np.zeros(n, dtype=bool)
+    for part in parts:
+        ordered = part[order]
+        new[1:] |= ordered[1:] != ordered[:-1]
+    ranks[order] = np.cumsum(new)
+    return ranks

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ldpflow.core.contribution import capped_rows, epsilon_per_user, tie_breaks
+from ldpflow.core.contribution import capped_rows, epsilon_per_user, payload_ranks, tie_breaks
 from ldpflow.core.dedup import first_copies
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.oracles import Accumulator, registry
@@ -547,6 +547,26 @@ def drop_copies(pieces: Iterable[tuple[tuple, int, ReportBatch]], keep_rows: boo
     return out
 
 
+def _payload_order(pieces: Sequence[tuple[tuple, ReportBatch]]) -> tuple[np.ndarray, np.ndarray]:
+    """The cap's last tie-break of copies of one report (same user, time and id: only
+    without dedup) over the concatenated rows of ``pieces`` (sorted by key text): the rank
+    of each row's key text, then of its payload among its key's rows (:func:`payload_ranks`),
+    so which copies the cap keeps does not depend on arrival order."""
+    texts = [_key_text(key) for key, _ in pieces]
+    rank_of = {text: i for i, text in enumerate(sorted(set(texts)))}
+    sizes = [len(batch) for _, batch in pieces]
+    key_rank = np.repeat(np.array([rank_of[t] for t in texts], dtype=np.int64), sizes)
+    payload = np.zeros(key_rank.size, dtype=np.int64)
+    ends = np.cumsum(sizes)
+    for text in rank_of:
+        mine = [i for i, t in enumerate(texts) if t == text]
+        rows = np.concatenate([np.arange(ends[i] - sizes[i], ends[i]) for i in mine])
+        batch = ReportBatch.concat([pieces[i][1] for i in mine]) if len(mine) > 1 \
+            else pieces[mine[0]][1]
+        payload[rows] = payload_ranks(list(batch.reports.columns.values()))
+    return key_rank, payload
+
+
 def cap_users(pieces: Iterable[tuple[tuple, ReportBatch]], cap: int, keep_rows: bool = False
               ) -> tuple[list[tuple[tuple, Any]], tuple[int, float]]:
     """One user-hash bucket's ``(key, batch)`` pieces, of any keys -> per key the
@@ -561,7 +581,8 @@ def cap_users(pieces: Iterable[tuple[tuple, ReportBatch]], cap: int, keep_rows: 
     batches = [batch for _, batch in pieces]
     user_hashes = np.concatenate([b.user_hashes for b in batches])
     keep = capped_rows(user_hashes, np.concatenate([b.event_times for b in batches]),
-                       tie_breaks(np.concatenate([b.report_ids for b in batches])), cap)
+                       tie_breaks(np.concatenate([b.report_ids for b in batches])), cap,
+                       ties=lambda: _payload_order(pieces))
     epsilons = np.concatenate([np.full(len(b), float(b.protocol.epsilon)) for b in batches])
     summary = epsilon_per_user(user_hashes[keep], epsilons[keep])
     tallies: dict[tuple, Tally] = {}

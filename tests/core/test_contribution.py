@@ -70,3 +70,26 @@ def test_epsilon_per_user_sums_each_users_budgets():
     assert epsilon_per_user(users, eps) == (3, 4.0)
     assert epsilon_per_user(users[[0, 1, 3, 4, 5]], eps[[0, 1, 3, 4, 5]]) == (2, 3.5)
     assert epsilon_per_user(np.zeros(0, np.uint64), np.zeros(0)) == (0, 0.0)
+
+
+def test_payload_ranks_order_rows_by_their_columns_in_order():
+    from ldpflow.core.contribution import payload_ranks
+
+    first = np.array([2, 1, 2, 1, 0])
+    second = np.array([[0, 1], [5, 0], [0, 0], [5, 0], [9, 9]])
+    assert payload_ranks([first, second]).tolist() == [3, 1, 2, 1, 0]
+    assert payload_ranks([]).tolist() == []
+
+
+def test_copies_that_tie_on_user_time_and_id_are_ranked_by_their_ties_whatever_the_order():
+    users = np.array([7, 7, 7], dtype=np.uint64)
+    times = np.array([1, 1, 1])
+    ids = np.array([3, 3, 3], dtype=np.uint64)
+    payload = np.array([5, 4, 6])
+    kept = {tuple(payload[order][capped_rows(users, times, ids, 1,
+                                             ties=lambda o=order: [payload[o]])])
+            for order in ([0, 1, 2], [2, 1, 0], [1, 2, 0])}
+    assert kept == {(4,)}
+    calls = []
+    capped_rows(np.arange(3, dtype=np.uint64), times, ids, 1, ties=lambda: calls.append(1))
+    assert calls == []  # no ties: never asked
