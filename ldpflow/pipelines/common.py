@@ -124,19 +124,21 @@ def acceptance_policy(opts, prog: str, expect: Mapping[str, Any] | None = None):
 
     if expect is None:
         expect = expected_oracle(opts, prog)
+    limits: dict[str, Any] = {}  # the limits this command has flags for; others: defaults
     for name in ("max_domain_size", "max_hash_range", "max_keys", "max_counters",
                  "max_key_bytes"):
+        if getattr(opts, name, None) is None:
+            continue
         try:
-            validation.check_limit(getattr(opts, name), name=f"--{name}")
+            limits[name] = validation.check_limit(getattr(opts, name), name=f"--{name}")
         except ValueError as exc:
             raise usage_error(prog, str(exc)) from None
-    if not opts.max_epsilon > 0:
-        raise usage_error(prog, f"--max_epsilon must be > 0, got {opts.max_epsilon}")
-    return AcceptancePolicy(expect=dict(expect), max_domain_size=opts.max_domain_size,
-                            max_hash_range=opts.max_hash_range, max_epsilon=opts.max_epsilon,
-                            max_keys=opts.max_keys, max_counters=opts.max_counters,
-                            id_key=new_id_key(),  # the run's secret id-hash key
-                            max_key_bytes=opts.max_key_bytes)
+    if getattr(opts, "max_epsilon", None) is not None:
+        if not opts.max_epsilon > 0:
+            raise usage_error(prog, f"--max_epsilon must be > 0, got {opts.max_epsilon}")
+        limits["max_epsilon"] = opts.max_epsilon
+    return AcceptancePolicy(expect=dict(expect), id_key=new_id_key(),  # the run's secret
+                            **limits)
 
 
 def check_engine(opts, prog: str) -> None:

@@ -84,6 +84,7 @@ from typing import TYPE_CHECKING, Any
 from ldpflow.core import codecs, poisoning
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.pipelines.common import (
+    acceptance_policy,
     batch_runner,
     check_engine,
     check_inputs,
@@ -299,7 +300,7 @@ def read_truth(path: str, prog: str = _PROG, beam: bool = True) -> tuple:
 
 def build(pipeline: beam.Pipeline, opts, protocol: hh.HeavyHitterProtocol,
           expect: dict[str, Any], started: float | None = None,
-          rule: ServerRule | None = None, progress=None):
+          rule: ServerRule | None = None, progress=None, policy=None):
     """Wire read -> identify (the protocol's passes, unrolled) -> write into ``pipeline``.
 
     Deduplication shuffles the 8-byte id hashes only, as ``ldpflow estimate``: a first,
@@ -308,7 +309,8 @@ def build(pipeline: beam.Pipeline, opts, protocol: hh.HeavyHitterProtocol,
     DeduplicateReports` resolves, and every pass is corrected exactly for them
     (:class:`~ldpflow.transforms.heavy_hitters.IdentifyHeavyHittersOfFiles`: pass 0
     counted where the reports are read, each later pass reading the ranges again).
-    ``progress``: the job's progress lines (:class:`~ldpflow.plan.progress.ProgressSpec`).
+    ``progress``: the job's progress lines (:class:`~ldpflow.plan.progress.ProgressSpec`);
+    ``policy``: the acceptance policy (default: the flags' limits with ``expect``).
 
     Returns the commit step, which moves the staged outputs into ``--output`` once every
     writer is done (it depends on every sink).
@@ -331,7 +333,7 @@ def build(pipeline: beam.Pipeline, opts, protocol: hh.HeavyHitterProtocol,
         _LOGGER.warning("%s: --poisoning detect: no poisoning defence for %s (it covers %s); "
                         "each result says so", _PROG, protocol.name,
                         " ".join(poisoning.HEAVY_HITTER_SUPPORTED))
-    policy = _policy(expect)
+    policy = _policy(expect, opts) if policy is None else policy
     # The plan's ranges (16 MiB): a range's decode is what a task holds.
     ids = pipeline | "ReadReportIds" >> ReadReports(opts.input, opts.input_format, policy,
                                                     range_bytes=RANGE_BYTES, ids_only=True)
@@ -362,24 +364,23 @@ def build(pipeline: beam.Pipeline, opts, protocol: hh.HeavyHitterProtocol,
     return written | "CommitOutputs" >> CommitOutputs(opts.output, staging)
 
 
-def _policy(expect: dict[str, Any]):
-    """The job's acceptance policy: the configuration's reports, the run's secret id-hash
-    key (every engine)."""
-    from ldpflow.core.dedup import new_id_key
-    from ldpflow.wire.parse import AcceptancePolicy
-
-    return AcceptancePolicy(expect=dict(expect), id_key=new_id_key())
+def _policy(expect: dict[str, Any], opts):
+    """The job's acceptance policy (every engine): the configuration's reports, within the
+    limits of the flags (``--max_epsilon``, ``--max_domain_size``, ``--max_keys``,
+    ``--max_counters``: estimate's), the run's secret id-hash key."""
+    return acceptance_policy(opts, _PROG, expect=expect)
 
 
 def _run_plan(opts, protocol: hh.HeavyHitterProtocol, expect: dict[str, Any],
-              rule: ServerRule, started: float, backend=None) -> dict:
+              rule: ServerRule, started: float, backend=None, policy=None) -> dict:
     """The job plan (:mod:`ldpflow.plan.heavy_hitters`) on ``--engine`` dask, spark or local
     (or on ``backend``, an engine already running)."""
     from ldpflow.plan.heavy_hitters import HeavyHittersJob, run_heavy_hitters
 
     check_engine(opts, _PROG)
     job = HeavyHittersJob(input=opts.input, output=opts.output, protocol=protocol,
-                          policy=_policy(expect), rule=rule, fmt=opts.input_format,
+                          policy=_policy(expect, opts) if policy is None else policy,
+                          rule=rule, fmt=opts.input_format,
                           started=started, input_bytes=input_bytes(opts.input))
     with start_backend(opts, _PROG, backend) as engine:
         summary = run_heavy_hitters(engine, job)
@@ -470,9 +471,10 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
     _LOGGER.info("%s: %s; server options %s (configuration from %s)", _PROG,
                  _describe(protocol, opts), protocol.check_options(options_given) or "none",
                  "the flags" if found is None else "the input")
+    policy = _policy(expect, opts)  # the limits' usage errors before the output exists
     if opts.engine != "beam":
         check_output(opts.output, _PROG)
-        return _run_plan(opts, protocol, expect, rule, time.time(), backend)
+        return _run_plan(opts, protocol, expect, rule, time.time(), backend, policy)
     runner = batch_runner(options, _PROG)
     check_output(opts.output, _PROG)  # the last check (it creates the folder): one line, exit 2
     import apache_beam as beam
@@ -482,7 +484,7 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
     started = time.time()
     pipeline = beam.Pipeline(runner=runner, options=options)
     progress = ProgressSpec(uuid.uuid4().hex, input_bytes(opts.input))
-    build(pipeline, opts, protocol, expect, started, rule, progress)
+    build(pipeline, opts, protocol, expect, started, rule, progress, policy=policy)
     ran = run_pipeline(pipeline, options, _PROG)
     if ran.get("submitted"):
         return {"submitted": True, "output": opts.output}

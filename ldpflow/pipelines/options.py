@@ -364,6 +364,13 @@ ACCEPTANCE = Group("What the server accepts (ldpflow.wire.parse.AcceptancePolicy
               "before anything is allocated."),
 ))
 
+#: The limits of ACCEPTANCE that bound a heavy-hitter job's reports (one configuration: the
+#: ``--expect_*`` checks are the protocol's flags; hash ranges and key memory are a frequency
+#: oracle's).
+HEAVY_HITTER_LIMITS = ACCEPTANCE.but("expect_oracle", "expect_epsilon", "expect_domain_size",
+                                     "max_hash_range", "max_key_bytes",
+                                     title="What the server accepts")
+
 #: The engines of ``--engine``: beam (the Beam job, any Beam runner) and the job plan's
 #: (``ldpflow.plan``; ``docs/engines.md``).
 ENGINES = ("beam", "dask", "spark", "local")
@@ -781,7 +788,8 @@ COMMANDS: dict[str, Command] = {
                                               "domain (Apache Beam, or --engine dask|spark|local).",
                              lambda: (INPUT, OUTPUT, _heavy_hitters_group(), POISONING,
                                       VERDICT, ESTIMATE.but("dedup", "max_job_bytes",
-                                                            title="Progress"), ENGINE),
+                                                            title="Progress"),
+                                      HEAVY_HITTER_LIMITS, ENGINE),
                              ("input", "output"), beam=True, epilog=_BEAM_EPILOG),
     "pubsub": Command("pubsub", "Pub/Sub emulator helpers: create a topic and subscription, "
                                 "publish reports, pull messages.",

@@ -75,3 +75,24 @@ def test_quiet_is_a_flag_of_the_command_with_estimates_help():
 
     mine, theirs = (COMMANDS[name].flags()["quiet"] for name in ("heavy-hitters", "estimate"))
     assert mine == theirs  # the one flag, shared
+
+
+@pytest.mark.parametrize("engine", ["local", pytest.param("beam", marks=pytest.mark.pipeline)])
+def test_heavy_hitters_takes_estimates_limits_and_fails_when_they_refuse_everything(
+        reports, tmp_path, engine, capsys):
+    """estimate's --max_* limits bound heavy-hitter reports too: reports over them are
+    dead letters naming the flag, and a run that refused every record exits 1."""
+    from ldpflow.pipelines.cli import main
+
+    argv = ["heavy-hitters", f"--input={reports}/*.avro", f"--output={tmp_path}/hh",
+            f"--engine={engine}", "--quiet"]
+    assert main([*argv, "--max_epsilon", "3"]) == 1  # the reports are made with epsilon 4
+    document = json.loads((tmp_path / "hh" / "heavy_hitters.json").read_text())
+    assert document["n"] == 0 and document["error"] == "no valid reports"
+    (reason, count), = document["dead_letters"]["by_reason"].items()
+    assert count == 1000 and "--max_epsilon" in reason
+    assert main([*argv, "--max_epsilon", "4"]) == 0  # at the limit: accepted
+    capsys.readouterr()
+    assert main([*argv, "--max_keys", "0"]) == 2  # a usage error, one line
+    assert capsys.readouterr().err.strip().endswith("--max_keys must be a positive integer, "
+                                                    "got 0")
