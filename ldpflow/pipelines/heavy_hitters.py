@@ -380,6 +380,7 @@ def _run_plan(opts, protocol: hh.HeavyHitterProtocol, expect: dict[str, Any],
     check_engine(opts, _PROG)
     job = HeavyHittersJob(input=opts.input, output=opts.output, protocol=protocol,
                           policy=_policy(expect, opts) if policy is None else policy,
+                          pass_store=opts.pass_store or "disk",
                           rule=rule, fmt=opts.input_format,
                           started=started, input_bytes=input_bytes(opts.input))
     with start_backend(opts, _PROG, backend) as engine:
@@ -472,6 +473,9 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
                  _describe(protocol, opts), protocol.check_options(options_given) or "none",
                  "the flags" if found is None else "the input")
     policy = _policy(expect, opts)  # the limits' usage errors before the output exists
+    if opts.engine == "beam" and opts.pass_store is not None:
+        raise usage_error(_PROG, "--pass_store is the job plan's (--engine dask, spark or "
+                                 "local); Beam reads the input again each pass")
     if opts.engine != "beam":
         check_output(opts.output, _PROG)
         return _run_plan(opts, protocol, expect, rule, time.time(), backend, policy)

@@ -422,6 +422,19 @@ STREAM = Group("Sources, sinks and windows of ldpflow stream", (
 
 
 @functools.cache
+def _heavy_hitters_engine() -> Group:
+    """ENGINE with the heavy-hitter plan's pass store."""
+    from ldpflow.plan.heavy_hitters import PASS_STORES
+
+    return dataclasses.replace(ENGINE, flags=(*ENGINE.flags, Flag(
+        "pass_store", choices=PASS_STORES,
+        help="dask, spark, local: where the passes after the first read their reports: disk "
+             "(what pass 0 wrote of them, compact, beside the output's staging: the input is "
+             "decoded once; on a cluster a filesystem every worker sees) or reread (the input, "
+             "decoded again each pass). Default: disk.")))
+
+
+@functools.cache
 def _heavy_hitters_group() -> Group:
     specs = protocol_flag_specs()
     return Group(
@@ -789,7 +802,7 @@ COMMANDS: dict[str, Command] = {
                              lambda: (INPUT, OUTPUT, _heavy_hitters_group(), POISONING,
                                       VERDICT, ESTIMATE.but("dedup", "max_job_bytes",
                                                             title="Progress"),
-                                      HEAVY_HITTER_LIMITS, ENGINE),
+                                      HEAVY_HITTER_LIMITS, _heavy_hitters_engine()),
                              ("input", "output"), beam=True, epilog=_BEAM_EPILOG),
     "pubsub": Command("pubsub", "Pub/Sub emulator helpers: create a topic and subscription, "
                                 "publish reports, pull messages.",

@@ -96,3 +96,23 @@ def test_heavy_hitters_takes_estimates_limits_and_fails_when_they_refuse_everyth
     assert main([*argv, "--max_keys", "0"]) == 2  # a usage error, one line
     assert capsys.readouterr().err.strip().endswith("--max_keys must be a positive integer, "
                                                     "got 0")
+
+
+def test_pass_store_reread_finds_what_the_spill_finds_and_is_the_plans_alone(
+        reports, tmp_path, capsys):
+    from ldpflow.pipelines.cli import main
+
+    documents = []
+    for store in ("disk", "reread"):
+        out = tmp_path / store
+        assert main(["heavy-hitters", f"--input={reports}/*.avro", f"--output={out}",
+                     "--engine=local", "--quiet", f"--pass_store={store}"]) == 0
+        document = json.loads((out / "heavy_hitters.json").read_text())
+        document.pop("elapsed_seconds", None)
+        documents.append(document)
+        assert not [p for p in out.iterdir() if p.name.startswith(".ldpflow-passes-")]
+    assert documents[0] == documents[1]
+    capsys.readouterr()
+    assert main(["heavy-hitters", f"--input={reports}/*.avro", f"--output={tmp_path}/b",
+                 "--pass_store=reread"]) == 2
+    assert "--pass_store is the job plan's" in capsys.readouterr().err
