@@ -376,13 +376,16 @@ def _run_plan(opts, protocol: hh.HeavyHitterProtocol, expect: dict[str, Any],
     """The job plan (:mod:`ldpflow.plan.heavy_hitters`) on ``--engine`` dask, spark or local
     (or on ``backend``, an engine already running)."""
     from ldpflow.plan.heavy_hitters import HeavyHittersJob, run_heavy_hitters
+    from ldpflow.plan.progress import ProgressSpec
 
     check_engine(opts, _PROG)
+    size = input_bytes(opts.input)
     job = HeavyHittersJob(input=opts.input, output=opts.output, protocol=protocol,
                           policy=_policy(expect, opts) if policy is None else policy,
                           pass_store=opts.pass_store or "disk",
+                          progress=ProgressSpec(uuid.uuid4().hex, size),
                           rule=rule, fmt=opts.input_format,
-                          started=started, input_bytes=input_bytes(opts.input))
+                          started=started, input_bytes=size)
     with start_backend(opts, _PROG, backend) as engine:
         summary = run_heavy_hitters(engine, job)
     for step, stage in enumerate(summary["passes"]):

@@ -519,7 +519,7 @@ def _kept_groups(protocol: hh.HeavyHitterProtocol) -> tuple[int, ...]:
 def read_pass(task: RangeTask, policy, step: int,
               states: Mapping[tuple, hh.PassState | None] | None = None, *,
               account: bool = False, ids: bool = False, spill: str | None = None,
-              opener=None) -> HeavyHittersRead:
+              opener=None, progress=None) -> HeavyHittersRead:
     """Read one range and count pass ``step`` of every key in it (the rows of the pass's
     groups, for the candidates of ``states[key]``; pass 0 needs no state); with
     ``account``, also its records and dead letters, and with ``ids`` its reports' id
@@ -530,9 +530,8 @@ def read_pass(task: RangeTask, policy, step: int,
     pass reads are also written there, one file per key and group
     (:func:`ldpflow.plan.packed.write_spill`: their columns, narrowed, and their id-hash
     buckets), listed in ``spilled`` as ``(key, group, path, rows)``: the later passes read
-    those (:func:`read_spilled`) instead of the range."""
-    from ldpflow.wire import formats
-
+    those (:func:`read_spilled`) instead of the range. ``progress`` (with ``account``): the
+    job's progress lines (:class:`~ldpflow.plan.progress.ProgressSpec`)."""
     opener = opener or open_file
     started = time.perf_counter()
     out = HeavyHittersRead(task.index, step)
@@ -562,33 +561,30 @@ def read_pass(task: RangeTask, policy, step: int,
         if tally is not None:  # this read's own sums: added in place
             out.tallies[key] = out.tallies[key].merge(tally) if key in out.tallies else tally
 
-    with opener(task.path) as stream:
-        for parsed in formats.read_reports(stream, task.fmt, source=task.path,
-                                           start=task.start, end=task.end, policy=policy,
-                                           keep=("id_hashes",)):
-            if account:
-                out.records += parsed.records
-                out.reports += parsed.reports
-                for letter in parsed.dead_letters:
-                    out.reasons = steps.add_tallies(
-                        out.reasons, {letter.reason: steps.letter_tally(letter)})
-                    out.letters.setdefault(letter.source, []).append(letter.to_json())
-                    if letter.key is not None:
-                        key = tuple(letter.key)
-                        out.dead[key] = out.dead.get(key, 0) + letter.count
-            for key, batch in parsed.batches.items():
-                key = tuple(key)
-                if ids:
-                    for bucket, rows in steps.bucket_parts(batch.id_hashes,
-                                                           steps.ID_BUCKET_BITS):
-                        out.ids.append((key, bucket, batch.id_hashes if rows is None
-                                        else batch.id_hashes[rows]))
-                if spill is not None:
-                    keep(key, batch)
-                pending.setdefault(key, []).append(batch)
-                sizes[key] = sizes.get(key, 0) + len(batch)
-                if sizes[key] >= MAX_REPORTS_PER_COUNT:
-                    count(key)
+    for parsed in steps.scan_range(task, policy, ("id_hashes",), opener=opener,
+                                   progress=progress if account else None):
+        if account:
+            out.records += parsed.records
+            out.reports += parsed.reports
+            for letter in parsed.dead_letters:
+                steps.add_letter(out.reasons, letter)
+                out.letters.setdefault(letter.source, []).append(letter.to_json())
+                if letter.key is not None:
+                    key = tuple(letter.key)
+                    out.dead[key] = out.dead.get(key, 0) + letter.count
+        for key, batch in parsed.batches.items():
+            key = tuple(key)
+            if ids:
+                for bucket, rows in steps.bucket_parts(batch.id_hashes,
+                                                       steps.ID_BUCKET_BITS):
+                    out.ids.append((key, bucket, batch.id_hashes if rows is None
+                                    else batch.id_hashes[rows]))
+            if spill is not None:
+                keep(key, batch)
+            pending.setdefault(key, []).append(batch)
+            sizes[key] = sizes.get(key, 0) + len(batch)
+            if sizes[key] >= MAX_REPORTS_PER_COUNT:
+                count(key)
     for key in list(pending):
         count(key)
     for (key, group), chunks in sorted(kept.items(), key=lambda kv: (_text(kv[0][0]),
@@ -613,13 +609,14 @@ class HeavyHittersPart:
 
 def read_ranges(tasks: Sequence[RangeTask], policy, step: int,
                 states: Mapping[tuple, hh.PassState | None] | None = None, *,
-                account: bool = False, ids: bool = False, spill: str | None = None
-                ) -> HeavyHittersPart:
+                account: bool = False, ids: bool = False, spill: str | None = None,
+                progress=None) -> HeavyHittersPart:
     """:func:`read_pass` of several ranges, one after the other, their tallies added."""
     tallies: dict[tuple, PassTally] = {}
     reads = []
     for task in tasks:
-        read = read_pass(task, policy, step, states, account=account, ids=ids, spill=spill)
+        read = read_pass(task, policy, step, states, account=account, ids=ids, spill=spill,
+                         progress=progress)
         for key, tally in read.tallies.items():  # this task's own sums: added in place
             tallies[key] = tallies[key].merge(tally) if key in tallies else tally
         read.tallies = {}
@@ -758,6 +755,9 @@ class HeavyHittersJob:
     #: see: it sees the staging folder already) or ``reread`` (the input, read and decoded
     #: again each pass).
     pass_store: str = "disk"
+    #: The job's progress lines (``ldpflow.plan.progress``, told of pass 0's reads; None:
+    #: none).
+    progress: Any = None
 
     def __post_init__(self) -> None:
         if self.pass_store not in PASS_STORES:
@@ -820,7 +820,8 @@ def _run_heavy_hitters(backend: Backend, job: HeavyHittersJob, spill: str | None
     parts = backend.persist(backend.map(backend.parallelize(task_lists(tasks, backend)),
                                         functools.partial(read_ranges, policy=policy, step=0,
                                                           account=True, ids=True,
-                                                          spill=spill)))
+                                                          spill=spill,
+                                                          progress=job.progress)))
     first = estimate_plan._merged(backend.collect(backend.combine_per_key(
         backend.flat_map(parts, _pass_tallies), estimate_plan._add)))
     reads = backend.flat_map(parts, _reads_of)
@@ -850,6 +851,9 @@ def _run_heavy_hitters(backend: Backend, job: HeavyHittersJob, spill: str | None
     stats = [(records, reasons, ms) for records, reasons, ms, *_ in accounts]
     spilled = None if spill is None else [entry for a in accounts for entry in a[5]]
     reports = sum(a[3] for a in accounts)
+    from ldpflow.plan.progress import finished
+
+    finished(job.progress, sum(a[0] for a in accounts))  # pass 0 read every range
     dead = estimate_plan._merged(item for a in accounts for item in a[4].items())
     backend.collect(backend.flat_map(  # the workers write them, one file per source
         backend.group_by_key(backend.flat_map(reads, estimate_plan._letter_pieces)),

@@ -53,10 +53,11 @@ def test_importing_the_job_does_not_import_beam():
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.pipeline
+@pytest.mark.parametrize("engine", [pytest.param("beam", marks=pytest.mark.pipeline), "local"])
 @pytest.mark.parametrize("quiet", [False, True])
-def test_heavy_hitters_logs_its_progress_unless_quiet(reports, tmp_path, caplog, quiet):
-    argv = [f"--input={reports}/*.avro", f"--output={tmp_path}/hh"]
+def test_heavy_hitters_logs_its_progress_unless_quiet(reports, tmp_path, caplog, quiet,
+                                                      engine):
+    argv = [f"--input={reports}/*.avro", f"--output={tmp_path}/hh", f"--engine={engine}"]
     with caplog.at_level(logging.INFO, logger="ldpflow.progress"):
         try:
             heavy_hitters.run(argv + (["--quiet"] if quiet else []))
