@@ -89,8 +89,8 @@ def run_baseline(point, values, ids, truth, args, rng) -> dict:
         **point, "gamma": None, "groups": len(result.group_sizes),
         "hash_range": model.hash_range, "f1": scores["f1"], "ncr": scores["ncr"],
         "precision": scores["precision"], "recall": scores["recall"], "kth_snr": float("nan"),
-        "max_candidates": max(result.stage_candidates),
-        "final_candidates": result.stage_candidates[-1], "seconds": seconds,
+        "max_candidates": max(result.pass_candidates),
+        "final_candidates": result.pass_candidates[-1], "seconds": seconds,
     }
 
 
@@ -110,7 +110,7 @@ def run_point(point, values, ids, truth, args, rng) -> dict:
         "hash_range": pem.hash_range, "f1": scores["f1"], "ncr": scores["ncr"],
         "precision": scores["precision"], "recall": scores["recall"],
         "kth_snr": truth[pem.top_k - 1]["count"] / values.size / sigma,
-        "max_candidates": max(result.stage_candidates), "seconds": seconds,
+        "max_candidates": max(result.pass_candidates), "seconds": seconds,
     }
 
 

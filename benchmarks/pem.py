@@ -1,4 +1,4 @@
-"""PEM benchmark: per-stage time of the prefix extending method, end to end, in core.
+"""PEM benchmark: per-pass time of the prefix extending method, end to end, in core.
 
     python benchmarks/pem.py [--users 1000000] [--value_bits 64] [--top_k 32] [--epsilon 4]
                              [--query_limit Q] [--num_distinct 100000] [--seed 20240611]
@@ -7,10 +7,10 @@ Without ``--query_limit`` the configuration is the automatic one
 (:func:`ldpflow.core.heavy_hitters.configure`); with it, the paper's derivation from ``Q``.
 
 n users draw values from Zipf(1.1) over ``--num_distinct`` distinct random ``m``-bit values,
-perturb them (seeded generator, simulation only) and the aggregator runs every stage. One
-JSON object per line on stdout: first the simulation and perturbation, then one per stage
-(aggregate + estimate + select of that stage's group), then the total; each has the keys n,
-m, k, epsilon, eta, stage, candidates, seconds (the total adds f1 and ncr against the true
+perturb them (seeded generator, simulation only) and the aggregator runs every pass. One
+JSON object per line on stdout: first the simulation and perturbation, then one per pass
+(aggregate + estimate + select of that pass's group), then the total; each has the keys n,
+m, k, epsilon, eta, pass, candidates, seconds (the total adds f1 and ncr against the true
 top-k). ``seconds`` is wall time on this machine, which other work may share, and
 ``cpu_seconds`` the process CPU time.
 """
@@ -45,9 +45,9 @@ def main(argv=None):
     common = {"n": args.users, "m": pem.value_bits, "k": pem.top_k, "epsilon": pem.epsilon,
               "eta": pem.step_bits, "hash_range": pem.hash_range}
 
-    def emit(stage, candidates, seconds, cpu=None, **extra):
+    def emit(pass_index, candidates, seconds, cpu=None, **extra):
         cpu_field = {} if cpu is None else {"cpu_seconds": round(cpu, 3)}
-        print(json.dumps({**common, "stage": stage, "candidates": candidates,
+        print(json.dumps({**common, "pass": pass_index, "candidates": candidates,
                           "seconds": round(seconds, 3), **cpu_field, **extra}), flush=True)
 
     rng = np.random.default_rng(args.seed)
@@ -66,16 +66,16 @@ def main(argv=None):
     groups = pem.split_groups(reports)
     emit("split", 0, time.perf_counter() - total_start)
     prefixes, history = None, []
-    for stage, group in enumerate(groups):
+    for pass_index, group in enumerate(groups):
         start, cpu = time.perf_counter(), time.process_time()
-        acc = pem.aggregate(stage, group, prefixes)
+        acc = pem.aggregate(pass_index, group, prefixes)
         aggregated = time.perf_counter()
         est = pem.estimate(acc)
         kept = pem.select(est, history=history)
         history.append(kept)
         prefixes = kept.prefixes
         end = time.perf_counter()
-        emit(stage, int(est.candidates.size), end - start, time.process_time() - cpu,
+        emit(pass_index, int(est.candidates.size), end - start, time.process_time() - cpu,
              group_size=len(group), survivors=int(prefixes.size),
              aggregate_seconds=round(aggregated - start, 3),
              estimate_seconds=round(end - aggregated, 3))

@@ -15,7 +15,7 @@ mode (so the wall time includes interpreter start-up and imports): ``in_process`
 FnApiRunner in one process, the default) and ``two_workers`` (two SDK worker processes).
 One JSON object per line on stdout: the simulation, the bare read, one per mode (wall
 seconds, the document's own ``elapsed_seconds``, records/s, F1 and NCR against
-``truth.json``, whether the 60 s target holds) and one per mode and stage (reports,
+``truth.json``, whether the 60 s target holds) and one per mode and pass (reports,
 candidates, survivors, aggregate / estimate / span seconds). Wall times are of this machine,
 which other work may share.
 """
@@ -112,8 +112,8 @@ def main(argv=None):
              records_per_s=round(doc["records"] / wall), f1=round(scores["f1"], 4),
              ncr=round(scores["ncr"], 4), target_seconds=TARGET_SECONDS,
              within_target=wall <= TARGET_SECONDS)
-        for stage in doc["stages"]:
-            emit(step="stage", mode=mode, **common, **{k: v for k, v in stage.items()
+        for entry in doc["passes"]:
+            emit(step="pass", mode=mode, **common, **{k: v for k, v in entry.items()
                                                        if k not in ("error", "sigma")})
 
 

@@ -37,13 +37,13 @@ and the share with anything suspected (at most ``level``).
 The single-target cases promote the value whose genuine frequency is nearest 0.02%; the
 multi-target cases ten values drawn at random from ranks >= 100 (Cao et al.'s setting).
 
-PEM cases (``pem-mga-*``): top-16 heavy hitters of the same 10-bit values with three stages
+PEM cases (``pem-mga-*``): top-16 heavy hitters of the same 10-bit values with three passes
 (prefixes of 6, 8 and 10 bits, one group each); each fake user runs the MGA of its group's
-stage oracle on the targets' prefixes, and the defence runs on each stage's OLH reports,
+pass oracle on the targets' prefixes, and the defence runs on each pass's OLH reports,
 whose flagged reports are dropped before PEM identifies the top 16 again. Reported:
 ``in_top_k`` (targets among the 16, raw and defended), ``estimate`` (the targets' summed
 estimated frequency, 0 for a target not identified), recall and false positives over all
-stages.
+passes.
 """
 
 from __future__ import annotations
@@ -113,37 +113,37 @@ def pem_identify(pem, reports):
 
 
 def pem_case(case, pem, values, genuine, targets, beta, truth, rng, tries):
-    """One PEM case: fakes per group, the defence per stage, identification before/after."""
+    """One PEM case: fakes per group, the defence per pass, identification before/after."""
     n = values.size
     m = poisoning.fake_user_count(n, beta)
     groups = pem.group_of(np.arange(n, n + m))
     columns = {"seed": np.zeros(m, np.uint64), "bucket": np.zeros(m, np.int64),
                "group": groups.astype(np.int64),
                "prefix_bits": np.asarray(pem.prefix_bits, np.int64)[groups]}
-    for stage, bits in enumerate(pem.prefix_bits):
-        rows = np.flatnonzero(groups == stage)
+    for pass_index, bits in enumerate(pem.prefix_bits):
+        rows = np.flatnonzero(groups == pass_index)
         prefixes = np.unique(targets >> (pem.value_bits - bits))
-        fake = poisoning.maximal_gain_attack(pem.oracle(stage), prefixes, rows.size, rng,
+        fake = poisoning.maximal_gain_attack(pem.oracle(pass_index), prefixes, rows.size, rng,
                                              tries=tries)
         columns["seed"][rows], columns["bucket"][rows] = fake.seed, fake.bucket
     reports = Reports.concat([genuine, Reports(PEM, columns)])
     flags = np.zeros(len(reports), dtype=bool)
     level = None
-    for stage in range(pem.num_groups):
-        rows = np.flatnonzero(reports.group == stage)
-        stage_reports = Reports("olh", {"seed": reports.seed[rows],
+    for pass_index in range(pem.num_groups):
+        rows = np.flatnonzero(reports.group == pass_index)
+        pass_reports = Reports("olh", {"seed": reports.seed[rows],
                                         "bucket": reports.bucket[rows]})
-        plan, stage_flags, _ = run_defence(pem.oracle(stage), stage_reports, None)
-        flags[rows] = stage_flags
+        plan, pass_flags, _ = run_defence(pem.oracle(pass_index), pass_reports, None)
+        flags[rows] = pass_flags
         level = plan.level
     found = {"clean": pem_identify(pem, genuine), "raw": pem_identify(pem, reports),
              "defended": pem_identify(pem, reports[~flags])}
     clean_flags = np.zeros(n, dtype=bool)
-    for stage in range(pem.num_groups):
-        rows = np.flatnonzero(genuine.group == stage)
-        stage_reports = Reports("olh", {"seed": genuine.seed[rows],
+    for pass_index in range(pem.num_groups):
+        rows = np.flatnonzero(genuine.group == pass_index)
+        pass_reports = Reports("olh", {"seed": genuine.seed[rows],
                                         "bucket": genuine.bucket[rows]})
-        clean_flags[rows] = run_defence(pem.oracle(stage), stage_reports, None)[1]
+        clean_flags[rows] = run_defence(pem.oracle(pass_index), pass_reports, None)[1]
     summed = {name: float(sum(top.get(int(t), 0.0) for t in targets))
               for name, top in found.items()}
     hits = {name: int(sum(int(t) in top for t in targets)) for name, top in found.items()}

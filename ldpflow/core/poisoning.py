@@ -131,8 +131,8 @@ __all__ = [
     "flag_reports",
     "defend",
     "HEAVY_HITTER_SUPPORTED",
-    "prefix_stage_level",
-    "prefix_stage_test",
+    "prefix_pass_level",
+    "prefix_pass_test",
     "prefix_section",
     "defend_prefixes",
 ]
@@ -606,7 +606,7 @@ class DefencePlan:
     oracle : FrequencyOracle
     level, population_level : float
         The per-report and population levels.
-    stage : int
+    pass_index : int
         The next pass, ``0 .. NUM_PASSES - 1``.
     n : int
         The reports seen by the first pass (0 before it).
@@ -631,7 +631,7 @@ class DefencePlan:
     oracle: FrequencyOracle
     level: float = DEFAULT_LEVELS["bitmap"]
     population_level: float = DEFAULT_POPULATION_LEVEL
-    stage: int = 0
+    pass_index: int = 0
     n: int = 0
     support: np.ndarray | None = None
     size_bounds: tuple[int, int] | None = None
@@ -651,16 +651,16 @@ class DefencePlan:
 class PoisoningTally:
     """Integer statistics of one pass over a set of reports; merging adds them exactly."""
 
-    stage: int
+    pass_index: int
     counts: dict[str, np.ndarray]
 
     def merge(self, other: PoisoningTally) -> PoisoningTally:
         """Add ``other`` into this tally (mutating only ``self``) and return ``self``."""
         if not isinstance(other, PoisoningTally):
             raise TypeError(f"can only merge a PoisoningTally, got {type(other).__name__}")
-        if other.stage != self.stage or set(other.counts) != set(self.counts):
-            raise ValueError(f"cannot merge a tally of pass {other.stage} "
-                             f"{sorted(other.counts)} into one of pass {self.stage} "
+        if other.pass_index != self.pass_index or set(other.counts) != set(self.counts):
+            raise ValueError(f"cannot merge a tally of pass {other.pass_index} "
+                             f"{sorted(other.counts)} into one of pass {self.pass_index} "
                              f"{sorted(self.counts)}")
         for name, value in other.counts.items():
             if value.shape != self.counts[name].shape:
@@ -772,9 +772,9 @@ def _kept_mask(plan: DefencePlan) -> np.ndarray:
 
 def flag_reports(plan: DefencePlan, reports: Reports) -> npt.NDArray[np.bool_]:
     """Which reports the defence flags as fake (the plan of the last pass)."""
-    if plan.stage != NUM_PASSES - 1:
+    if plan.pass_index != NUM_PASSES - 1:
         raise ValueError(f"reports are flagged with the plan of pass {NUM_PASSES - 1}, "
-                         f"got one of pass {plan.stage}")
+                         f"got one of pass {plan.pass_index}")
     family = plan.family
     if family == "grr":
         return np.isin(reports.columns["value"], np.asarray(plan.suspected, dtype=np.int64))
@@ -796,21 +796,21 @@ def flag_reports(plan: DefencePlan, reports: Reports) -> npt.NDArray[np.bool_]:
 
 
 def tally(plan: DefencePlan, reports: Reports) -> PoisoningTally:
-    """The statistics of pass ``plan.stage`` over a batch of valid reports."""
+    """The statistics of pass ``plan.pass_index`` over a batch of valid reports."""
     if not isinstance(plan, DefencePlan):
         raise TypeError(f"plan must be a DefencePlan, got {type(plan).__name__}")
-    oracle, family, stage = plan.oracle, plan.family, plan.stage
+    oracle, family, pass_index = plan.oracle, plan.family, plan.pass_index
     d = oracle.domain_size
     n = np.array([len(reports)], dtype=np.int64)
-    if 0 < stage < NUM_PASSES and plan.n == 0:  # no reports in the first pass: nothing to do
-        return PoisoningTally(stage, {"n": n} if stage == 1 else
+    if 0 < pass_index < NUM_PASSES and plan.n == 0:  # no reports in the first pass: nothing to do
+        return PoisoningTally(pass_index, {"n": n} if pass_index == 1 else
                               {"n": n, "flagged": np.zeros(1, dtype=np.int64)})
-    if stage == 0:
+    if pass_index == 0:
         counts = {"n": n, "support": oracle.count_valid(reports).counts}
         if family == "bitmap":
             counts["sizes"] = np.bincount(_sizes(reports), minlength=d + 1).astype(np.int64)
         return PoisoningTally(0, counts)
-    if stage == 1:
+    if pass_index == 1:
         counts = {"n": n}
         if family == "bitmap":
             sizes, bits = _sizes(reports), reports.columns["bits"]
@@ -824,7 +824,7 @@ def tally(plan: DefencePlan, reports: Reports) -> PoisoningTally:
             support = _support_matrix(oracle, reports, plan.candidates).astype(np.int64)  # type: ignore[arg-type]
             counts["cosupport"] = support.T @ support
         return PoisoningTally(1, counts)
-    if stage == 2:
+    if pass_index == 2:
         flagged = flag_reports(plan, reports)
         counts = {"n": n, "flagged": np.array([flagged.sum()], dtype=np.int64)}
         if family == "hash":
@@ -833,24 +833,25 @@ def tally(plan: DefencePlan, reports: Reports) -> PoisoningTally:
             counts["kept_support"] = (oracle.count_valid(kept).counts if len(kept)
                                       else oracle.create_accumulator().counts)
         return PoisoningTally(2, counts)
-    raise ValueError(f"plan.stage must be in [0, {NUM_PASSES}), got {stage}")
+    raise ValueError(f"plan.pass_index must be in [0, {NUM_PASSES}), got {pass_index}")
 
 
 def _check_tally(plan: DefencePlan, result: PoisoningTally) -> None:
     if not isinstance(result, PoisoningTally):
         raise TypeError(f"tally must be a PoisoningTally, got {type(result).__name__}")
-    if result.stage != plan.stage:
-        raise ValueError(f"a tally of pass {result.stage} given to the plan of pass {plan.stage}")
+    if result.pass_index != plan.pass_index:
+        raise ValueError(f"a tally of pass {result.pass_index} given to the plan of pass "
+                         f"{plan.pass_index}")
 
 
 def advance(plan: DefencePlan, result: PoisoningTally) -> DefencePlan:
     """The plan of the next pass, from the merged tally of this one (passes 0 and 1)."""
     _check_tally(plan, result)
-    if plan.stage == 0:
+    if plan.pass_index == 0:
         return _after_first(plan, result)
-    if plan.stage == 1:
+    if plan.pass_index == 1:
         return _after_second(plan, result)
-    raise ValueError(f"the plan of pass {plan.stage} is the last; call finish()")
+    raise ValueError(f"the plan of pass {plan.pass_index} is the last; call finish()")
 
 
 def _after_first(plan: DefencePlan, result: PoisoningTally) -> DefencePlan:
@@ -858,7 +859,7 @@ def _after_first(plan: DefencePlan, result: PoisoningTally) -> DefencePlan:
     stats = _stats()
     n = int(result.counts["n"][0])
     support = result.counts["support"].copy()
-    changes: dict[str, Any] = {"stage": 1, "n": n, "support": support}
+    changes: dict[str, Any] = {"pass_index": 1, "n": n, "support": support}
     details: dict[str, Any] = {}
     d = oracle.domain_size
     if n:  # every family: the population test of many values with excess
@@ -904,7 +905,7 @@ def _after_second(plan: DefencePlan, result: PoisoningTally) -> DefencePlan:
     oracle, family = plan.oracle, plan.family
     stats = _stats()
     details = dict(plan.details)
-    changes: dict[str, Any] = {"stage": 2}
+    changes: dict[str, Any] = {"pass_index": 2}
     n = plan.n
     if family == "bitmap" and n:
         mask = _kept_mask(plan)
@@ -1038,8 +1039,8 @@ def _spike_suspects(plan: DefencePlan, result: PoisoningTally, recovered: np.nda
 def finish(plan: DefencePlan, result: PoisoningTally) -> PoisoningReport:
     """The report of the defence from the merged tally of the last pass."""
     _check_tally(plan, result)
-    if plan.stage != NUM_PASSES - 1:
-        raise ValueError(f"finish() takes the plan of pass {NUM_PASSES - 1}, got {plan.stage}")
+    if plan.pass_index != NUM_PASSES - 1:
+        raise ValueError(f"finish() takes the plan of pass {NUM_PASSES - 1}, got {plan.pass_index}")
     oracle, family = plan.oracle, plan.family
     d = oracle.domain_size
     n = plan.n
@@ -1111,16 +1112,16 @@ def defend(oracle: FrequencyOracle, reports: Reports, *, level: float | None = N
     """Run every pass of the defence over ``reports`` (validated first) in memory."""
     plan = initial_plan(oracle, level, population_level)
     reports = oracle.validate(reports)
-    for stage in range(NUM_PASSES):
+    for pass_index in range(NUM_PASSES):
         result = tally(plan, reports)
-        if stage < NUM_PASSES - 1:
+        if pass_index < NUM_PASSES - 1:
             plan = advance(plan, result)
     return finish(plan, result)
 
 
-# -- heavy hitters: PEM's stages, from the counts of its passes ------------------------------
+# -- heavy hitters: PEM's passes, from the counts of its passes ------------------------------
 #: Heavy-hitter protocols the defence handles (``ldpflow heavy-hitters --poisoning detect``):
-#: those that declare the ``prefix`` poisoning family (their stages are OLH over prefixes).
+#: those that declare the ``prefix`` poisoning family (their passes are OLH over prefixes).
 HEAVY_HITTER_SUPPORTED: tuple[str, ...] = tuple(
     name for name, cls in PROTOCOLS.items()
     if getattr(cls, "poisoning_family", None) == "prefix")
@@ -1133,60 +1134,60 @@ def _check_prefix_protocol(protocol: Any) -> PrefixExtendingMethod:
     return protocol
 
 
-def prefix_stage_level(protocol: PrefixExtendingMethod, population_level: float) -> float:
-    """The level of each stage's test: ``population_level / g`` (Bonferroni over the ``g``
-    stages, so a configuration's tests together stay at ``population_level``)."""
+def prefix_pass_level(protocol: PrefixExtendingMethod, population_level: float) -> float:
+    """The level of each pass's test: ``population_level / g`` (Bonferroni over the ``g``
+    passes, so a configuration's tests together stay at ``population_level``)."""
     protocol = _check_prefix_protocol(protocol)
     population_level = validation.check_probability(population_level, name="population_level",
                                                     open_interval=True)
     return population_level / protocol.num_groups
 
 
-def prefix_stage_test(protocol: PrefixExtendingMethod, counts: Any,
+def prefix_pass_test(protocol: PrefixExtendingMethod, counts: Any,
                       population_level: float = DEFAULT_POPULATION_LEVEL) -> dict[str, Any]:
-    """The dispersion test of one PEM stage from the counts of its pass (``PassCounts``).
+    """The dispersion test of one PEM pass from the counts of its pass (``PassCounts``).
 
-    A stage's group counts the support of its candidates (the extensions of what the
-    earlier stages kept, chosen from *other* groups' reports), exactly as its OLH oracle
-    (``protocol.oracle(stage)``) would; so :func:`dispersion_test` over those candidates,
-    at :func:`prefix_stage_level`, is the test of many values with excess on an honest
+    A pass's group counts the support of its candidates (the extensions of what the
+    earlier passes kept, chosen from *other* groups' reports), exactly as its OLH oracle
+    (``protocol.oracle(pass_index)``) would; so :func:`dispersion_test` over those candidates,
+    at :func:`prefix_pass_level`, is the test of many values with excess on an honest
     group's reports, whatever the candidates are. Fakes promoting several targets (the
     MGA: each fake supports all the targets it can) raise it; no report is flagged (that
     needs the reports again, docs/poisoning.md).
 
-    Returns ``{"stage", "label", "n", "candidates", "dispersion"}`` (``dispersion`` None
-    for a stage without reports or candidates).
+    Returns ``{"pass_index", "label", "n", "candidates", "dispersion"}`` (``dispersion`` None
+    for a pass without reports or candidates).
     """
     protocol = _check_prefix_protocol(protocol)
-    level = prefix_stage_level(protocol, population_level)
-    stage = counts.step
-    n = int(counts.group_counts[stage])
-    out: dict[str, Any] = {"stage": stage, "label": protocol.pass_label(stage), "n": n,
+    level = prefix_pass_level(protocol, population_level)
+    pass_index = counts.pass_index
+    n = int(counts.group_counts[pass_index])
+    out: dict[str, Any] = {"pass": pass_index, "label": protocol.pass_label(pass_index), "n": n,
                            "candidates": 0, "dispersion": None}
-    if n:  # (without reports a stage has no estimates to test)
+    if n:  # (without reports a pass has no estimates to test)
         estimate = protocol.estimate(counts)
         out["candidates"] = int(estimate.candidates.size)
         if estimate.candidates.size:
-            out["dispersion"] = dispersion_test(protocol.oracle(stage),
+            out["dispersion"] = dispersion_test(protocol.oracle(pass_index),
                                                 estimate.support_counts, n, level)
     return out
 
 
-def prefix_section(protocol: PrefixExtendingMethod, stages: Sequence[dict[str, Any]],
+def prefix_section(protocol: PrefixExtendingMethod, passes: Sequence[dict[str, Any]],
                    population_level: float = DEFAULT_POPULATION_LEVEL) -> dict[str, Any]:
-    """The ``poisoning`` section of a PEM configuration from its stages' tests
-    (:func:`prefix_stage_test`, in stage order): the layout of
+    """The ``poisoning`` section of a PEM configuration from its passes' tests
+    (:func:`prefix_pass_test`, in pass order): the layout of
     :meth:`PoisoningReport.to_dict`, with ``test`` ``"dispersion"``, nothing flagged,
     suspected or recovered (``level`` and ``recovered_estimates`` None: there is no
-    per-report test), ``alarm`` (any stage's) and per stage in ``details.stages``."""
-    level = prefix_stage_level(protocol, population_level)
-    n = sum(int(s["n"]) for s in stages)
-    alarms = [int(s["stage"]) for s in stages if s["dispersion"] and s["dispersion"]["alarm"]]
+    per-report test), ``alarm`` (any pass's) and per pass in ``details.passes``."""
+    level = prefix_pass_level(protocol, population_level)
+    n = sum(int(s["n"]) for s in passes)
+    alarms = [int(s["pass"]) for s in passes if s["dispersion"] and s["dispersion"]["alarm"]]
     return {
         "test": "dispersion", "level": None, "population_level": population_level, "n": n,
         "flagged": 0, "flagged_fraction": 0.0, "suspected": [], "identifiable": True,
         "recovered_estimates": None, "alarm": bool(alarms),
-        "details": {"stage_level": level, "alarm_stages": alarms, "stages": list(stages)},
+        "details": {"pass_level": level, "alarm_passes": alarms, "passes": list(passes)},
     }
 
 
@@ -1200,10 +1201,10 @@ def defend_prefixes(protocol: PrefixExtendingMethod, reports: Reports, *,
     protocol.check_options(options)
     group = reports.columns["group"]
     state = protocol.initial_state()
-    stages = []
-    for step in range(protocol.num_passes):
-        part = reports[np.flatnonzero(group == protocol.pass_groups(step)[0])]
-        counts = protocol.accumulate(step, part, state)
-        stages.append(prefix_stage_test(protocol, counts, population_level))
-        state = protocol.advance(step, counts, state, valid=valid, **options)
-    return prefix_section(protocol, stages, population_level)
+    passes = []
+    for pass_index in range(protocol.num_passes):
+        part = reports[np.flatnonzero(group == protocol.pass_groups(pass_index)[0])]
+        counts = protocol.accumulate(pass_index, part, state)
+        passes.append(prefix_pass_test(protocol, counts, population_level))
+        state = protocol.advance(pass_index, counts, state, valid=valid, **options)
+    return prefix_section(protocol, passes, population_level)

@@ -52,13 +52,13 @@ Writes ``OUTPUT/heavy_hitters.json``::
 
     {"top_k": [{"value": V, "frequency": f, "count": c}, ...],   # best first, decoded
      "configuration": {...}, "n": N, "group_sizes": [...], "scores": {...} (--truth),
-     "stages": [{"stage", "label", "reports", "candidates", "survivors", "sigma",
+     "passes": [{"pass", "label", "reports", "candidates", "survivors", "sigma",
                  "batches", "error"}, ...],                        # one per pass
      "results": [...one per configuration...], "records": R, "reports": N,
      "dead_letters": {"total", "by_reason"}, "elapsed_seconds": S}
 
 (with ``--poisoning detect``, each result also holds a ``poisoning`` section: PEM's
-dispersion test per stage from the pass counts, ``docs/poisoning.md``; the other protocols'
+dispersion test per pass from the pass counts, ``docs/poisoning.md``; the other protocols'
 says they have no defence) and the refused records with their reasons under
 ``OUTPUT/dead_letters/``. Timings are
 Beam metrics, not document fields; :func:`run` returns the run's counts from Beam's
@@ -388,10 +388,10 @@ def _run_plan(opts, protocol: hh.HeavyHitterProtocol, expect: dict[str, Any],
                           started=started, input_bytes=size)
     with start_backend(opts, _PROG, backend) as engine:
         summary = run_heavy_hitters(engine, job)
-    for step, stage in enumerate(summary["passes"]):
-        for key, figures in stage.items():
+    for pass_index, by_key in enumerate(summary["passes"]):
+        for key, figures in by_key.items():
             _LOGGER.info("%s: pass %d (%s) of %s: %d reports, %d candidates, %d kept", _PROG,
-                         step, protocol.pass_label(step), key, figures["reports"],
+                         pass_index, protocol.pass_label(pass_index), key, figures["reports"],
                          figures["candidates"], figures["survivors"])
     _LOGGER.info("%s (%s): %d records (%d reports, %d duplicates, %d dead letters), %d "
                  "candidates estimated, in %.1fs -> %s/heavy_hitters.json", _PROG,
@@ -506,15 +506,15 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
                        candidates=counts.get("heavy_hitter_candidates", 0),
                        survivors=counts.get("heavy_hitter_survivors", 0))
         summary["estimated"] = summary["reports"] - summary["duplicates"]
-        for step in range(protocol.num_passes):
+        for pass_index in range(protocol.num_passes):
             _LOGGER.info("%s: pass %d (%s): %d reports, %d candidates, %d kept; "
-                         "aggregate %.2fs, estimate %.2fs", _PROG, step,
-                         protocol.pass_label(step),
-                         counts.get(f"stage{step}_reports", 0),
-                         counts.get(f"stage{step}_candidates", 0),
-                         counts.get(f"stage{step}_survivors", 0),
-                         counts.get(f"stage{step}_aggregate_ms", 0) / 1000,
-                         counts.get(f"stage{step}_estimate_ms", 0) / 1000)
+                         "aggregate %.2fs, estimate %.2fs", _PROG, pass_index,
+                         protocol.pass_label(pass_index),
+                         counts.get(f"pass{pass_index}_reports", 0),
+                         counts.get(f"pass{pass_index}_candidates", 0),
+                         counts.get(f"pass{pass_index}_survivors", 0),
+                         counts.get(f"pass{pass_index}_aggregate_ms", 0) / 1000,
+                         counts.get(f"pass{pass_index}_estimate_ms", 0) / 1000)
         _LOGGER.info("%s: %d records (%d reports, %d duplicates, %d dead letters), %d "
                      "candidates estimated, in %.1fs -> %s/heavy_hitters.json", _PROG,
                      summary["records"], summary["reports"], summary["duplicates"],
@@ -523,7 +523,7 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
         if opts.poisoning == "detect":
             summary["poisoning_alarms"] = counts.get("poisoning_alarms", 0)
             _LOGGER.info("%s: poisoning: %d of %d passes tested raised the alarm", _PROG,
-                         summary["poisoning_alarms"], counts.get("poisoning_stages_tested", 0))
+                         summary["poisoning_alarms"], counts.get("poisoning_passes_tested", 0))
     else:
         _LOGGER.info("%s: done in %.1fs -> %s (the runner reported no counters)", _PROG,
                      ran["seconds"], opts.output)

@@ -323,7 +323,7 @@ POISONING = Group("The data-poisoning defence", (
          help="detect: test for data poisoning (fake users' crafted reports) and add a "
               "poisoning section to each result. estimate: each parameter set's reports, "
               "with recovered estimates; heavy-hitters: each configuration's pass counts "
-              "(pem: a dispersion test per stage; the other protocols have no defence, which "
+              "(pem: a dispersion test per pass; the other protocols have no defence, which "
               "their results say). docs/poisoning.md."),
 ))
 
@@ -456,11 +456,11 @@ def _heavy_hitters_group() -> Group:
                       "THRESHOLD."),
             Flag("significance",
                  help="pem: return only values significantly above zero among the last "
-                      "stage's candidates, family-wise at this level (weighted Bonferroni; "
+                      "pass's candidates, family-wise at this level (weighted Bonferroni; "
                       "default 0.05); off: no such test (the paper)."),
             Flag("refine_sigma",
-                 help="pem: z of the combined ranking of a stage's candidates with the "
-                      "earlier stages' estimates (default 3); off: each stage's own estimates "
+                 help="pem: z of the combined ranking of a pass's candidates with the "
+                      "earlier passes' estimates (default 3); off: each pass's own estimates "
                       "(the paper's ranking)."),
             Flag("codec", choices=("int", "string"),
                  help="Refuse reports of the other codec (default: each report's own); the "
@@ -519,7 +519,7 @@ def _simulate_groups() -> tuple[Group, ...]:
         *(flag for flag in from_hh if flag.name in shape and flag.name != "hash_range"),
         Flag("max_candidates", int, Lazy(_default_max_candidates),
              help="The automatic configuration's compute budget: the most candidates one "
-                  "stage may estimate."),
+                  "pass may estimate."),
         Flag("codec", choices=("int", "string"), default=Inferred("int"),
              help="int: values are integers; string: --values_file holds strings (default: "
                   "int, or with --values_file string unless every line of it is an "

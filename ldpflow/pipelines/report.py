@@ -415,21 +415,21 @@ def _heavy_section(document: Mapping[str, Any], truth: Mapping[Any, float] | Non
         score = (document.get("scores") or {}).get(name)
         if score is not None:
             out.append(f"<p>{_e(name)}: {_number(score, 4)}</p>")
-    stages = [s for s in document.get("stages") or [] if isinstance(s, Mapping)]
-    if stages:
+    passes = [s for s in document.get("passes") or [] if isinstance(s, Mapping)]
+    if passes:
         out.append("<h3>Passes</h3>")
         out.append(_table(["pass", "reports", "candidates", "survivors", "σ"],
                           [[str(s.get("label", s.get("step"))), _number(s.get("reports")),
                             _number(s.get("candidates")), _number(s.get("survivors")),
                             _number(s.get("sigma")) if s.get("sigma") is not None else ""]
-                           for s in stages]))
+                           for s in passes]))
     return "".join(out)
 
 
 def is_heavy_hitters(document: Mapping[str, Any]) -> bool:
-    """Whether ``document`` is a ``heavy_hitters.json`` (it has ``top_k`` and ``stages``)
+    """Whether ``document`` is a ``heavy_hitters.json`` (it has ``top_k`` and ``passes``)
     rather than an ``estimates.json``."""
-    return isinstance(document, Mapping) and "top_k" in document and "stages" in document
+    return isinstance(document, Mapping) and "top_k" in document and "passes" in document
 
 
 def _heavy_truth(truth: Mapping[str, Any] | None) -> dict[Any, float] | None:
@@ -592,7 +592,7 @@ def run(argv: list[str] | options.Parsed | None = None) -> int:
              if args.heavy_hitters else None)
     if heavy is not None and not is_heavy_hitters(heavy):
         raise usage_error(_PROG, f"--heavy_hitters {args.heavy_hitters!r} is not a "
-                                 "heavy_hitters.json (no top_k and stages)")
+                                 "heavy_hitters.json (no top_k and passes)")
     if is_heavy_hitters(document):  # a heavy-hitter report on its own
         if heavy is not None:
             raise usage_error(_PROG, "--input is a heavy_hitters.json: give the estimates "
@@ -600,7 +600,7 @@ def run(argv: list[str] | options.Parsed | None = None) -> int:
         document, heavy = None, document
     elif "results" not in document:
         raise usage_error(_PROG, f"--input {args.input!r} is neither an estimates.json nor a "
-                                 "heavy_hitters.json (it has no results, nor top_k and stages)")
+                                 "heavy_hitters.json (it has no results, nor top_k and passes)")
     truth = _load(args.truth, ("truth.json",), "--truth") if args.truth else None
     labels = None
     if document is not None or args.value_labels:

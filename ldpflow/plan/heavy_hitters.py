@@ -36,7 +36,7 @@ The plan (each pass's step a pure function; :mod:`ldpflow.plan.steps` and
 
 The integer counts of each pass, the dead letters by reason, the duplicates and the bytes of
 ``heavy_hitters.json`` (but for ``elapsed_seconds``) equal the Beam job's
-(``tests/plan/test_heavy_hitter_engines.py``). A stage's ``batches`` is, on every engine,
+(``tests/plan/test_heavy_hitter_engines.py``). A pass's ``batches`` is, on every engine,
 the number of (id-hash bucket, group) parts the pass counted.
 """
 
@@ -113,7 +113,7 @@ class ServerRule:
         The true top values (decoded, in rank order) to score the results against.
     poisoning : {"none", "detect"}, default "none"
         ``detect``: test each pass's counts for data poisoning (PEM: the dispersion test of
-        each stage, :func:`~ldpflow.core.poisoning.prefix_stage_test`) and add a
+        each pass, :func:`~ldpflow.core.poisoning.prefix_pass_test`) and add a
         ``poisoning`` section to each result (:func:`poisoning_section`).
     """
 
@@ -127,13 +127,13 @@ class ServerRule:
             raise ValueError(f"poisoning must be one of {' '.join(POISONING_CHOICES)}, got "
                              f"{self.poisoning!r}")
 
-    def advance(self, protocol: hh.HeavyHitterProtocol, codec: str, step: int,
+    def advance(self, protocol: hh.HeavyHitterProtocol, codec: str, pass_index: int,
                 counts: hh.PassCounts, state: hh.PassState) -> hh.PassState:
         """``protocol.advance`` of a pass's counts under this rule."""
         valid = None
         if self.prune:
             valid = codecs.make_codec(codec, bits=protocol.value_bits).valid_prefixes
-        return protocol.advance(step, counts, state, valid=valid, **self.options)
+        return protocol.advance(pass_index, counts, state, valid=valid, **self.options)
 
 
 def _configuration(key: tuple) -> tuple[hh.HeavyHitterProtocol, str]:
@@ -189,7 +189,7 @@ class PassOutcome:
 
     Attributes
     ----------
-    step : int
+    pass_index : int
     group_counts : ndarray of int64
         Reports the pass read, per group.
     batches : int
@@ -198,13 +198,13 @@ class PassOutcome:
     error : str or None
         Why the pass has no state (a failed or empty earlier pass, an empty group).
     poisoning : dict or None
-        The pass's poisoning test (:func:`~ldpflow.core.poisoning.prefix_stage_test`), when
+        The pass's poisoning test (:func:`~ldpflow.core.poisoning.prefix_pass_test`), when
         the rule asks for one and the protocol has one.
 
     Timings are not carried here: they are Beam metrics (see the module docstring).
     """
 
-    step: int
+    pass_index: int
     group_counts: np.ndarray
     batches: int
     state: hh.PassState | None
@@ -221,16 +221,16 @@ class PassOutcome:
         if self.state is not None:
             out = self.state.figures[-1].to_dict()
         else:
-            out = {"step": self.step, "label": protocol.pass_label(self.step),
+            out = {"pass_index": self.pass_index, "label": protocol.pass_label(self.pass_index),
                    "reports": int(self.n), "candidates": 0, "survivors": 0, "sigma": None}
-        out["stage"] = out.pop("step")
+        out["pass"] = out.pop("pass_index")
         out.update(batches=int(self.batches), error=self.error)
         return out
 
 
 def advance_pass(
     element: tuple[tuple, PassPartial],
-    step: int,
+    pass_index: int,
     rule: ServerRule | None = None,
     previous: Mapping[tuple, PassOutcome] | None = None,
 ) -> tuple[tuple, PassOutcome]:
@@ -242,21 +242,21 @@ def advance_pass(
     state, error, test = None, None, None
     if partial.counts is None:
         before = (previous or {}).get(key)
-        error = (f"pass {step - 1} ({protocol.pass_label(step - 1)}) had no reports"
-                 if before is None else f"pass {step - 1} failed: {before.error}")
+        error = (f"pass {pass_index - 1} ({protocol.pass_label(pass_index - 1)}) had no reports"
+                 if before is None else f"pass {pass_index - 1} failed: {before.error}")
     else:
-        if step == 0:
+        if pass_index == 0:
             before_state = protocol.initial_state()
         else:
             before_state = previous[key].state  # type: ignore[index]
         try:
-            state = rule.advance(protocol, codec, step, partial.counts, before_state)
+            state = rule.advance(protocol, codec, pass_index, partial.counts, before_state)
         except ValueError as exc:
             error = str(exc)
         if rule.poisoning == "detect" and protocol.name in poisoning.HEAVY_HITTER_SUPPORTED:
             # From the counts the pass already holds: the reports are not read again.
-            test = poisoning.prefix_stage_test(protocol, partial.counts)
-    return key, PassOutcome(step, partial.group_counts, partial.batches, state, error, test)
+            test = poisoning.prefix_pass_test(protocol, partial.counts)
+    return key, PassOutcome(pass_index, partial.group_counts, partial.batches, state, error, test)
 
 
 def poisoning_section(protocol: hh.HeavyHitterProtocol,
@@ -279,7 +279,7 @@ def assemble_result(
     """One key's pass outcomes (and dead-letter count) -> its JSON-ready result.
 
     ``{"configuration", "protocol", "n", "group_sizes", "dead_letters", "top_k": [{"value",
-    "frequency", "count"}], "stages": [...], "error", "shortfall"}``: values decoded by the
+    "frequency", "count"}], "passes": [...], "error", "shortfall"}``: values decoded by the
     key's codec (``shortfall``: why fewer than ``top_k`` were found, see
     :func:`~ldpflow.core.heavy_hitters.shortfall`; None when all were),
     ``count`` the estimated number of users (``frequency * n``, ``n`` the reports of all
@@ -290,8 +290,8 @@ def assemble_result(
     rule = rule or ServerRule()
     protocol, codec_name = _configuration(key)
     outcomes: list[PassOutcome | None] = []
-    for step in range(num_passes):
-        found = grouped.get(f"stage{step}") or []
+    for pass_index in range(num_passes):
+        found = grouped.get(f"pass{pass_index}") or []
         outcomes.append(found[0] if found else None)
     # Every pass that reads a group reads all of its reports: a group's size is what any
     # pass read of it (the largest, for groups some pass found empty of this key).
@@ -309,7 +309,7 @@ def assemble_result(
         "group_sizes": group_sizes,
         "dead_letters": int(sum(grouped.get("dead") or [])),
         "top_k": [],
-        "stages": [o.figures(protocol) for o in outcomes if o is not None],
+        "passes": [o.figures(protocol) for o in outcomes if o is not None],
         "error": None,
     }
     if rule.poisoning == "detect":
@@ -317,14 +317,16 @@ def assemble_result(
     if population == 0:
         result["error"] = "no valid reports"
         return result
-    for step, found in enumerate(outcomes):
+    for pass_index, found in enumerate(outcomes):
         if found is None:
-            groups = protocol.pass_groups(step)
+            groups = protocol.pass_groups(pass_index)
             which = f"group {groups[0]}" if len(groups) == 1 else f"groups {list(groups)}"
-            result["error"] = f"pass {step} ({protocol.pass_label(step)}): {which} had no reports"
+            result["error"] = (
+                f"pass {pass_index} ({protocol.pass_label(pass_index)}): {which} had no reports"
+            )
             return result
         if found.error is not None:
-            result["error"] = f"pass {step}: {found.error}"
+            result["error"] = f"pass {pass_index}: {found.error}"
             return result
     last = outcomes[-1].state  # type: ignore[union-attr]
     final = protocol.result(last, top_k=protocol.top_k)  # type: ignore[arg-type]
@@ -428,11 +430,11 @@ class PassTally:
                            int(np.count_nonzero(self.parts)))
 
 
-def _tally(protocol: hh.HeavyHitterProtocol, step: int, state: hh.PassState | None,
+def _tally(protocol: hh.HeavyHitterProtocol, pass_index: int, state: hh.PassState | None,
            batches: Sequence[ReportBatch]) -> PassTally | None:
-    """Pass ``step``'s :class:`PassTally` of the rows of its groups in ``batches`` (one key,
+    """Pass ``pass_index``'s :class:`PassTally` of the rows of its groups in ``batches`` (one key,
     kept with their id hashes); None when none is of its groups."""
-    groups = protocol.pass_groups(step)
+    groups = protocol.pass_groups(pass_index)
     num = protocol.num_groups
     mine = []
     for batch in batches:
@@ -446,7 +448,7 @@ def _tally(protocol: hh.HeavyHitterProtocol, step: int, state: hh.PassState | No
     if not mine:
         return None
     batch = mine[0] if len(mine) == 1 else ReportBatch.concat(mine)
-    return _sums(protocol, step, state, batch.reports, _id_buckets(batch))
+    return _sums(protocol, pass_index, state, batch.reports, _id_buckets(batch))
 
 
 def _id_buckets(batch: ReportBatch) -> np.ndarray:
@@ -456,15 +458,15 @@ def _id_buckets(batch: ReportBatch) -> np.ndarray:
     return (batch.id_hashes >> np.uint64(64 - steps.ID_BUCKET_BITS)).astype(np.uint8)
 
 
-def _sums(protocol: hh.HeavyHitterProtocol, step: int, state: hh.PassState | None,
+def _sums(protocol: hh.HeavyHitterProtocol, pass_index: int, state: hh.PassState | None,
           reports, buckets: np.ndarray) -> PassTally:
-    """Pass ``step``'s :class:`PassTally` of ``reports`` (of one key and of the pass's
+    """Pass ``pass_index``'s :class:`PassTally` of ``reports`` (of one key and of the pass's
     groups), whose id-hash buckets are ``buckets``: the one count of every read."""
     num = protocol.num_groups
     group = reports.columns["group"].astype(np.int64)
     parts = np.bincount(buckets.astype(np.int64) * num + group,
                         minlength=_BUCKETS * num).reshape(_BUCKETS, num)
-    counts = None if state is None else protocol.accumulate(step, reports, state)
+    counts = None if state is None else protocol.accumulate(pass_index, reports, state)
     return PassTally(counts, np.bincount(group, minlength=num)[:num].astype(np.int64),
                      parts.astype(np.int64))
 
@@ -475,21 +477,21 @@ def _protocol(key: tuple, cache: dict) -> hh.HeavyHitterProtocol:
     return cache[key]
 
 
-def _state(key: tuple, step: int, states: Mapping[tuple, hh.PassState | None] | None,
+def _state(key: tuple, pass_index: int, states: Mapping[tuple, hh.PassState | None] | None,
            cache: dict) -> hh.PassState | None:
-    if step == 0:
+    if pass_index == 0:
         return _protocol(key, cache).initial_state()
     return (states or {}).get(key)
 
 
 @dataclasses.dataclass(eq=False)
 class HeavyHittersRead:
-    """What one read of one range gives: pass ``step``'s :class:`PassTally` per key and,
+    """What one read of one range gives: pass ``pass_index``'s :class:`PassTally` per key and,
     for the read that accounts (pass 0), what :class:`~ldpflow.plan.steps.RangeRead` holds
     of the records, dead letters (by reason, by source and per key) and id-hash pieces."""
 
     index: int
-    step: int
+    pass_index: int
     tallies: dict[tuple, PassTally] = dataclasses.field(default_factory=dict)
     records: int = 0
     reports: int = 0
@@ -516,11 +518,11 @@ def _kept_groups(protocol: hh.HeavyHitterProtocol) -> tuple[int, ...]:
         protocol)
 
 
-def read_pass(task: RangeTask, policy, step: int,
+def read_pass(task: RangeTask, policy, pass_index: int,
               states: Mapping[tuple, hh.PassState | None] | None = None, *,
               account: bool = False, ids: bool = False, spill: str | None = None,
               opener=None, progress=None) -> HeavyHittersRead:
-    """Read one range and count pass ``step`` of every key in it (the rows of the pass's
+    """Read one range and count pass ``pass_index`` of every key in it (the rows of the pass's
     groups, for the candidates of ``states[key]``; pass 0 needs no state); with
     ``account``, also its records and dead letters, and with ``ids`` its reports' id
     hashes by id-hash bucket (:func:`ldpflow.plan.steps.bucket_parts`). Chunks of one key
@@ -534,7 +536,7 @@ def read_pass(task: RangeTask, policy, step: int,
     job's progress lines (:class:`~ldpflow.plan.progress.ProgressSpec`)."""
     opener = opener or open_file
     started = time.perf_counter()
-    out = HeavyHittersRead(task.index, step)
+    out = HeavyHittersRead(task.index, pass_index)
     cache: dict = {}
     pending: dict[tuple, list[ReportBatch]] = {}
     sizes: dict[tuple, int] = {}
@@ -556,7 +558,9 @@ def read_pass(task: RangeTask, policy, step: int,
 
     def count(key: tuple) -> None:
         protocol = _protocol(key, cache)
-        tally = _tally(protocol, step, _state(key, step, states, cache), pending.pop(key))
+        tally = _tally(
+            protocol, pass_index, _state(key, pass_index, states, cache), pending.pop(key)
+        )
         sizes.pop(key)
         if tally is not None:  # this read's own sums: added in place
             out.tallies[key] = out.tallies[key].merge(tally) if key in out.tallies else tally
@@ -607,7 +611,7 @@ class HeavyHittersPart:
     reads: list[HeavyHittersRead]
 
 
-def read_ranges(tasks: Sequence[RangeTask], policy, step: int,
+def read_ranges(tasks: Sequence[RangeTask], policy, pass_index: int,
                 states: Mapping[tuple, hh.PassState | None] | None = None, *,
                 account: bool = False, ids: bool = False, spill: str | None = None,
                 progress=None) -> HeavyHittersPart:
@@ -615,7 +619,7 @@ def read_ranges(tasks: Sequence[RangeTask], policy, step: int,
     tallies: dict[tuple, PassTally] = {}
     reads = []
     for task in tasks:
-        read = read_pass(task, policy, step, states, account=account, ids=ids, spill=spill,
+        read = read_pass(task, policy, pass_index, states, account=account, ids=ids, spill=spill,
                          progress=progress)
         for key, tally in read.tallies.items():  # this task's own sums: added in place
             tallies[key] = tallies[key].merge(tally) if key in tallies else tally
@@ -639,16 +643,16 @@ def task_lists(tasks: Sequence[RangeTask], backend: Backend) -> list[list[RangeT
 SpillPiece = tuple[tuple, int, str, int, int]
 
 
-def spill_tasks(spilled: Sequence[tuple[tuple, int, str, int]], step: int,
+def spill_tasks(spilled: Sequence[tuple[tuple, int, str, int]], pass_index: int,
                 backend: Backend) -> list[list[SpillPiece]]:
-    """The spill files (``(key, group, path, rows)``, :func:`read_pass`) of pass ``step``'s
+    """The spill files (``(key, group, path, rows)``, :func:`read_pass`) of pass ``pass_index``'s
     groups, cut into pieces of whole blocks (:data:`ldpflow.plan.packed.SPILL_BLOCK`) of at
     most :data:`MAX_REPORTS_PER_COUNT` rows, small enough for ``2 * backend.parallelism``
     tasks of about equal rows (one task on an engine of one worker), whatever the number of
     input files; each task is a run of consecutive pieces."""
     cache: dict = {}
     files = [(key, group, path, rows) for key, group, path, rows in spilled if rows and (
-        group == packed.ALL_GROUPS or group in _protocol(key, cache).pass_groups(step))]
+        group == packed.ALL_GROUPS or group in _protocol(key, cache).pass_groups(pass_index))]
     total = sum(rows for *_, rows in files)
     if not total:
         return []
@@ -665,10 +669,10 @@ def spill_tasks(spilled: Sequence[tuple[tuple, int, str, int]], step: int,
         strict=True) if b > a]
 
 
-def read_spilled(pieces: Sequence[SpillPiece], step: int,
+def read_spilled(pieces: Sequence[SpillPiece], pass_index: int,
                  states: Mapping[tuple, hh.PassState | None] | None = None
                  ) -> HeavyHittersPart:
-    """Pass ``step`` of the spilled rows of ``pieces`` (:func:`spill_tasks`), one piece a
+    """Pass ``pass_index`` of the spilled rows of ``pieces`` (:func:`spill_tasks`), one piece a
     count, added into one running sum per key: the tallies :func:`read_ranges` gives of
     the same rows read from the input."""
     cache: dict = {}
@@ -677,13 +681,15 @@ def read_spilled(pieces: Sequence[SpillPiece], step: int,
         protocol = _protocol(key, cache)
         reports, extra = packed.read_spill(path, start, stop)
         buckets = extra["id_bucket"]
-        groups = protocol.pass_groups(step)
+        groups = protocol.pass_groups(pass_index)
         if group == packed.ALL_GROUPS and len(groups) < protocol.num_groups:
             mine = np.isin(reports.columns["group"], np.asarray(groups, dtype=np.int64))
             reports, buckets = reports[mine], buckets[mine]
         if not len(reports):
             continue
-        tally = _sums(protocol, step, _state(key, step, states, cache), reports, buckets)
+        tally = _sums(
+            protocol, pass_index, _state(key, pass_index, states, cache), reports, buckets
+        )
         tallies[key] = tallies[key].merge(tally) if key in tallies else tally
     return HeavyHittersPart(tallies, [])
 
@@ -696,38 +702,39 @@ def _reads_of(part: HeavyHittersPart):
     return part.reads
 
 
-def count_pass(backend: Backend, tasks: Sequence[RangeTask], policy, step: int,
+def count_pass(backend: Backend, tasks: Sequence[RangeTask], policy, pass_index: int,
                states: Mapping[tuple, hh.PassState | None] | None,
                spilled: Sequence[tuple[tuple, int, str, int]] | None = None
                ) -> dict[tuple, PassTally]:
-    """Pass ``step > 0`` on ``backend``: a map over the ranges (:func:`read_pass`), or over
+    """Pass ``pass_index > 0`` on ``backend``: a map over the ranges (:func:`read_pass`), or over
     the pieces of what pass 0 spilled of them (``spilled``: :func:`spill_tasks`,
     :func:`read_spilled`), and a merge per key (pure ``+``, combined where the tallies
     are, then shuffled)."""
     if spilled is not None:
-        reads = backend.map(backend.parallelize(spill_tasks(spilled, step, backend)),
-                            functools.partial(read_spilled, step=step,
+        reads = backend.map(backend.parallelize(spill_tasks(spilled, pass_index, backend)),
+                            functools.partial(read_spilled, pass_index=pass_index,
                                               states=dict(states or {})))
     else:
         reads = backend.map(backend.parallelize(task_lists(tasks, backend)),
-                            functools.partial(read_ranges, policy=policy, step=step,
+                            functools.partial(read_ranges, policy=policy, pass_index=pass_index,
                                               states=dict(states or {})))
     return estimate_plan._merged(backend.collect(backend.combine_per_key(
         backend.flat_map(reads, _pass_tallies), estimate_plan._add)))
 
 
-def _corrected(tallies: dict[tuple, PassTally], step: int,
+def _corrected(tallies: dict[tuple, PassTally], pass_index: int,
                states: Mapping[tuple, hh.PassState | None] | None,
                repeats: Sequence[tuple[tuple, ReportBatch]],
                kept: Sequence[tuple[tuple, ReportBatch]]) -> dict[tuple, PassTally]:
-    """Pass ``step``'s tallies of every report less the rows of repeated ids, plus the
+    """Pass ``pass_index``'s tallies of every report less the rows of repeated ids, plus the
     copies kept of them (exact: the sums are linear); keys left with no report dropped."""
     out = dict(tallies)
     cache: dict = {}
     for sign, pieces in ((-1, repeats), (1, kept)):
         for key, batch in pieces:
-            tally = _tally(_protocol(key, cache), step, _state(key, step, states, cache),
-                           [batch])
+            tally = _tally(
+                _protocol(key, cache), pass_index, _state(key, pass_index, states, cache), [batch]
+            )
             if tally is None:
                 continue
             if sign < 0:
@@ -818,7 +825,7 @@ def _run_heavy_hitters(backend: Backend, job: HeavyHittersJob, spill: str | None
     tasks = estimate_plan.plan_ranges(job.input, job.fmt, _range_bytes(job, backend))
     mark("plan_ranges")
     parts = backend.persist(backend.map(backend.parallelize(task_lists(tasks, backend)),
-                                        functools.partial(read_ranges, policy=policy, step=0,
+                                        functools.partial(read_ranges, policy=policy, pass_index=0,
                                                           account=True, ids=True,
                                                           spill=spill,
                                                           progress=job.progress)))
@@ -860,17 +867,20 @@ def _run_heavy_hitters(backend: Backend, job: HeavyHittersJob, spill: str | None
         functools.partial(estimate_plan._write_letters, staging=staging)))
     backend.release(parts)
     mark("dead_letters")
-    stages: list[dict[tuple, PassOutcome]] = []
+    passes: list[dict[tuple, PassOutcome]] = []
     previous: dict[tuple, PassOutcome] = {}
     candidates = survivors = tested = alarms = 0
-    for step in range(protocol.num_passes):
+    for pass_index in range(protocol.num_passes):
         states = {key: outcome.state for key, outcome in previous.items()}
-        tallies = first if step == 0 else count_pass(backend, tasks, policy, step, states,
-                                                     spilled)
-        tallies = _corrected(tallies, step, states, repeats, kept)
+        tallies = (
+            first
+            if pass_index == 0
+            else count_pass(backend, tasks, policy, pass_index, states, spilled)
+        )
+        tallies = _corrected(tallies, pass_index, states, repeats, kept)
         current: dict[tuple, PassOutcome] = {}
         for key in sorted(tallies, key=_text):
-            _, outcome = advance_pass((key, tallies[key].partial()), step, rule, previous)
+            _, outcome = advance_pass((key, tallies[key].partial()), pass_index, rule, previous)
             current[key] = outcome
             if outcome.state is not None:
                 candidates += outcome.state.figures[-1].candidates
@@ -879,15 +889,15 @@ def _run_heavy_hitters(backend: Backend, job: HeavyHittersJob, spill: str | None
             if test is not None and test["dispersion"] is not None:
                 tested += 1
                 alarms += int(test["dispersion"]["alarm"])
-        stages.append(current)
+        passes.append(current)
         previous = current
-        mark(f"pass{step}_advance")
-    keys = {key for stage in stages for key in stage} | {
+        mark(f"pass{pass_index}_advance")
+    keys = {key for by_key in passes for key in by_key} | {
         key for key in dead if key[0] == protocol.name}
     results = []
     for key in sorted(keys, key=_text):
-        grouped: dict[str, list] = {f"stage{s}": [stage[key]] for s, stage in
-                                    enumerate(stages) if key in stage}
+        grouped: dict[str, list] = {f"pass{s}": [by_key[key]] for s, by_key in
+                                    enumerate(passes) if key in by_key}
         if key in dead:
             grouped["dead"] = [dead[key]]
         results.append(assemble_result((key, grouped), protocol.num_passes, rule))
@@ -913,11 +923,11 @@ def _run_heavy_hitters(backend: Backend, job: HeavyHittersJob, spill: str | None
         "estimated": reports - duplicates, **steps.verdict_counts(reasons),
         "input_bytes": job.input_bytes, "candidates": candidates, "survivors": survivors,
         "passes": [{key_text: outcome.figures(protocol) for key_text, outcome in
-                    ((_text(k), o) for k, o in stage.items())} for stage in stages],
+                    ((_text(k), o) for k, o in by_key.items())} for by_key in passes],
     }
     if rule.poisoning == "detect":
         summary["poisoning_alarms"] = alarms
-        summary["poisoning_stages_tested"] = tested
+        summary["poisoning_passes_tested"] = tested
     return summary
 
 

@@ -227,8 +227,8 @@ def detect_poisoning(backend: Backend, pieces, keys) -> dict[tuple, dict]:
 
     plans = steps.poisoning_plans(keys)
     tallies: dict[tuple, Any] = {}
-    for stage in range(poisoning.NUM_PASSES):
-        if stage:
+    for pass_index in range(poisoning.NUM_PASSES):
+        if pass_index:
             plans = steps.advance_poisoning(plans, tallies)
         found = backend.collect(backend.combine_per_key(
             backend.flat_map(pieces, functools.partial(_pass_tallies, plans=plans)),

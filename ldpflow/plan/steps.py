@@ -719,7 +719,7 @@ def add_poisoning(a, b):
     """The sum of two tallies of one pass, as a new tally (neither input changes)."""
     from ldpflow.core.poisoning import PoisoningTally
 
-    first = PoisoningTally(a.stage, {name: value.copy() for name, value in a.counts.items()})
+    first = PoisoningTally(a.pass_index, {name: value.copy() for name, value in a.counts.items()})
     return first.merge(b)
 
 

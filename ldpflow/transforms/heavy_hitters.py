@@ -37,8 +37,8 @@ Counts and timings are Beam metrics (namespace ``ldpflow``): counters
 ``heavy_hitter_reports``, ``heavy_hitter_candidates`` and ``heavy_hitter_survivors`` (summed
 over passes and keys), the same per pass (``stageS_reports``, ``stageS_candidates``,
 ``stageS_survivors``, with ``stageS_aggregate_ms`` and ``stageS_estimate_ms``; summed over
-keys) and distributions ``stage_aggregate_ms`` and ``stage_estimate_ms``; with
-``ServerRule(poisoning="detect")``, ``poisoning_stages_tested`` and ``poisoning_alarms``
+keys) and distributions ``pass_aggregate_ms`` and ``pass_estimate_ms``; with
+``ServerRule(poisoning="detect")``, ``poisoning_passes_tested`` and ``poisoning_alarms``
 (passes tested and passes whose test raised its alarm, over keys).
 """
 
@@ -158,13 +158,13 @@ class CountPassFn(beam.DoFn):
 
     _MAX_REPORTS_PER_CALL = MAX_REPORTS_PER_COUNT
 
-    def __init__(self, step: int):
+    def __init__(self, pass_index: int):
         super().__init__()
-        self._step = step
+        self._pass_index = pass_index
         self._reports = Metrics.counter("ldpflow", "heavy_hitter_reports")
-        self._stage_reports = Metrics.counter("ldpflow", f"stage{step}_reports")
-        self._stage_ms = Metrics.counter("ldpflow", f"stage{step}_aggregate_ms")
-        self._aggregate_ms = Metrics.distribution("ldpflow", "stage_aggregate_ms")
+        self._pass_reports = Metrics.counter("ldpflow", f"pass{pass_index}_reports")
+        self._pass_ms = Metrics.counter("ldpflow", f"pass{pass_index}_aggregate_ms")
+        self._aggregate_ms = Metrics.distribution("ldpflow", "pass_aggregate_ms")
 
     def setup(self):
         self._configs: dict[tuple, hh.HeavyHitterProtocol] = {}
@@ -174,7 +174,7 @@ class CountPassFn(beam.DoFn):
         protocol = self._configs.get(key)
         if protocol is None:
             protocol = self._configs[key] = _configuration(key)[0]
-        if self._step == 0:
+        if self._pass_index == 0:
             state: hh.PassState | None = protocol.initial_state()
         else:
             before = (previous or {}).get(key)
@@ -186,11 +186,13 @@ class CountPassFn(beam.DoFn):
         def count(parts):
             clock = time.perf_counter()
             reports = parts[0] if len(parts) == 1 else Reports.concat(parts)
-            counts = None if state is None else protocol.accumulate(self._step, reports, state)
+            counts = (
+                None if state is None else protocol.accumulate(self._pass_index, reports, state)
+            )
             seconds = time.perf_counter() - clock
             self._reports.inc(len(reports))
-            self._stage_reports.inc(len(reports))
-            self._stage_ms.inc(int(seconds * 1000))
+            self._pass_reports.inc(len(reports))
+            self._pass_ms.inc(int(seconds * 1000))
             self._aggregate_ms.update(int(seconds * 1000))
             read = np.bincount(reports.columns["group"], minlength=protocol.num_groups)
             return PassPartial(counts, read[: protocol.num_groups].astype(np.int64), len(parts))
@@ -234,30 +236,30 @@ class MergePassCountsCombineFn(beam.CombineFn):
 class _AdvancePassFn(beam.DoFn):
     """:func:`advance_pass` as a DoFn (without annotations Beam would read as type hints)."""
 
-    def __init__(self, step, rule):
+    def __init__(self, pass_index, rule):
         super().__init__()
-        self._step, self._rule = step, rule
+        self._pass_index, self._rule = pass_index, rule
         self._candidates = Metrics.counter("ldpflow", "heavy_hitter_candidates")
         self._survivors = Metrics.counter("ldpflow", "heavy_hitter_survivors")
-        self._stage_candidates = Metrics.counter("ldpflow", f"stage{step}_candidates")
-        self._stage_survivors = Metrics.counter("ldpflow", f"stage{step}_survivors")
-        self._stage_ms = Metrics.counter("ldpflow", f"stage{step}_estimate_ms")
-        self._estimate_ms = Metrics.distribution("ldpflow", "stage_estimate_ms")
-        self._tested = Metrics.counter("ldpflow", "poisoning_stages_tested")
+        self._pass_candidates = Metrics.counter("ldpflow", f"pass{pass_index}_candidates")
+        self._pass_survivors = Metrics.counter("ldpflow", f"pass{pass_index}_survivors")
+        self._pass_ms = Metrics.counter("ldpflow", f"pass{pass_index}_estimate_ms")
+        self._estimate_ms = Metrics.distribution("ldpflow", "pass_estimate_ms")
+        self._tested = Metrics.counter("ldpflow", "poisoning_passes_tested")
         self._alarms = Metrics.counter("ldpflow", "poisoning_alarms")
 
     def process(self, element, previous=None):
         clock = time.perf_counter()
-        key, outcome = advance_pass(element, self._step, self._rule, previous)
+        key, outcome = advance_pass(element, self._pass_index, self._rule, previous)
         milliseconds = int((time.perf_counter() - clock) * 1000)
         if outcome.state is not None:
             figures = outcome.state.figures[-1]
-            for total, per_stage, value in (
-                    (self._candidates, self._stage_candidates, figures.candidates),
-                    (self._survivors, self._stage_survivors, figures.survivors)):
+            for total, per_pass, value in (
+                    (self._candidates, self._pass_candidates, figures.candidates),
+                    (self._survivors, self._pass_survivors, figures.survivors)):
                 total.inc(value)
-                per_stage.inc(value)
-        self._stage_ms.inc(milliseconds)
+                per_pass.inc(value)
+        self._pass_ms.inc(milliseconds)
         self._estimate_ms.update(milliseconds)
         test = outcome.poisoning
         if test is not None and test["dispersion"] is not None:
@@ -317,24 +319,26 @@ class IdentifyHeavyHitters(beam.PTransform):
                                                                    protocol.num_groups)
         results: dict[str, Any] = {}
         previous = None
-        for step in range(protocol.num_passes):
-            groups = protocol.pass_groups(step)
+        for pass_index in range(protocol.num_passes):
+            groups = protocol.pass_groups(pass_index)
             if len(groups) == protocol.num_groups:
                 source = split
             elif len(groups) == 1:
                 source = by_group[groups[0]]
             else:
                 source = (tuple(by_group[g] for g in groups)
-                          | f"Groups{step}" >> beam.Flatten())
+                          | f"Groups{pass_index}" >> beam.Flatten())
             gathered = (source
-                        | f"Shard{step}" >> beam.Map(_shard, self._shards, len(groups) > 1)
-                        | f"Gather{step}" >> beam.GroupByKey())
+                        | f"Shard{pass_index}" >> beam.Map(_shard, self._shards, len(groups) > 1)
+                        | f"Gather{pass_index}" >> beam.GroupByKey())
             side = () if previous is None else (beam.pvalue.AsDict(previous),)
-            partial = gathered | f"Count{step}" >> beam.ParDo(CountPassFn(step), *side)
-            counts = partial | f"Merge{step}" >> beam.CombinePerKey(MergePassCountsCombineFn())
-            previous = counts | f"Select{step}" >> beam.ParDo(
-                _AdvancePassFn(step, self._rule), *side)
-            results[f"stage{step}"] = previous
+            partial = gathered | f"Count{pass_index}" >> beam.ParDo(CountPassFn(pass_index), *side)
+            counts = partial | f"Merge{pass_index}" >> beam.CombinePerKey(
+                MergePassCountsCombineFn()
+            )
+            previous = counts | f"Select{pass_index}" >> beam.ParDo(
+                _AdvancePassFn(pass_index, self._rule), *side)
+            results[f"pass{pass_index}"] = previous
         return _assemble(results, self._dead, protocol, self._rule)
 
 
@@ -364,17 +368,17 @@ class _BundleTalliesFn(beam.DoFn):
     in place: this DoFn made them), emitted when the bundle ends: a task holds one pass's
     sums, not one per batch or range, and no report crosses a shuffle."""
 
-    def __init__(self, step: int):
+    def __init__(self, pass_index: int):
         super().__init__()
-        self._step = step
-        self._stage_ms = Metrics.counter("ldpflow", f"stage{step}_aggregate_ms")
-        self._aggregate_ms = Metrics.distribution("ldpflow", "stage_aggregate_ms")
+        self._pass_index = pass_index
+        self._pass_ms = Metrics.counter("ldpflow", f"pass{pass_index}_aggregate_ms")
+        self._aggregate_ms = Metrics.distribution("ldpflow", "pass_aggregate_ms")
 
     def start_bundle(self):
         self._sums: dict[tuple, PassTally] = {}
 
     def _took(self, seconds: float) -> None:
-        self._stage_ms.inc(int(seconds * 1000))
+        self._pass_ms.inc(int(seconds * 1000))
         self._aggregate_ms.update(int(seconds * 1000))
 
     def _add(self, key: tuple, tally: PassTally | None) -> None:
@@ -432,22 +436,22 @@ class CountReportsFn(_BundleTalliesFn):
 
 
 class CountRangesFn(_BundleTalliesFn):
-    """Pass ``step > 0`` over the input again: a range ``(path, format, start, end)`` ->
+    """Pass ``pass_index > 0`` over the input again: a range ``(path, format, start, end)`` ->
     ``(key, PassTally)`` of every valid report of the pass's groups in it
     (:func:`~ldpflow.plan.heavy_hitters.read_pass`, the plan's read: the same parse path and
-    acceptance policy as the first read), counted for the candidates pass ``step - 1``
+    acceptance policy as the first read), counted for the candidates pass ``pass_index - 1``
     left (its :class:`PassOutcome` per key, a side input ``AsDict``); one tally per key and
     bundle. Reports are never held between passes."""
 
-    def __init__(self, step: int, policy):
-        super().__init__(step)
+    def __init__(self, pass_index: int, policy):
+        super().__init__(pass_index)
         self._policy = policy
 
     def process(self, element, previous: Mapping[tuple, PassOutcome] | None = None):
         path, fmt, start, end = element
         states = {key: outcome.state for key, outcome in (previous or {}).items()}
         clock = time.perf_counter()
-        read = read_pass(RangeTask(0, path, fmt, start, end), self._policy, self._step,
+        read = read_pass(RangeTask(0, path, fmt, start, end), self._policy, self._pass_index,
                          states, opener=open_input)
         self._took(time.perf_counter() - clock)
         for key, tally in read.tallies.items():
@@ -483,22 +487,22 @@ class CorrectPassFn(beam.DoFn):
     the reports). The rows of repeated ids and the copies kept (few) are side inputs
     (``AsList``); pass ``s > 0`` also takes pass ``s - 1``'s outcome per key."""
 
-    def __init__(self, step: int):
+    def __init__(self, pass_index: int):
         super().__init__()
-        self._step = step
+        self._pass_index = pass_index
         self._reports = Metrics.counter("ldpflow", "heavy_hitter_reports")
-        self._stage_reports = Metrics.counter("ldpflow", f"stage{step}_reports")
+        self._pass_reports = Metrics.counter("ldpflow", f"pass{pass_index}_reports")
 
     def process(self, element, repeats, kept, previous=None):
         key, tally = element
         states = {k: outcome.state for k, outcome in (previous or {}).items()}
         mine = [(k, batch) for k, batch in repeats if tuple(k) == key]
         copies = [(k, batch) for k, batch in kept if tuple(k) == key]
-        out = _corrected({key: tally}, self._step, states, mine, copies)
+        out = _corrected({key: tally}, self._pass_index, states, mine, copies)
         if key in out:  # a key whose every report was a copy of another is gone
             n = out[key].n
             self._reports.inc(n)
-            self._stage_reports.inc(n)
+            self._pass_reports.inc(n)
             yield key, out[key].partial()
 
 
@@ -559,23 +563,24 @@ class IdentifyHeavyHittersOfFiles(beam.PTransform):
             )
         results: dict[str, Any] = {}
         previous = None
-        for step in range(protocol.num_passes):
+        for pass_index in range(protocol.num_passes):
             side = () if previous is None else (beam.pvalue.AsDict(previous),)
-            if step == 0:  # each counted in the read's stage; only the sums are flattened
+            if pass_index == 0:  # each counted in the read's pass; only the sums are flattened
                 # (a Flatten of the reports would hold them all: FnApiRunner materialises it)
                 tallies = (
                     (inputs["reports"] | "Count0" >> beam.ParDo(CountReportsFn()),
                      inputs["repeats"] | "CountRepeats0" >> beam.ParDo(CountReportsFn()))
                     | "EveryRow0" >> beam.Flatten())
             else:
-                tallies = ranges | f"Count{step}" >> beam.ParDo(
-                    CountRangesFn(step, self._policy), *side)
-            merged = tallies | f"Merge{step}" >> beam.CombinePerKey(AddTalliesCombineFn())
-            partial = merged | f"Correct{step}" >> beam.ParDo(CorrectPassFn(step), repeats,
-                                                                kept, *side)
-            previous = partial | f"Select{step}" >> beam.ParDo(
-                _AdvancePassFn(step, self._rule), *side)
-            results[f"stage{step}"] = previous
+                tallies = ranges | f"Count{pass_index}" >> beam.ParDo(
+                    CountRangesFn(pass_index, self._policy), *side)
+            merged = tallies | f"Merge{pass_index}" >> beam.CombinePerKey(AddTalliesCombineFn())
+            partial = merged | f"Correct{pass_index}" >> beam.ParDo(
+                CorrectPassFn(pass_index), repeats, kept, *side
+            )
+            previous = partial | f"Select{pass_index}" >> beam.ParDo(
+                _AdvancePassFn(pass_index, self._rule), *side)
+            results[f"pass{pass_index}"] = previous
         return _assemble(results, self._dead, protocol, self._rule)
 
 

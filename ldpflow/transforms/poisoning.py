@@ -45,9 +45,9 @@ class PoisoningTallyFn(beam.DoFn):
     deduplication and caps put among the batches) are skipped.
     """
 
-    def __init__(self, stage: int, level: float, population_level: float):
+    def __init__(self, pass_index: int, level: float, population_level: float):
         super().__init__()
-        self._stage = stage
+        self._pass_index = pass_index
         self._level = level
         self._population_level = population_level
 
@@ -55,7 +55,7 @@ class PoisoningTallyFn(beam.DoFn):
         key, batch = element
         if not isinstance(batch, ReportBatch) or not len(batch):
             return
-        if self._stage == 0:
+        if self._pass_index == 0:
             oracle = _oracle_of(key)
             if oracle is None:
                 return
@@ -77,7 +77,7 @@ class MergePoisoningTalliesCombineFn(beam.CombineFn):
     def add_input(self, accumulator, tally):
         if accumulator is None:
             return poisoning.PoisoningTally(
-                tally.stage, {name: value.copy() for name, value in tally.counts.items()})
+                tally.pass_index, {name: value.copy() for name, value in tally.counts.items()})
         return accumulator.merge(tally)
 
     def merge_accumulators(self, accumulators):
@@ -93,15 +93,15 @@ class MergePoisoningTalliesCombineFn(beam.CombineFn):
 
 
 class _AdvanceFn(beam.DoFn):
-    def __init__(self, stage: int, level: float, population_level: float):
+    def __init__(self, pass_index: int, level: float, population_level: float):
         super().__init__()
-        self._stage = stage
+        self._pass_index = pass_index
         self._level = level
         self._population_level = population_level
 
     def process(self, element, plans=None):
         key, tally = element
-        if self._stage == 0:
+        if self._pass_index == 0:
             plan = poisoning.initial_plan(_oracle_of(key), self._level, self._population_level)
         else:
             plan = plans[key]
@@ -151,16 +151,17 @@ class DetectPoisoning(beam.PTransform):
     def expand(self, reports):
         levels = (self._level, self._population_level)
         plans = None
-        for stage in range(poisoning.NUM_PASSES):
+        for pass_index in range(poisoning.NUM_PASSES):
             side = {} if plans is None else {"plans": beam.pvalue.AsDict(plans)}
             tallies = (
                 reports
-                | f"Tally{stage}" >> beam.ParDo(PoisoningTallyFn(stage, *levels), **side)
-                | f"Merge{stage}" >> beam.CombinePerKey(MergePoisoningTalliesCombineFn())
+                | f"Tally{pass_index}" >> beam.ParDo(PoisoningTallyFn(pass_index, *levels), **side)
+                | f"Merge{pass_index}" >> beam.CombinePerKey(MergePoisoningTalliesCombineFn())
             )
-            if stage < poisoning.NUM_PASSES - 1:
-                plans = tallies | f"Advance{stage}" >> beam.ParDo(_AdvanceFn(stage, *levels),
-                                                                  **side)
+            if pass_index < poisoning.NUM_PASSES - 1:
+                plans = tallies | f"Advance{pass_index}" >> beam.ParDo(
+                    _AdvanceFn(pass_index, *levels), **side
+                )
         return tallies | "Finish" >> beam.ParDo(_FinishFn(), plans=beam.pvalue.AsDict(plans))
 
 

@@ -19,7 +19,7 @@ Contract:
   heavy_hitters.advance_pass`, :func:`~ldpflow.transforms.heavy_hitters.assemble_result`
   under one :class:`~ldpflow.transforms.heavy_hitters.ServerRule`), so a pane's result
   equals the batch job's on the same reports: same candidates, counts, survivors and heavy
-  hitters (the counts are integers and every step is deterministic). Only a stage's
+  hitters (the counts are integers and every step is deterministic). Only a pass's
   ``batches`` figure differs (how the reports arrived).
 * :class:`FormatHeavyHitterPaneFn` makes the batch job's ``heavy_hitters.json`` document
   (:func:`~ldpflow.wire.results.heavy_hitters_document`) of one key's result, tagged with
@@ -152,9 +152,9 @@ class WindowPasses:
         groups = reports.columns["group"]
         present = np.bincount(groups, minlength=protocol.num_groups)[: protocol.num_groups]
         self.group_counts += present
-        for step in range(protocol.num_passes):
-            if present[list(protocol.pass_groups(step))].any():
-                self.pass_batches[step] += 1
+        for pass_index in range(protocol.num_passes):
+            if present[list(protocol.pass_groups(pass_index))].any():
+                self.pass_batches[pass_index] += 1
         if rereads_all(protocol):
             self.kept[ALL_GROUPS] = compact(self.kept.get(ALL_GROUPS, [])
                                              + [PackedReports(reports)])
@@ -245,12 +245,12 @@ class WindowPasses:
         runs = list(self.runs_of(groups))
         return None if not runs else runs[0] if len(runs) == 1 else Reports.concat(runs)
 
-    def _count(self, protocol: hh.HeavyHitterProtocol, step: int, state: hh.PassState,
+    def _count(self, protocol: hh.HeavyHitterProtocol, pass_index: int, state: hh.PassState,
                counts: hh.PassCounts | None = None) -> hh.PassCounts | None:
-        """``counts`` (None: none yet) plus pass ``step``'s sums of the kept reports of
+        """``counts`` (None: none yet) plus pass ``pass_index``'s sums of the kept reports of
         its groups, a run at a time."""
-        for run in self.runs_of(protocol.pass_groups(step)):
-            part = protocol.accumulate(step, run, state)
+        for run in self.runs_of(protocol.pass_groups(pass_index)):
+            part = protocol.accumulate(pass_index, run, state)
             counts = part if counts is None else counts.merge(part)
         return counts
 
@@ -273,22 +273,22 @@ class WindowPasses:
         previous: dict[tuple, PassOutcome] = {}
         sizes = (self.group_counts if self.group_counts is not None
                  else np.zeros(protocol.num_groups, dtype=np.int64))
-        for step in range(protocol.num_passes):
-            groups = list(protocol.pass_groups(step))
+        for pass_index in range(protocol.num_passes):
+            groups = list(protocol.pass_groups(pass_index))
             read = np.zeros(protocol.num_groups, dtype=np.int64)
             read[groups] = sizes[groups]
             if read.sum() == 0:  # as in the batch job: a pass with no reports has no outcome
                 previous = {}
                 continue
-            if step == 0:
+            if pass_index == 0:
                 counts = self._first_counts(protocol)
             else:
                 before = previous.get(key)
                 state = None if before is None else before.state
-                counts = None if state is None else self._count(protocol, step, state)
-            partial = PassPartial(counts, read, int(self.pass_batches[step]))
-            _, outcome = advance_pass((key, partial), step, rule, previous)
-            grouped[f"stage{step}"] = [outcome]
+                counts = None if state is None else self._count(protocol, pass_index, state)
+            partial = PassPartial(counts, read, int(self.pass_batches[pass_index]))
+            _, outcome = advance_pass((key, partial), pass_index, rule, previous)
+            grouped[f"pass{pass_index}"] = [outcome]
             previous = {key: outcome}
         return assemble_result((key, grouped), protocol.num_passes, rule)
 

@@ -429,7 +429,7 @@ def heavy_hitters_document(
 ) -> dict[str, Any]:
     """The ``heavy_hitters.json`` document of all keys' results.
 
-    The top-level ``top_k``, ``configuration``, ``n``, ``group_sizes``, ``stages`` and
+    The top-level ``top_k``, ``configuration``, ``n``, ``group_sizes``, ``passes`` and
     ``error`` are those of the configuration with the most valid reports (the only one
     in the common case); ``results`` lists every configuration found, and
     ``records = reports + duplicates + dead letters`` counts every input record
@@ -464,7 +464,7 @@ def heavy_hitters_document(
         "configuration": primary["configuration"] if primary else None,
         "n": primary["n"] if primary else 0,
         "group_sizes": primary["group_sizes"] if primary else [],
-        "stages": primary["stages"] if primary else [],
+        "passes": primary["passes"] if primary else [],
         "error": primary["error"] if primary else "no valid reports",
         "results": list(results),
         "records": reports + int(duplicates) + int(dead_letters.get("total", 0)),

@@ -77,9 +77,9 @@ def no_beef(codes, bits):
     return codes != (HEAVY[0] >> np.uint64(16 - bits))
 
 
-def split_pass(protocol, batch, step):
-    """The reports of ``batch`` that pass ``step`` reads."""
-    wanted = np.asarray(protocol.pass_groups(step), dtype=np.int64)
+def split_pass(protocol, batch, pass_index):
+    """The reports of ``batch`` that pass ``pass_index`` reads."""
+    wanted = np.asarray(protocol.pass_groups(pass_index), dtype=np.int64)
     return batch[np.flatnonzero(np.isin(batch.columns["group"], wanted))]
 
 
@@ -90,16 +90,16 @@ def run_passes(protocol, batch, rng, *, shards=3, top_k=None, valid=None, **opti
     Returns the result and the final state.
     """
     state = protocol.initial_state()
-    for step in range(protocol.num_passes):
-        part = split_pass(protocol, batch, step)
+    for pass_index in range(protocol.num_passes):
+        part = split_pass(protocol, batch, pass_index)
         label = rng.integers(0, shards, size=len(part))
-        pieces = [protocol.accumulate(step, part[np.flatnonzero(label == s)], state)
+        pieces = [protocol.accumulate(pass_index, part[np.flatnonzero(label == s)], state)
                   for s in range(shards)]
         order = rng.permutation(shards)
         counts = pieces[order[0]]
         for s in order[1:]:
             counts = counts.merge(pickle.loads(pickle.dumps(pieces[s])))
-        state = protocol.advance(step, counts, state, valid=valid, **options)
+        state = protocol.advance(pass_index, counts, state, valid=valid, **options)
         state = pickle.loads(pickle.dumps(state))
     return protocol.result(state, top_k=top_k), state
 
@@ -123,5 +123,5 @@ def same_data(a, b) -> bool:
 
 def same_state(a, b) -> bool:
     """Whether two :class:`~ldpflow.core.heavy_hitters.PassState` are exactly equal."""
-    return (a.key == b.key and a.step == b.step and a.group_sizes == b.group_sizes
+    return (a.key == b.key and a.pass_index == b.pass_index and a.group_sizes == b.group_sizes
             and same_data(a.figures, b.figures) and same_data(dict(a.data), dict(b.data)))

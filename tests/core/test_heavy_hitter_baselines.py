@@ -115,7 +115,7 @@ def test_spm_never_estimates_more_than_the_query_limit():
     spm = SPM(top_k=8, value_bits=20, epsilon=8.0, num_segments=5, segment_top=16,
               query_limit=2**8)
     result = spm.identify(spm.perturb(values, np.arange(values.size), rng))
-    segments, pairs, final = result.stage_candidates  # one figure per pass
+    segments, pairs, final = result.pass_candidates  # one figure per pass
     assert segments == 5 * 16  # segment_top values of each of the 5 segments
     assert pairs == 10 * 16**2  # each of the 10 pairs: segment_top**2 <= Q joint candidates
     assert final == 2**8  # the candidate set was cut to Q
@@ -127,7 +127,7 @@ def test_mcm_never_estimates_more_than_its_channels():
     mcm = MCM(top_k=4, value_bits=32, epsilon=4.0, num_channels=16, query_limit=16)
     result = mcm.identify(mcm.perturb(values, np.arange(values.size),
                                       np.random.default_rng(9)))
-    assert max(result.stage_candidates) <= 16
+    assert max(result.pass_candidates) <= 16
 
 
 # -- validation -----------------------------------------------------------------------------

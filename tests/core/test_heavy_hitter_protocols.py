@@ -163,8 +163,8 @@ def _assert_same_result(a, b):
     assert a.frequencies.tolist() == b.frequencies.tolist()  # exactly, not approximately
     assert a.counts.tolist() == b.counts.tolist()
     assert a.population == b.population and a.group_sizes == b.group_sizes
-    assert a.stage_candidates == b.stage_candidates
-    assert a.stage_survivors == b.stage_survivors
+    assert a.pass_candidates == b.pass_candidates
+    assert a.pass_survivors == b.pass_survivors
 
 
 @pytest.mark.parametrize("name", KEYS)
@@ -187,28 +187,28 @@ def test_passes_are_consistent_and_cover_every_group(name):
     passes = protocol.num_passes
     assert isinstance(passes, int) and passes >= 1
     read = set()
-    for step in range(passes):
-        groups = protocol.pass_groups(step)
+    for pass_index in range(passes):
+        groups = protocol.pass_groups(pass_index)
         assert isinstance(groups, tuple) and groups == tuple(sorted(set(groups)))
         assert all(0 <= g < protocol.num_groups for g in groups) and groups
         read.update(groups)
-        assert isinstance(protocol.pass_label(step), str) and protocol.pass_label(step)
+        assert isinstance(protocol.pass_label(pass_index), str) and protocol.pass_label(pass_index)
     assert read == set(range(protocol.num_groups))
-    labels = [protocol.pass_label(step) for step in range(passes)]
+    labels = [protocol.pass_label(pass_index) for pass_index in range(passes)]
     assert len(set(labels)) == passes
     for bad in (passes, -1):
-        with pytest.raises(ValueError, match="(step|stage) must be"):  # PEM: stage
+        with pytest.raises(ValueError, match="pass_index must be"):  # PEM: pass
             protocol.pass_groups(bad)
-        with pytest.raises(ValueError, match="(step|stage) must be"):  # PEM: stage
+        with pytest.raises(ValueError, match="pass_index must be"):  # PEM: pass
             protocol.pass_label(bad)
     # The figures of a run name each pass and the reports it read.
     _, batch = reports(name, 3_000, 11, 12)
     _, state = run_passes(protocol, batch, np.random.default_rng(0))
     sizes = np.bincount(batch.columns["group"], minlength=protocol.num_groups)
     assert state.group_sizes == tuple(int(s) for s in sizes)
-    for step, figures in enumerate(state.figures):
-        assert figures.step == step and figures.label == labels[step]
-        assert figures.reports == int(sizes[list(protocol.pass_groups(step))].sum())
+    for pass_index, figures in enumerate(state.figures):
+        assert figures.pass_index == pass_index and figures.label == labels[pass_index]
+        assert figures.reports == int(sizes[list(protocol.pass_groups(pass_index))].sum())
         assert 0 <= figures.survivors
     assert state.population == 3_000
 
@@ -218,24 +218,25 @@ def test_accumulate_refuses_reports_of_a_group_the_pass_does_not_read(name):
     protocol, batch = reports(name, 3_000, 11, 12)
     group = batch.columns["group"]
     state = protocol.initial_state()
-    narrow = [step for step in range(protocol.num_passes)
-              if len(protocol.pass_groups(step)) < protocol.num_groups]
+    narrow = [pass_index for pass_index in range(protocol.num_passes)
+              if len(protocol.pass_groups(pass_index)) < protocol.num_groups]
     if name in ("pem", "treehist"):  # pass i reads group i only
         assert narrow == list(range(protocol.num_passes))
         assert [protocol.pass_groups(s) for s in narrow] == [(s,) for s in narrow]
     else:
         assert narrow == []
-    for step in narrow:
-        row = int(np.flatnonzero(~np.isin(group, protocol.pass_groups(step)))[0])
-        mixed = batch[np.array([*np.flatnonzero(np.isin(group, protocol.pass_groups(step)))[:5],
-                                row])]
+    for pass_index in narrow:
+        row = int(np.flatnonzero(~np.isin(group, protocol.pass_groups(pass_index)))[0])
+        mixed = batch[
+            np.array([*np.flatnonzero(np.isin(group, protocol.pass_groups(pass_index)))[:5], row])
+        ]
         with pytest.raises(InvalidReportError,
-                           match=rf"pass {step} counts the reports of group\(s\) "
-                                 rf"\[{protocol.pass_groups(step)[0]}\], got group "
+                           match=rf"pass {pass_index} counts the reports of group\(s\) "
+                                 rf"\[{protocol.pass_groups(pass_index)[0]}\], got group "
                                  rf"{int(group[row])} at row 5"):
-            protocol.accumulate(step, mixed, state)
-        counts = protocol.accumulate(step, split_pass(protocol, batch, step), state)
-        state = protocol.advance(step, counts, state)
+            protocol.accumulate(pass_index, mixed, state)
+        counts = protocol.accumulate(pass_index, split_pass(protocol, batch, pass_index), state)
+        state = protocol.advance(pass_index, counts, state)
 
 
 @pytest.mark.parametrize("name", KEYS)
@@ -281,12 +282,15 @@ def test_result_refuses_an_unfinished_state(name):
     protocol, batch = reports(name, 3_000, 11, 12)
     state = protocol.initial_state()
     passes = protocol.num_passes
-    for step in range(passes):
+    for pass_index in range(passes):
         with pytest.raises(ValueError, match=rf"the result needs all {passes} passes, got the "
-                                             rf"state after {step}"):
+                                             rf"state after {pass_index}"):
             protocol.result(state)
-        state = protocol.advance(step, protocol.accumulate(step, split_pass(protocol, batch,
-                                                                            step), state), state)
+        state = protocol.advance(
+            pass_index,
+            protocol.accumulate(pass_index, split_pass(protocol, batch, pass_index), state),
+            state,
+        )
     assert protocol.result(state).values.size > 0
     with pytest.raises(ValueError, match="state of .* given to"):
         make(name, epsilon=2.0).result(state)
@@ -296,17 +300,17 @@ def test_result_refuses_an_unfinished_state(name):
 def test_pass_counts_and_states_survive_pickle(name):
     protocol, batch = reports(name, 3_000, 11, 12)
     state = protocol.initial_state()
-    for step in range(protocol.num_passes):
-        counts = protocol.accumulate(step, split_pass(protocol, batch, step), state)
+    for pass_index in range(protocol.num_passes):
+        counts = protocol.accumulate(pass_index, split_pass(protocol, batch, pass_index), state)
         copy = pickle.loads(pickle.dumps(counts))
         assert copy == counts and copy is not counts
         assert all(a.dtype == np.int64 for a in counts.arrays.values())
-        following = protocol.advance(step, copy, state)
-        assert same_state(following, protocol.advance(step, counts, state))
+        following = protocol.advance(pass_index, copy, state)
+        assert same_state(following, protocol.advance(pass_index, counts, state))
         state = pickle.loads(pickle.dumps(following))
         assert same_state(state, following)
         assert len(pickle.dumps(state)) < 2**20  # small enough for a side input
-    assert [f.step for f in state.figures] == list(range(protocol.num_passes))
+    assert [f.pass_index for f in state.figures] == list(range(protocol.num_passes))
 
 
 @pytest.mark.parametrize("name", KEYS)

@@ -9,8 +9,8 @@ from ldpflow.core.heavy_hitters import PassFigures
 
 
 def _figures(*passes):
-    return [PassFigures(step, label, 1000, candidates, survivors)
-            for step, (label, candidates, survivors) in enumerate(passes)]
+    return [PassFigures(pass_index, label, 1000, candidates, survivors)
+            for pass_index, (label, candidates, survivors) in enumerate(passes)]
 
 
 def test_all_found_is_no_shortfall():
@@ -40,8 +40,8 @@ def test_a_run_of_mcm_with_few_channels_found_says_so():
     values = rng.integers(0, 1 << 16, size=4000, dtype=np.uint64)
     reports = mcm.perturb(values, [f"user-{i}" for i in range(values.size)], rng=rng)
     state = mcm.initial_state()
-    for step in range(mcm.num_passes):
-        state = mcm.advance(step, mcm.accumulate(step, reports, state), state)
+    for pass_index in range(mcm.num_passes):
+        state = mcm.advance(pass_index, mcm.accumulate(pass_index, reports, state), state)
     found = mcm.result(state).values.size
     assert found < 32  # uniform values: no heavy hitter stands out
     line = hh.shortfall(found, 32, state.figures)

@@ -1,4 +1,4 @@
-"""The survivors' significance test: a stage keeps only candidates significantly above zero
+"""The survivors' significance test: a pass keeps only candidates significantly above zero
 among all its valid candidates (Bonferroni), so noise at low epsilon does not become values."""
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ def test_a_significance_outside_zero_one_is_refused(bad):
 
 @pytest.mark.statistical
 def test_data_without_heavy_hitters_gives_no_values_but_at_the_level():
-    """Every user holds a distinct value: no candidate of the last stage has a frequency
+    """Every user holds a distinct value: no candidate of the last pass has a frequency
     above 1/n, so a run that returns a value has let noise through. Family-wise level 0.05
-    per stage: over R runs the count of such runs is at most Binomial(R, 0.05)'s mean plus
+    per pass: over R runs the count of such runs is at most Binomial(R, 0.05)'s mean plus
     3 standard deviations; without the test every run returns k noise values."""
     runs, n, alpha = 20, 20_000, 0.05
     pem = hh.make("pem", top_k=8, value_bits=32, epsilon=2.0, query_limit=2**14)

@@ -24,7 +24,7 @@ PEM = hh.PrefixExtendingMethod
 
 
 def small(**overrides):
-    """A 3-stage configuration small enough for the naive grid: prefix bits (6, 10, 14, 16)."""
+    """A 3-pass configuration small enough for the naive grid: prefix bits (6, 10, 14, 16)."""
     params = dict(top_k=3, value_bits=16, epsilon=2.0, query_limit=2**6)
     params.update(overrides)
     return PEM(**params)
@@ -104,7 +104,7 @@ def test_no_stage_may_estimate_more_than_the_query_limit(k, m, log_limit, extra)
         (dict(query_limit=4), ValueError, r"query_limit must allow a step of at least one bit"),
         (dict(start_bits=16), ValueError, r"start_bits must be < value_bits=16, got 16"),
         (dict(start_bits=1, step_bits=5), ValueError, r"query_limit must be >= 96, got 64"),
-        (dict(start_bits=5, step_bits=2), ValueError, r"stage 0 estimates all 2\*\*7 prefixes"),
+        (dict(start_bits=5, step_bits=2), ValueError, r"pass 0 estimates all 2\*\*7 prefixes"),
         (dict(num_groups=2, step_bits=4), ValueError, r"num_groups must equal .* = 4, got 2"),
         (dict(hash_range=6), ValueError, r"hash_range must be a power of two, got 6"),
     ],
@@ -123,7 +123,7 @@ def test_config_is_frozen_hashable_and_picklable():
 
 
 def test_stage_index_is_checked():
-    with pytest.raises(ValueError, match=r"stage must be in \[0, 4\), got 4"):
+    with pytest.raises(ValueError, match=r"pass_index must be in \[0, 4\), got 4"):
         small().oracle(4)
 
 
@@ -286,8 +286,8 @@ def test_client_reports_its_prefix_through_olh(value_bits):
     rng = np.random.default_rng(5)
     values = rng.integers(0, 2**value_bits, size=400, dtype=np.uint64)
     reports = pem.perturb(values, np.arange(400), rng)
-    for stage, bits in enumerate(pem.prefix_bits):
-        rows = reports.group == stage
+    for pass_index, bits in enumerate(pem.prefix_bits):
+        rows = reports.group == pass_index
         prefixes = values[rows] >> np.uint64(value_bits - bits)
         hashed = hashing.hash_values(reports.seed[rows], prefixes, bits, pem.hash_range)
         np.testing.assert_array_equal(reports.bucket[rows], hashed)
@@ -379,9 +379,9 @@ def test_aggregate_refuses_reports_of_another_group():
 # -- exact candidate counting -----------------------------------------------------------------
 
 
-def naive_counts(pem, stage, group_reports, candidates):
+def naive_counts(pem, pass_index, group_reports, candidates):
     return hashing.naive_support_counts(
-        group_reports.seed, group_reports.bucket, pem.prefix_bits[stage], pem.hash_range,
+        group_reports.seed, group_reports.bucket, pem.prefix_bits[pass_index], pem.hash_range,
         candidates,
     )
 
@@ -402,14 +402,14 @@ def test_candidate_counts_equal_the_naive_grid(params, batch, monkeypatch):
     rng = np.random.default_rng(11)
     reports = reports_for(pem, 100 * pem.num_groups, 12)
     prefixes = None
-    for stage, group in enumerate(pem.split_groups(reports)):
-        est = pem.count_candidates(stage, group, prefixes)
-        np.testing.assert_array_equal(est.candidates, pem.candidates(stage, prefixes))
+    for pass_index, group in enumerate(pem.split_groups(reports)):
+        est = pem.count_candidates(pass_index, group, prefixes)
+        np.testing.assert_array_equal(est.candidates, pem.candidates(pass_index, prefixes))
         np.testing.assert_array_equal(
-            est.support_counts, naive_counts(pem, stage, group, est.candidates)
+            est.support_counts, naive_counts(pem, pass_index, group, est.candidates)
         )
-        # The next stage extends arbitrary prefixes, including 0 and the largest one.
-        top = np.uint64(2**pem.prefix_bits[stage] - 1)
+        # The next pass extends arbitrary prefixes, including 0 and the largest one.
+        top = np.uint64(2**pem.prefix_bits[pass_index] - 1)
         pool = rng.integers(0, top, size=pem.top_k - 2, dtype=np.uint64, endpoint=True)
         prefixes = np.unique(np.concatenate([[np.uint64(0), top], pool]))
 
@@ -436,9 +436,9 @@ def test_candidates_extend_each_prefix_by_every_suffix():
 
 def test_prefixes_are_checked():
     pem = small()
-    with pytest.raises(ValueError, match="prefixes of stage 0 must be None"):
+    with pytest.raises(ValueError, match="prefixes of pass 0 must be None"):
         pem.candidates(0, [3])
-    with pytest.raises(ValueError, match="prefixes of stage 1 must be the survivors of stage 0"):
+    with pytest.raises(ValueError, match="prefixes of pass 1 must be the survivors of pass 0"):
         pem.candidates(1)
     with pytest.raises(ValueError, match=r"prefixes must lie in \[0, 2\*\*6\), got 64"):
         pem.candidates(1, [1, 64])
@@ -503,7 +503,7 @@ def test_accumulator_copy_and_pickle():
 def test_empty_group_with_candidates_is_undefined_not_zero():
     pem = small()
     empty = pem.empty_reports()
-    with pytest.raises(ValueError, match="group 0 has no reports; the frequencies of stage 0"):
+    with pytest.raises(ValueError, match="group 0 has no reports; the frequencies of pass 0"):
         pem.count_candidates(0, empty)
     est = pem.count_candidates(1, empty, np.zeros(0, dtype=np.uint64))
     assert est.candidates.size == 0 and est.frequencies.size == 0
@@ -527,7 +527,7 @@ def test_threshold_variant_keeps_only_prefixes_above_it():
     pem = small(epsilon=4.0)
     result = pem.identify(reports_for(pem, 0, 31, values=values), threshold=0.2)
     assert sorted(result.values.tolist()) == [0x1234, 0xABCD]
-    assert all(s <= 2 * pem.default_survivors for s in result.stage_survivors)
+    assert all(s <= 2 * pem.default_survivors for s in result.pass_survivors)
 
 
 def test_threshold_in_sigmas_is_a_server_argument():
@@ -560,8 +560,8 @@ def test_identify_finds_clear_heavy_hitters_within_the_query_limit():
     result = pem.identify(pem.perturb(values, np.arange(values.size), rng))
     assert result.values.tolist() == heavy.tolist()
     assert result.population == values.size == sum(result.group_sizes)
-    assert all(c <= pem.query_limit for c in result.stage_candidates)
-    assert result.stage_candidates[0] == 2 ** pem.prefix_bits[0]
+    assert all(c <= pem.query_limit for c in result.pass_candidates)
+    assert result.pass_candidates[0] == 2 ** pem.prefix_bits[0]
     # Frequencies are unbiased shares of the population: within 5 sigma of the truth.
     truth = np.array([4000, 3000, 2500, 2000]) / values.size
     sigma = np.sqrt(pem.variance(min(result.group_sizes), truth))
@@ -630,7 +630,7 @@ def test_a_million_64_bit_zipf_values_find_the_clear_heavy_hitters():
     values = hh.sample_values(1_000_000, num_distinct=100_000, value_bits=64, rng=rng)
     truth = hh.true_top(values, 32)
     result = pem.identify(pem.perturb(values, np.arange(values.size), rng))
-    assert all(c <= pem.query_limit for c in result.stage_candidates)
+    assert all(c <= pem.query_limit for c in result.pass_candidates)
     # Every true top-16 value at 8 sigma above zero in each group is identified ...
     sigma = math.sqrt(pem.variance(min(result.group_sizes)))
     clear = [t["value"] for t in truth[:16] if t["count"] / values.size > 8 * sigma]
@@ -728,7 +728,7 @@ def test_configure_takes_the_fewest_groups_within_the_budget():
     assert pem.num_groups == 4 and pem.hash_range == 32
     assert pem.default_survivors == 64  # 2 k fits: the query limit was sized for it
     assert max(pem.max_candidates(s) for s in range(4)) <= pem.query_limit <= 2**22
-    assert pem.query_limit >> pem.suffix_bits(1) >= 2 * pem.default_survivors  # stage 0
+    assert pem.query_limit >> pem.suffix_bits(1) >= 2 * pem.default_survivors  # pass 0
     # No configuration with 3 groups keeps 64 survivors within 2**22 candidates:
     # 3 groups need 2**(gamma + eta) <= 2**22 and 64 * 2**eta <= 2**22, so gamma + 3 eta
     # <= 22 + 2 * 16 = 54 < 64.
@@ -738,7 +738,7 @@ def test_configure_takes_the_fewest_groups_within_the_budget():
     more = hh.configure(top_k=32, value_bits=64, epsilon=4.0, users=10**6,
                         max_candidates=2**26)
     assert more.num_groups == 3  # a larger budget buys a group
-    with pytest.raises(ValueError, match="max_candidates must allow 128 survivors of stage 0"):
+    with pytest.raises(ValueError, match="max_candidates must allow 128 survivors of pass 0"):
         hh.configure(top_k=32, value_bits=64, epsilon=4.0, users=10, max_candidates=255)
     for budget in (2**20, 2**22, 2**24):  # the budget holds whatever the configuration
         pem = hh.configure(top_k=32, value_bits=64, epsilon=4.0, users=10**6,
@@ -753,15 +753,15 @@ def test_stage_zero_keeps_twice_the_survivors_when_the_next_stage_fits():
     assert pem.select(est, significance=None).prefixes.size == 2 * pem.default_survivors == 16
 
 
-def _stage(bits, prefixes, freqs, sigma):
+def _pass_index(bits, prefixes, freqs, sigma):
     prefixes = np.asarray(prefixes, dtype=np.uint64)
     freqs = np.asarray(freqs, dtype=float)
-    return hh.StageSurvivors(bits, prefixes, freqs, sigma, freqs)
+    return hh.PassSurvivors(bits, prefixes, freqs, sigma, freqs)
 
 
 def test_combine_is_the_inverse_variance_mean_of_agreeing_ancestors():
-    history = [_stage(4, [0b1010, 0b0001], [0.30, 0.10], 0.01),
-               _stage(8, [0b10100110, 0b00011111], [0.32, 0.50], 0.02)]
+    history = [_pass_index(4, [0b1010, 0b0001], [0.30, 0.10], 0.01),
+               _pass_index(8, [0b10100110, 0b00011111], [0.32, 0.50], 0.02)]
     pool = np.array([0b101001101111, 0b000111110000], dtype=np.uint64)
     scores = hh.combine(pool, [0.31, 0.05], 0.01, 12, history, z=3.0)
     w = np.array([1 / 0.01**2, 1 / 0.01**2, 1 / 0.02**2])
@@ -771,7 +771,7 @@ def test_combine_is_the_inverse_variance_mean_of_agreeing_ancestors():
 
 
 def test_combine_never_lends_an_ancestor_to_a_noisier_sibling_or_a_stranger():
-    history = [_stage(4, [0b1010], [0.30], 0.01)]
+    history = [_pass_index(4, [0b1010], [0.30], 0.01)]
     pool = np.array([0b10100001, 0b10100010, 0b01010101], dtype=np.uint64)
     scores = hh.combine(pool, [0.29, 0.28, 0.29], 0.01, 8, history, z=3.0)
     assert scores[0] == pytest.approx((0.29 + 0.30) / 2)  # the best child below 1010
@@ -784,7 +784,7 @@ def test_string_pruning_keeps_words_from_growing_past_their_end():
     words = ["the"] * 6000 + ["of"] * 4000 + ["when"] * 3000 + ["a"] * 2000
     words += [f"x{i % 1000:03d}" for i in range(5000)]
     pem = PEM(top_k=4, value_bits=32, epsilon=4.0, query_limit=2**13, start_bits=2,
-              step_bits=10)  # 8 survivors per stage
+              step_bits=10)  # 8 survivors per pass
     reports = reports_for(pem, 0, 52, values=codec.encode(words))
     pruned = pem.identify(reports, valid=codec.valid_prefixes)
     assert sorted(codec.decode(pruned.values)) == ["a", "of", "the", "when"]

@@ -279,13 +279,13 @@ def test_tallies_of_shards_merge_to_the_tally_of_all(name):
                                         else "naive", tries=64)
     plan = poisoning.initial_plan(oracle)
     cut = len(reports) // 3
-    for stage in range(poisoning.NUM_PASSES):
+    for pass_index in range(poisoning.NUM_PASSES):
         whole = poisoning.tally(plan, reports)
         merged = poisoning.tally(plan, reports[:cut]).merge(poisoning.tally(plan, reports[cut:]))
         assert set(whole.counts) == set(merged.counts)
         for field, value in whole.counts.items():
             np.testing.assert_array_equal(merged.counts[field], value, err_msg=field)
-        if stage < poisoning.NUM_PASSES - 1:
+        if pass_index < poisoning.NUM_PASSES - 1:
             plan = poisoning.advance(plan, whole)
     assert poisoning.finish(plan, whole).to_dict() == poisoning.defend(oracle, reports).to_dict()
 

@@ -27,14 +27,14 @@ def test_threshold_keeps_only_nodes_above_it_and_the_final_group_estimates():
     result = tree.identify(reports, threshold_sigma=8.0)
     # Only the two heavy values pass a high threshold at both levels.
     assert sorted(result.values.tolist()) == [0x1234, 0xABCD]
-    assert result.stage_survivors[:2] == (2, 2)
+    assert result.pass_survivors[:2] == (2, 2)
     # Their frequencies come from the final group alone: within 5 sigma of the truth.
     final = result.group_sizes[-1]
     truth = np.array([0.3, 0.2])
     sigma = np.sqrt(tree.variance(final, truth))
     assert np.all(np.abs(result.frequencies - truth) < 5 * sigma)
     wide = tree.identify(reports, threshold_sigma=None, survivors=3)
-    assert max(wide.stage_survivors[:-1]) <= 3
+    assert max(wide.pass_survivors[:-1]) <= 3
 
 
 def _tree_reports():
@@ -54,12 +54,12 @@ def test_the_passes_are_the_levels_then_the_final_group():
     assert [tree.pass_label(s) for s in range(3)] == [
         "prefixes of 8 bits", "prefixes of 16 bits", "final estimate"]
     result = tree.identify(reports, threshold_sigma=8.0)
-    assert result.stage_candidates == (256, 2 * 256, 2)
-    assert result.stage_survivors == (2, 2, 2)
+    assert result.pass_candidates == (256, 2 * 256, 2)
+    assert result.pass_survivors == (2, 2, 2)
     # survivors caps every level (default 4 k = 16); threshold is a frequency cut.
-    assert tree.identify(reports, threshold_sigma=None).stage_survivors[:2] == (16, 16)
+    assert tree.identify(reports, threshold_sigma=None).pass_survivors[:2] == (16, 16)
     cut = tree.identify(reports, threshold_sigma=None, threshold=0.25)
-    assert cut.values.tolist() == [0x1234] and cut.stage_survivors == (1, 1, 1)
+    assert cut.values.tolist() == [0x1234] and cut.pass_survivors == (1, 1, 1)
     with pytest.raises(ValueError, match="survivors must be >= 1, got 0"):
         tree.identify(reports, survivors=0)
 
@@ -74,15 +74,15 @@ def test_an_empty_frontier_leaves_the_later_passes_nothing_to_count(arguments, c
     result = tree.identify(reports, **arguments)
     assert result.values.size == 0 and result.frequencies.size == 0
     assert result.values.dtype == np.uint64
-    assert result.stage_candidates == candidates
-    assert result.stage_survivors == (candidates[1] // 256, 0, 0)
+    assert result.pass_candidates == candidates
+    assert result.pass_survivors == (candidates[1] // 256, 0, 0)
     assert result.population == len(reports) == sum(result.group_sizes)
     state = tree.initial_state()
-    for step in range(tree.num_passes):
-        part = reports[np.flatnonzero(reports.columns["group"] == step)]
-        counts = tree.accumulate(step, part, state)
-        state = tree.advance(step, counts, state, **arguments)
+    for pass_index in range(tree.num_passes):
+        part = reports[np.flatnonzero(reports.columns["group"] == pass_index)]
+        counts = tree.accumulate(pass_index, part, state)
+        state = tree.advance(pass_index, counts, state, **arguments)
         figures = state.figures[-1]
-        assert figures.reports == len(part) and figures.candidates == candidates[step]
+        assert figures.reports == len(part) and figures.candidates == candidates[pass_index]
         assert figures.sigma == np.sqrt(tree.variance(len(part)))
     assert state.data["values"].size == 0

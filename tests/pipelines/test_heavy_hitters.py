@@ -18,7 +18,7 @@ from tests.wire_support import parse_records, pem_from_key, reports_to_records
 
 pytestmark = pytest.mark.pipeline
 
-# Five stages: prefix bits (10, 17, 24, 31, 32), 1024 candidates at most per stage.
+# Five passes: prefix bits (10, 17, 24, 31, 32), 1024 candidates at most per pass.
 FLAGS = ["--bits", "32", "--k", "8", "--query_limit", "1024"]
 
 
@@ -65,8 +65,8 @@ def test_pipeline_top_k_equals_the_core_identify_exactly(tmp_path, threshold, re
     assert [t["frequency"] for t in doc["top_k"]] == expected.frequencies.tolist()
     assert [t["count"] for t in doc["top_k"]] == expected.counts.tolist()
     assert doc["group_sizes"] == list(expected.group_sizes) == truth["group_sizes"]
-    assert [s["candidates"] for s in doc["stages"]] == list(expected.stage_candidates)
-    assert [s["survivors"] for s in doc["stages"]] == list(expected.stage_survivors)
+    assert [s["candidates"] for s in doc["passes"]] == list(expected.pass_candidates)
+    assert [s["survivors"] for s in doc["passes"]] == list(expected.pass_survivors)
     if threshold is None:  # the clear heavy hitters of Zipf(1.1) over 500 values are found
         assert hh.score_top_k([t["value"] for t in doc["top_k"]], truth["top"], 8)["f1"] >= 0.75
     assert doc["run"]["reports"] == doc["reports"] and doc["run"]["state"] == "DONE"
@@ -77,7 +77,7 @@ def test_document_shape(tmp_path):
     # 1,000 users a group: without the significance test, to fill all 8 places
     doc = run_job([f"--input={tmp_path}/reports/*.avro", f"--output={tmp_path}/hh",
                              *FLAGS, "--expect_epsilon", "4", "--significance", "off"])
-    assert set(doc) >= {"top_k", "configuration", "n", "group_sizes", "stages", "results",
+    assert set(doc) >= {"top_k", "configuration", "n", "group_sizes", "passes", "results",
                         "records", "reports", "dead_letters", "elapsed_seconds"}
     assert doc["error"] is None and len(doc["results"]) == 1
     assert len(doc["top_k"]) == 8
@@ -91,15 +91,15 @@ def test_document_shape(tmp_path):
                                     "num_groups": 5, "hash_range": 64, "codec": "int"}
     assert doc["n"] == doc["reports"] == doc["records"] == sum(doc["group_sizes"]) == 5000
     assert doc["dead_letters"] == {"total": 0, "by_reason": {}}
-    assert [s["stage"] for s in doc["stages"]] == [0, 1, 2, 3, 4]
-    assert [s["label"] for s in doc["stages"]] == [
+    assert [s["pass"] for s in doc["passes"]] == [0, 1, 2, 3, 4]
+    assert [s["label"] for s in doc["passes"]] == [
         f"prefixes of {b} bits" for b in (10, 17, 24, 31, 32)]
-    assert [s["candidates"] for s in doc["stages"]] == [1024, 1024, 1024, 1024, 16]
-    for stage in doc["stages"]:
-        assert stage["candidates"] <= 1024 and stage["error"] is None
-        assert set(stage) == {"stage", "label", "reports", "candidates", "survivors",
+    assert [s["candidates"] for s in doc["passes"]] == [1024, 1024, 1024, 1024, 16]
+    for entry in doc["passes"]:
+        assert entry["candidates"] <= 1024 and entry["error"] is None
+        assert set(entry) == {"pass", "label", "reports", "candidates", "survivors",
                               "sigma", "batches", "error"}  # timings are metrics
-        assert stage["sigma"] > 0 and stage["batches"] >= 1
+        assert entry["sigma"] > 0 and entry["batches"] >= 1
 
 
 def test_bad_input_goes_to_dead_letters_through_beam(tmp_path):
@@ -209,7 +209,7 @@ def test_a_group_without_reports_is_an_error_not_a_guess(tmp_path):
     doc = run_job([f"--input={tmp_path}/gap.avro", f"--output={tmp_path}/hh", *FLAGS])
     assert doc["top_k"] == []
     assert doc["error"] == "pass 2 (prefixes of 24 bits): group 2 had no reports"
-    assert [s["error"] for s in doc["stages"]] == [
+    assert [s["error"] for s in doc["passes"]] == [
         None, None, "pass 2 (prefixes of 24 bits) had no reports",
         "pass 3 failed: pass 2 (prefixes of 24 bits) had no reports"]
     assert doc["group_sizes"][2] == 0 and doc["n"] == len(records)
@@ -263,8 +263,8 @@ def test_configuration_comes_from_the_input_and_truth_gives_scores(tmp_path):
     assert doc["scores"]["f1"] == 1.0  # Zipf(1.1) over 500 values, 20000 users, epsilon 4
     summary = doc["run"]  # from the run's counters, not read back from the output
     assert summary["records"] == summary["reports"] == 20_000
-    assert summary["candidates"] == sum(s["candidates"] for s in doc["stages"])
-    assert summary["survivors"] == sum(s["survivors"] for s in doc["stages"])
+    assert summary["candidates"] == sum(s["candidates"] for s in doc["passes"])
+    assert summary["survivors"] == sum(s["survivors"] for s in doc["passes"])
 
 
 def test_an_input_that_matches_nothing_fails_before_the_pipeline(tmp_path):
@@ -317,7 +317,7 @@ def test_every_protocol_runs_from_simulate_through_the_job_as_in_core(tmp_path, 
     assert [t["value"] for t in doc["top_k"]] == expected.values.tolist()
     assert [t["frequency"] for t in doc["top_k"]] == expected.frequencies.tolist()
     assert doc["group_sizes"] == list(expected.group_sizes) == truth["group_sizes"]
-    assert len(doc["stages"]) == protocol.num_passes
+    assert len(doc["passes"]) == protocol.num_passes
     assert doc["n"] == doc["records"] == 20_000 and doc["dead_letters"]["total"] == 0
     found = [t["value"] for t in doc["top_k"]]
     assert doc["scores"] == hh.score_top_k(found, truth["top"], 8)

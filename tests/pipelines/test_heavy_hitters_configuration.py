@@ -79,7 +79,7 @@ def test_simulate_then_heavy_hitters_with_the_same_flags_finds_the_heavy_hitters
         with open(tmp_path / name / "heavy_hitters.json") as f:
             docs.append(json.load(f))
     assert len(docs[0]["top_k"]) == K
-    assert docs[0]["top_k"] == docs[1]["top_k"] and docs[0]["stages"] == docs[1]["stages"]
+    assert docs[0]["top_k"] == docs[1]["top_k"] and docs[0]["passes"] == docs[1]["passes"]
 
 
 @pytest.mark.pipeline

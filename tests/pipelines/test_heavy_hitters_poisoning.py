@@ -1,4 +1,4 @@
-"""``ldpflow heavy-hitters --poisoning detect``: each PEM stage's dispersion test from the
+"""``ldpflow heavy-hitters --poisoning detect``: each PEM pass's dispersion test from the
 counts the job aggregates, equal to the core defence on the same reports; an attacked
 input raises the alarm and an honest one does not (fixed seeds, at the core's levels)."""
 
@@ -20,12 +20,12 @@ from tests.wire_support import parse_records, pem_from_key, reports_to_records
 pytestmark = pytest.mark.pipeline
 
 USERS, BETA, SEED = 20_000, 0.1, 1
-# 10-bit values, three stages (prefixes of 6, 8 and 10 bits), epsilon 1: the benchmark's PEM.
+# 10-bit values, three passes (prefixes of 6, 8 and 10 bits), epsilon 1: the benchmark's PEM.
 PEM = PrefixExtendingMethod(top_k=16, value_bits=10, epsilon=1.0, step_bits=2)
 
 
 def pem_reports(beta: float, seed: int = SEED) -> tuple[Reports, list[str], np.ndarray]:
-    """Genuine Zipf(1.1) users, and with ``beta > 0`` fakes running each stage's MGA on ten
+    """Genuine Zipf(1.1) users, and with ``beta > 0`` fakes running each pass's MGA on ten
     rare targets' prefixes (as ``benchmarks/poisoning.py``'s ``pem-mga-10-targets``)."""
     rng = np.random.default_rng(seed)
     d = 1 << PEM.value_bits
@@ -40,10 +40,10 @@ def pem_reports(beta: float, seed: int = SEED) -> tuple[Reports, list[str], np.n
     columns = {"seed": np.zeros(fakes, np.uint64), "bucket": np.zeros(fakes, np.int64),
                "group": groups.astype(np.int64),
                "prefix_bits": np.asarray(PEM.prefix_bits, np.int64)[groups]}
-    for stage, bits in enumerate(PEM.prefix_bits):
-        rows = np.flatnonzero(groups == stage)
+    for pass_index, bits in enumerate(PEM.prefix_bits):
+        rows = np.flatnonzero(groups == pass_index)
         prefixes = np.unique(targets >> (PEM.value_bits - bits))
-        fake = poisoning.maximal_gain_attack(PEM.oracle(stage), prefixes, rows.size, rng)
+        fake = poisoning.maximal_gain_attack(PEM.oracle(pass_index), prefixes, rows.size, rng)
         columns["seed"][rows], columns["bucket"][rows] = fake.seed, fake.bucket
     return Reports.concat([genuine, Reports(PEM.name, columns)]), ids, targets
 
@@ -98,13 +98,13 @@ def test_the_job_section_equals_the_core_defence_exactly(runs, label):
 
 def test_an_attacked_input_raises_the_alarm_at_every_stage(runs):
     section = runs["attacked"]["doc"]["results"][0]["poisoning"]
-    stage_level = section["details"]["stage_level"]
-    assert stage_level == poisoning.DEFAULT_POPULATION_LEVEL / PEM.num_groups
+    pass_level = section["details"]["pass_level"]
+    assert pass_level == poisoning.DEFAULT_POPULATION_LEVEL / PEM.num_groups
     assert section["alarm"] is True
-    assert section["details"]["alarm_stages"] == [0, 1, 2]
-    for stage in section["details"]["stages"]:
-        test = stage["dispersion"]
-        assert test["level"] == stage_level / 2  # the statistic's share of the stage's level
+    assert section["details"]["alarm_passes"] == [0, 1, 2]
+    for entry in section["details"]["passes"]:
+        test = entry["dispersion"]
+        assert test["level"] == pass_level / 2  # the statistic's share of the pass's level
         assert test["p_value"] <= test["level"] and test["value"] > test["threshold"]
     # The same layout as ldpflow estimate's section; no report is flagged from counts.
     assert set(section) >= {"test", "level", "population_level", "n", "flagged",
@@ -118,12 +118,12 @@ def test_an_attacked_input_raises_the_alarm_at_every_stage(runs):
 
 def test_an_honest_input_raises_no_alarm(runs):
     section = runs["honest"]["doc"]["results"][0]["poisoning"]
-    assert section["alarm"] is False and section["details"]["alarm_stages"] == []
-    for stage in section["details"]["stages"]:
-        test = stage["dispersion"]
+    assert section["alarm"] is False and section["details"]["alarm_passes"] == []
+    for entry in section["details"]["passes"]:
+        test = entry["dispersion"]
         assert test["p_value"] > test["level"] and not test["alarm"]
-    assert [s["candidates"] for s in section["details"]["stages"]] == [
-        s["candidates"] for s in runs["honest"]["doc"]["stages"]]
+    assert [s["candidates"] for s in section["details"]["passes"]] == [
+        s["candidates"] for s in runs["honest"]["doc"]["passes"]]
 
 
 def test_the_alarms_are_counted_in_the_summary_and_the_log(runs):
@@ -136,7 +136,7 @@ def test_without_the_flag_there_is_no_section_and_the_same_result(runs, caplog):
     with caplog.at_level(logging.INFO, logger="ldpflow.pipelines.heavy_hitters"):
         doc, summary = run_job(run["tmp"], "plain", run["path"])
     assert "poisoning" not in doc["results"][0] and "poisoning_alarms" not in summary
-    assert doc["top_k"] == run["doc"]["top_k"] and doc["stages"] == run["doc"]["stages"]
+    assert doc["top_k"] == run["doc"]["top_k"] and doc["passes"] == run["doc"]["passes"]
     assert not any("poisoning: " in r.getMessage() for r in caplog.records)
 
 

@@ -90,14 +90,14 @@ NFC, NFD = "caf\u00e9", "cafe\u0301"
 
 
 def heavy_document(values=(11749869230777074271, NFC, NFD, "plain")) -> dict:
-    """A heavy_hitters.json as the job writes it (top_k with se/low/high, stages, ...)."""
+    """A heavy_hitters.json as the job writes it (top_k with se/low/high, passes, ...)."""
     shares = [0.3, 0.2, 0.15, 0.1][: len(values)]
     top = [{"value": v, "frequency": f, "count": f * 1000, "se": 0.01,
             "low": f - 0.0196, "high": f + 0.0196} for v, f in zip(values, shares, strict=True)]
     return {"top_k": top, "configuration": {"epsilon": 4.0, "value_bits": 64, "top_k": 4,
                                             "codec": "string"},
             "n": 1000, "group_sizes": [500, 500], "error": None,
-            "stages": [{"step": 0, "label": "final estimate", "reports": 500,
+            "passes": [{"step": 0, "label": "final estimate", "reports": 500,
                         "candidates": 4, "survivors": 4, "sigma": 0.01}],
             "results": [{"protocol": "treehist", "configuration": {
                 "epsilon": 4.0, "value_bits": 64, "top_k": 4, "codec": "string"}}],

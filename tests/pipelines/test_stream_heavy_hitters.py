@@ -65,12 +65,12 @@ def batch_document(records, folder, name):
 
 
 def comparable(document):
-    """The document without what depends on arrival (a stage's ``batches``) or belongs to
+    """The document without what depends on arrival (a pass's ``batches``) or belongs to
     one of the two jobs (window fields, timings)."""
     out = {k: v for k, v in document.items() if k not in STREAM_ONLY | {"elapsed_seconds"}}
-    out["stages"] = [{k: v for k, v in s.items() if k != "batches"} for s in out["stages"]]
-    out["results"] = [{**r, "stages": [{k: v for k, v in s.items() if k != "batches"}
-                                       for s in r["stages"]]} for r in out["results"]]
+    out["passes"] = [{k: v for k, v in s.items() if k != "batches"} for s in out["passes"]]
+    out["results"] = [{**r, "passes": [{k: v for k, v in s.items() if k != "batches"}
+                                       for s in r["passes"]]} for r in out["results"]]
     return out
 
 

@@ -4,7 +4,7 @@ the same integer counts per pass, dead letters by reason, duplicates and bytes o
 worker processes) and Spark (2 executors).
 
 The one field that differs by design is ``elapsed_seconds`` (set to None before the bytes
-are compared). The run's id-hash key is fixed, so that a stage's ``batches`` (the (id-hash
+are compared). The run's id-hash key is fixed, so that a pass's ``batches`` (the (id-hash
 bucket, group) parts counted) is the same from run to run.
 """
 
@@ -139,7 +139,7 @@ def test_beam_counts_what_the_files_hold(request, runs, name):
     assert sum(len(v.splitlines()) for v in letters.values()) == broken
     assert summary["duplicates"] == doc["duplicates"] == EXACT_COPIES + CONFLICTING_COPIES
     assert doc["n"] == USERS - broken and sum(doc["group_sizes"]) == doc["n"]
-    assert doc["stages"] and doc["stages"][0]["candidates"] > 0
+    assert doc["passes"] and doc["passes"][0]["candidates"] > 0
 
 
 @pytest.mark.parametrize("engine", ENGINES)

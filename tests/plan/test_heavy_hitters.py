@@ -50,7 +50,7 @@ def test_plan_finds_what_the_protocol_finds_on_the_deduplicated_reports(tmp_path
     assert [t["value"] for t in document["top_k"]] == expected.values.tolist()
     assert [t["frequency"] for t in document["top_k"]] == expected.frequencies.tolist()
     assert document["group_sizes"] == list(expected.group_sizes)
-    assert [s["candidates"] for s in document["stages"]] == list(expected.stage_candidates)
+    assert [s["candidates"] for s in document["passes"]] == list(expected.pass_candidates)
     assert summary["records"] == document["records"] == USERS + COPIES
     assert summary["duplicates"] == document["duplicates"] == COPIES
     assert summary["estimated"] == document["n"] == USERS and summary["dead_letters"] == 0
@@ -115,9 +115,9 @@ def _reads(monkeypatch) -> list:
     steps: list = []
     original = plan.read_pass
 
-    def read_pass(task, policy, step, *a, **k):
-        steps.append(step)
-        return original(task, policy, step, *a, **k)
+    def read_pass(task, policy, pass_index, *a, **k):
+        steps.append(pass_index)
+        return original(task, policy, pass_index, *a, **k)
 
     monkeypatch.setattr(plan, "read_pass", read_pass)
     return steps
@@ -171,7 +171,7 @@ def test_spill_lost_during_the_run_is_a_clear_error(tmp_path, monkeypatch, damag
     pattern, protocol, _ = _write(tmp_path, "pem")
     tasks = plan.spill_tasks
 
-    def lose(spilled, step, backend):
+    def lose(spilled, pass_index, backend):
         path = spilled[0][2]
         if damage == "missing":
             os.remove(path)
@@ -181,7 +181,7 @@ def test_spill_lost_during_the_run_is_a_clear_error(tmp_path, monkeypatch, damag
                 byte = f.read(1)
                 f.seek(-1, os.SEEK_END)
                 f.write(bytes([byte[0] ^ 1]))
-        return tasks(spilled, step, backend)
+        return tasks(spilled, pass_index, backend)
 
     monkeypatch.setattr(plan, "spill_tasks", lose)
     message = "is missing" if damage == "missing" else "do not match their checksum"

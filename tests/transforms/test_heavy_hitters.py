@@ -1,4 +1,4 @@
-"""PEM reports in the envelope (parse, keys, dead letters) and the stage DoFn / CombineFn
+"""PEM reports in the envelope (parse, keys, dead letters) and the pass DoFn / CombineFn
 without a pipeline: split, count per bundle, merge in any order, select."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ EXPECT = {"oracle": "pem"}
 
 
 def small(**overrides):
-    """Prefix bits (6, 10, 14, 16): four stages, small enough for exhaustive checks."""
+    """Prefix bits (6, 10, 14, 16): four passes, small enough for exhaustive checks."""
     params = dict(top_k=3, value_bits=16, epsilon=2.0, query_limit=2**6)
     params.update(overrides)
     return PEM(**params)
@@ -261,9 +261,9 @@ def batches_of(protocol, reports, cuts, codec="int"):
     return key, [(key, ReportBatch(key, reports[a:b])) for a, b in pairs]
 
 
-def count(step, key, parts, previous=None, shard=0):
+def count(pass_index, key, parts, previous=None, shard=0):
     """CountPassFn on one gathered (key, shard) element, as the pipeline calls it."""
-    fn = thh.CountPassFn(step)
+    fn = thh.CountPassFn(pass_index)
     fn.setup()
     element = ((key, shard), iter(parts))  # a one-shot iterable, like a GroupByKey's
     if previous is None:
@@ -294,8 +294,8 @@ def run_passes(protocol, key, batches, order, rule=None, name=None):
     state = protocol.initial_state()
     outcomes = {}
     rule = rule or thh.ServerRule(prune=False)
-    for step in range(protocol.num_passes):
-        groups = protocol.pass_groups(step)
+    for pass_index in range(protocol.num_passes):
+        groups = protocol.pass_groups(pass_index)
         several = len(groups) > 1  # as the pipeline shards: by group when a pass reads many
         mine = [thh._shard(e, 3, several) for e in by_group if e[1] in groups]
         shards = {}
@@ -304,26 +304,26 @@ def run_passes(protocol, key, batches, order, rule=None, name=None):
         spread = sorted({g % 3 for g in groups}) if several else [0, 1, 2]
         assert sorted(shards) == spread  # the batches spread over the shards
         partials = [p for shard, parts in shards.items()
-                    for p in count(step, key, parts, previous if step else None, shard)]
+                    for p in count(pass_index, key, parts, previous if pass_index else None, shard)]
         assert len(partials) == len(spread)
         combine = thh.MergePassCountsCombineFn()
         accs = [combine.add_input(combine.create_accumulator(), partials[i][1])
                 for i in order if i < len(partials)]
         snapshot = [p[1].counts.copy() for p in partials]
-        if name == "sfp" and step == 0:  # a shard holds the sums of its positions only
+        if name == "sfp" and pass_index == 0:  # a shard holds the sums of its positions only
             assert all(len(p[1].counts.arrays) < protocol.positions for p in partials)
         merged = combine.extract_output(combine.merge_accumulators(iter(accs)))
         for p, before in zip(partials, snapshot, strict=True):  # inputs are never mutated
             assert p[1].counts == before
         part = Reports.concat([r for (_, _, r) in by_group if _ in groups])
-        assert merged.counts == protocol.accumulate(step, part, state)
+        assert merged.counts == protocol.accumulate(pass_index, part, state)
         assert merged.n == len(part) and merged.batches == len(mine)
-        _, outcome = thh.advance_pass((key, merged), step, rule, previous or None)
+        _, outcome = thh.advance_pass((key, merged), pass_index, rule, previous or None)
         assert outcome.error is None
-        state = protocol.advance(step, protocol.accumulate(step, part, state), state)
+        state = protocol.advance(pass_index, protocol.accumulate(pass_index, part, state), state)
         assert outcome.state.figures == state.figures
         previous = {key: outcome}
-        outcomes[f"stage{step}"] = [outcome]
+        outcomes[f"pass{pass_index}"] = [outcome]
     return outcomes
 
 
@@ -342,8 +342,8 @@ def test_sharded_passes_merge_to_the_core_counts_and_result_in_any_order(name, o
     assert [t["frequency"] for t in out["top_k"]] == expected.frequencies.tolist()
     assert out["n"] == len(reports) and out["error"] is None
     assert out["group_sizes"] == list(expected.group_sizes)
-    assert [s["candidates"] for s in out["stages"]] == list(expected.stage_candidates)
-    assert [s["label"] for s in out["stages"]] == [
+    assert [s["candidates"] for s in out["passes"]] == list(expected.pass_candidates)
+    assert [s["label"] for s in out["passes"]] == [
         protocol.pass_label(s) for s in range(protocol.num_passes)]
     assert out["protocol"] == name
 
@@ -358,11 +358,11 @@ def test_a_failed_pass_fails_the_later_ones_with_a_reason():
     _, outcome = thh.advance_pass(partial[0], 2, None, {})
     assert outcome.error == "pass 1 (prefixes of 10 bits) had no reports"
     assert outcome.state is None
-    grouped = {"stage0": [], "stage2": [outcome]}
+    grouped = {"pass0": [], "pass2": [outcome]}
     out = thh.assemble_result((key, grouped), pem.num_passes)
     assert out["error"] == "pass 0 (prefixes of 6 bits): group 0 had no reports"
     assert out["top_k"] == [] and out["n"] == len(group2)
-    assert out["stages"][0]["error"] == "pass 1 (prefixes of 10 bits) had no reports"
+    assert out["passes"][0]["error"] == "pass 1 (prefixes of 10 bits) had no reports"
 
 
 def test_an_empty_group_is_an_error_of_its_pass_not_a_guess():
@@ -384,11 +384,11 @@ def test_results_decode_values_with_the_key_codec():
     (key, batch), = parse_records(records, expect=EXPECT)[0].items()
     split = thh.SplitGroupsFn()
     grouped, previous = {}, {}
-    for stage in range(pem.num_groups):
-        parts = [e[2] for e in split.process((key, batch)) if e[1] == stage]
-        ((_, counts),) = count(stage, key, parts, previous if stage else None)
-        _, result = thh.advance_pass((key, counts), stage, None, previous or None)
-        grouped[f"stage{stage}"] = [result]
+    for pass_index in range(pem.num_groups):
+        parts = [e[2] for e in split.process((key, batch)) if e[1] == pass_index]
+        ((_, counts),) = count(pass_index, key, parts, previous if pass_index else None)
+        _, result = thh.advance_pass((key, counts), pass_index, None, previous or None)
+        grouped[f"pass{pass_index}"] = [result]
         previous = {key: result}
     out = thh.assemble_result((key, grouped), pem.num_groups)
     assert [t["value"] for t in out["top_k"]] == ["hi", "yo"]
@@ -407,7 +407,7 @@ def test_the_rule_refuses_options_the_protocol_does_not_have():
 def test_document_reports_the_largest_configuration_and_every_record():
     def result(n, key, top):
         return {"n": n, "key": key, "top_k": top, "configuration": {"k": key},
-                "group_sizes": [n], "stages": [], "error": None if n else "no valid reports"}
+                "group_sizes": [n], "passes": [], "error": None if n else "no valid reports"}
 
     dead = {"total": 5, "by_reason": {"x": 5}}
     doc = thh.heavy_hitters_document([result(10, "b", [1]), result(30, "a", [2]),

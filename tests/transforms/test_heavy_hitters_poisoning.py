@@ -33,7 +33,7 @@ def passes(name, order=(0, 1, 2), rule=DETECT, n=6000):
 def test_the_pem_section_equals_the_core_defence_in_any_shard_order(order):
     protocol, reports, out = passes("pem", order)
     assert out["poisoning"] == poisoning.defend_prefixes(protocol, reports)
-    assert [s["n"] for s in out["poisoning"]["details"]["stages"]] == out["group_sizes"]
+    assert [s["n"] for s in out["poisoning"]["details"]["passes"]] == out["group_sizes"]
     # three heavy values (30%, 20%, 15%) are honest: no alarm
     assert out["poisoning"]["alarm"] is False
 

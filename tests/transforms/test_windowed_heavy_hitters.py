@@ -117,7 +117,7 @@ def test_shards_merged_in_any_order_equal_the_core_identify(name, run, monkeypat
     assert first["group_sizes"] == list(expected.group_sizes) and first["n"] == 6000
     assert first["top_k"] and first["error"] is None
     assert first["_window"]["duplicates"] == 5
-    assert [s["batches"] for s in first["stages"]] == [7] * protocol.num_passes
+    assert [s["batches"] for s in first["passes"]] == [7] * protocol.num_passes
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))

@@ -577,7 +577,7 @@ def test_the_document_names_the_protocol_of_several_configurations():
         protocol = _protocol(name, epsilon=epsilon)
         return {"key": ProtocolKey.heavy_hitters(protocol).to_json(), "n": n,
                 "configuration": {**protocol.parameters, "codec": "int"}, "top_k": [],
-                "group_sizes": [], "stages": [], "error": None}
+                "group_sizes": [], "passes": [], "error": None}
 
     document = heavy_hitters_document([result("spm", 2.0, 5), result("spm", 4.0, 3)],
                                       {"total": 0})

@@ -74,9 +74,9 @@ from ldpflow.core.heavy_hitters.pem import (
     COLUMN_SPECS,
     DEFAULT_REFINE_SIGMA,
     NAME,
+    PassEstimate,
+    PassSurvivors,
     PrefixExtendingMethod,
-    StageEstimate,
-    StageSurvivors,
     combine,
 )
 from ldpflow.core.heavy_hitters.sfp import SequenceFragmentPuzzle
@@ -99,8 +99,8 @@ __all__ = [
     "PassCounts",
     "PassFigures",
     "PassState",
-    "StageEstimate",
-    "StageSurvivors",
+    "PassEstimate",
+    "PassSurvivors",
     "combine",
     "GROUP_HASHES",
     "GROUP_HASH_BLAKE2B",

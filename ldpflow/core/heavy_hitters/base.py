@@ -21,12 +21,12 @@ picklable. Its contract, batch first:
 
 The server side of every protocol is a fixed sequence of ``num_passes`` *passes* over the
 reports, so that a pipeline can run one pass per round with what the earlier ones found as
-a side input. Pass ``step`` reads the reports of the groups ``pass_groups(step)``:
+a side input. Pass ``pass_index`` reads the reports of the groups ``pass_groups(pass_index)``:
 
-* ``accumulate(step, reports, state) -> PassCounts``: exact integer sums of a batch, for the
+* ``accumulate(pass_index, reports, state) -> PassCounts``: exact integer sums of a batch, for the
   candidates ``state`` says this pass counts; ``PassCounts.merge`` adds shards exactly, in
   any order;
-* ``advance(step, counts, state, *, valid=None, **options) -> PassState``: estimate and keep
+* ``advance(pass_index, counts, state, *, valid=None, **options) -> PassState``: estimate and keep
   what the next pass needs (survivors, candidates);
 * ``result(state, *, top_k=None) -> HeavyHitters`` after the last pass.
 
@@ -92,7 +92,7 @@ __all__ = [
 
 #: The PEM paper's query limit ``Q`` (Sec. VI-A).
 DEFAULT_QUERY_LIMIT = 2**20
-#: The largest query limit accepted: a stage keeps ``O(Q)`` int64 counters in memory.
+#: The largest query limit accepted: a pass keeps ``O(Q)`` int64 counters in memory.
 MAX_QUERY_LIMIT = 2**28
 
 _U64 = np.uint64
@@ -296,12 +296,12 @@ def select_top(
 
 
 def default_survivors(top_k: int) -> int:
-    """The default number of prefixes a stage keeps: ``2 k``.
+    """The default number of prefixes a pass keeps: ``2 k``.
 
     Keeping exactly ``k`` loses true heavy hitters whenever a prefix shared by several
     frequent values (strings: ``"th"``) or a noisy empty prefix outranks the prefix of a
     ``k``-th value; keeping ``2 k`` moves the cut far from the ``k``-th value at twice the
-    counting cost of a stage (``docs/heavy_hitters.md``, "Survivor rule").
+    counting cost of a pass (``docs/heavy_hitters.md``, "Survivor rule").
     """
     return 2 * validation.check_positive_int(top_k, name="top_k")
 
@@ -319,20 +319,20 @@ def select_survivors(
     cut_sigmas: npt.ArrayLike | None = None,
     test: bool = True,
 ) -> np.ndarray:
-    """The survivor rule: positions of the candidates a stage keeps, best first.
+    """The survivor rule: positions of the candidates a pass keeps, best first.
 
     At most ``survivors`` of the highest estimates among the ``valid`` candidates; with
     ``threshold_sigma``, only those of estimate at least ``threshold_sigma * sigma`` (a
     threshold in standard deviations of one estimate at frequency 0, so it means the same
     at any ``n`` and epsilon); with ``threshold``, only those of estimated frequency at least
     ``threshold``; with ``significance`` ``alpha``, only those significantly above zero
-    among all the stage's valid candidates: estimate at least ``z sigma`` with
+    among all the pass's valid candidates: estimate at least ``z sigma`` with
     ``z = Phi^-1(1 - alpha / C)`` for ``C`` valid candidates (Bonferroni's bound: the chance
     that any candidate of frequency 0 is kept is at most ``alpha``, so the noise of a low
     epsilon does not become values). With ``cut_sigmas`` ``z_c`` (one per candidate, a
     weighted Bonferroni test's, :func:`parent_weighted_sigmas`), the test is
     ``f >= z_c sigma`` instead and the candidates are ranked by their margin
-    ``f - z_c sigma``; ``test=False`` ranks so without cutting (a stage whose survivors are
+    ``f - z_c sigma``; ``test=False`` ranks so without cutting (a pass whose survivors are
     tested later). Ties go to the smaller candidate.
     """
     survivors = validation.check_positive_int(survivors, name="survivors")
@@ -369,7 +369,7 @@ def select_survivors(
     return order[keep]
 
 
-#: The default family-wise ``significance`` of a stage's survivors (see
+#: The default family-wise ``significance`` of a pass's survivors (see
 #: :func:`select_survivors`).
 DEFAULT_SIGNIFICANCE = 0.05
 
@@ -493,9 +493,9 @@ class HeavyHitters:
     population : int
         The number of reports of all groups.
     group_sizes : tuple of int
-    stage_candidates : tuple of int
+    pass_candidates : tuple of int
         How many candidates each estimation step evaluated.
-    stage_survivors : tuple of int
+    pass_survivors : tuple of int
         How many candidates each step kept.
     """
 
@@ -504,8 +504,8 @@ class HeavyHitters:
     counts: np.ndarray
     population: int
     group_sizes: tuple[int, ...]
-    stage_candidates: tuple[int, ...]
-    stage_survivors: tuple[int, ...]
+    pass_candidates: tuple[int, ...]
+    pass_survivors: tuple[int, ...]
     #: Per value, the standard error of its frequency as a share of the population
     #: (:func:`heavy_hitter_standard_errors`); None when unknown.
     standard_errors: np.ndarray | None = None
@@ -573,9 +573,9 @@ def shortfall(found: int, top_k: int, figures: Sequence[PassFigures]) -> str | N
     for f in figures:
         if f.survivors >= top_k:
             continue
-        where = f"pass {f.step} ({f.label})"
+        where = f"pass {f.pass_index} ({f.label})"
         if f.candidates < top_k:
-            before = (f"what pass {f.step - 1} kept" if f.step else "its domain")
+            before = (f"what pass {f.pass_index - 1} kept" if f.pass_index else "its domain")
             return (f"{head}: {where} had only {f.candidates} candidates, formed from "
                     f"{before}")
         return (f"{head}: {where} kept {f.survivors} of its {f.candidates} candidates; "
@@ -592,10 +592,10 @@ class PassCounts:
     ----------
     key : ProtocolKey
         The configuration; only counts of equal keys, steps and contexts merge.
-    step : int
+    pass_index : int
         The pass.
     context : tuple of ndarray
-        What the pass counts for (the prefixes a stage extends, the candidates of a final
+        What the pass counts for (the prefixes a pass extends, the candidates of a final
         test, ...), as :meth:`HeavyHitterProtocol.advance` left it in the state.
     arrays : dict of str to ndarray of int64
         The sums, each linear in the reports. A protocol may leave a sum out until a batch
@@ -606,7 +606,7 @@ class PassCounts:
     """
 
     key: ProtocolKey
-    step: int
+    pass_index: int
     context: tuple
     arrays: dict
     group_counts: np.ndarray
@@ -628,14 +628,15 @@ class PassCounts:
         """
         if not isinstance(other, PassCounts):
             raise TypeError(f"can only merge PassCounts, got {type(other).__name__}")
-        if other.key != self.key or other.step != self.step:
+        if other.key != self.key or other.pass_index != self.pass_index:
             raise ValueError(
-                f"cannot merge counts of pass {other.step} of {other.key} into counts of pass "
-                f"{self.step} of {self.key}"
+                f"cannot merge counts of pass {other.pass_index} of {other.key} into counts of "
+                f"pass "
+                f"{self.pass_index} of {self.key}"
             )
         if not _same_context(self.context, other.context):
             raise ValueError(
-                f"cannot merge counts of pass {self.step} made for different candidates "
+                f"cannot merge counts of pass {self.pass_index} made for different candidates "
                 f"(the shards saw different states)"
             )
         for name, array in other.arrays.items():  # a sum only some shards hold is added
@@ -662,22 +663,26 @@ class PassCounts:
         """
         if isinstance(other, PassCounts) and set(other.arrays) - set(self.arrays):
             raise ValueError("cannot take away counts of a sum these counts do not hold")
-        negated = PassCounts(other.key, other.step, other.context,
+        negated = PassCounts(other.key, other.pass_index, other.context,
                              {name: -a for name, a in other.arrays.items()},
                              -other.group_counts) if isinstance(other, PassCounts) else other
         return self.copy().merge(negated)
 
     def copy(self) -> PassCounts:
-        return PassCounts(self.key, self.step, self.context,
+        return PassCounts(self.key, self.pass_index, self.context,
                           {name: a.copy() for name, a in self.arrays.items()},
                           self.group_counts.copy())
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, PassCounts) and self.key == other.key
-                and self.step == other.step and _same_context(self.context, other.context)
-                and self.arrays.keys() == other.arrays.keys()
-                and all(np.array_equal(a, other.arrays[k]) for k, a in self.arrays.items())
-                and np.array_equal(self.group_counts, other.group_counts))
+        return (
+            isinstance(other, PassCounts)
+            and self.key == other.key
+            and self.pass_index == other.pass_index
+            and _same_context(self.context, other.context)
+            and self.arrays.keys() == other.arrays.keys()
+            and all(np.array_equal(a, other.arrays[k]) for k, a in self.arrays.items())
+            and np.array_equal(self.group_counts, other.group_counts)
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -694,7 +699,7 @@ class PassFigures:
 
     Attributes
     ----------
-    step : int
+    pass_index : int
     label : str
         What the pass estimated (``"prefixes of 12 bits"``, ``"segment pairs"``, ...).
     reports : int
@@ -707,7 +712,7 @@ class PassFigures:
         The standard deviation of one estimate at frequency 0 (``nan`` when undefined).
     """
 
-    step: int
+    pass_index: int
     label: str
     reports: int
     candidates: int
@@ -723,12 +728,12 @@ class PassFigures:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class PassState:
-    """What the server knows after ``step`` passes (picklable: a pipeline's side input).
+    """What the server knows after ``pass_index`` passes (picklable: a pipeline's side input).
 
     Attributes
     ----------
     key : ProtocolKey
-    step : int
+    pass_index : int
         How many passes are done.
     data : dict
         The protocol's own findings (survivors, candidates, ...), read by its next pass.
@@ -739,7 +744,7 @@ class PassState:
     """
 
     key: ProtocolKey
-    step: int
+    pass_index: int
     data: Mapping[str, Any]
     group_sizes: tuple[int, ...]
     figures: tuple[PassFigures, ...] = ()
@@ -910,66 +915,67 @@ class HeavyHitterProtocol(Keyed, CheckedReports, _GroupHashed):
     def num_passes(self) -> int:
         """How many passes over the reports the server makes."""
 
-    def pass_groups(self, step: int) -> tuple[int, ...]:
-        """The groups whose reports pass ``step`` counts (by default every group)."""
-        self._check_step(step)
+    def pass_groups(self, pass_index: int) -> tuple[int, ...]:
+        """The groups whose reports pass ``pass_index`` counts (by default every group)."""
+        self._check_pass(pass_index)
         return tuple(range(self.num_groups))
 
-    def pass_label(self, step: int) -> str:
-        """What pass ``step`` estimates, in a few words (for logs and results)."""
-        return f"pass {self._check_step(step)}"
+    def pass_label(self, pass_index: int) -> str:
+        """What pass ``pass_index`` estimates, in a few words (for logs and results)."""
+        return f"pass {self._check_pass(pass_index)}"
 
     def initial_state(self) -> PassState:
         """The state before the first pass."""
         return PassState(self.key, 0, {}, (-1,) * self.num_groups)
 
-    def _check_step(self, step: int) -> int:
-        step = validation.check_positive_int(step, name="step", minimum=0)
-        if step >= self.num_passes:
-            raise ValueError(f"step must be in [0, {self.num_passes}), got {step!r}")
-        return step
+    def _check_pass(self, pass_index: int) -> int:
+        pass_index = validation.check_positive_int(pass_index, name="pass_index", minimum=0)
+        if pass_index >= self.num_passes:
+            raise ValueError(f"pass_index must be in [0, {self.num_passes}), got {pass_index!r}")
+        return pass_index
 
-    def _check_state(self, step: int, state: PassState) -> None:
+    def _check_state(self, pass_index: int, state: PassState) -> None:
         if not isinstance(state, PassState):
             raise TypeError(f"state must be a PassState, got {type(state).__name__}")
         if state.key != self.key:
             raise ValueError(f"state of {state.key} given to {self.key}")
-        if state.step != step:
-            raise ValueError(f"pass {step} needs the state after {step} passes, got the state "
-                             f"after {state.step}")
+        if state.pass_index != pass_index:
+            raise ValueError(f"pass {pass_index} needs the state after {pass_index} passes, got "
+                             f"the state "
+                             f"after {state.pass_index}")
 
-    def create_pass_counts(self, step: int, state: PassState) -> PassCounts:
-        """Empty counts of pass ``step`` for what ``state`` says it counts."""
-        step = self._check_step(step)
-        self._check_state(step, state)
-        context = tuple(self._pass_context(step, state))
+    def create_pass_counts(self, pass_index: int, state: PassState) -> PassCounts:
+        """Empty counts of pass ``pass_index`` for what ``state`` says it counts."""
+        pass_index = self._check_pass(pass_index)
+        self._check_state(pass_index, state)
+        context = tuple(self._pass_context(pass_index, state))
         arrays = {name: np.zeros(shape, dtype=np.int64)
-                  for name, shape in self._empty_arrays(step, context).items()}
-        return PassCounts(self.key, step, context, arrays,
+                  for name, shape in self._empty_arrays(pass_index, context).items()}
+        return PassCounts(self.key, pass_index, context, arrays,
                           np.zeros(self.num_groups, dtype=np.int64))
 
-    def accumulate(self, step: int, reports: Reports | Mapping[str, npt.ArrayLike],
+    def accumulate(self, pass_index: int, reports: Reports | Mapping[str, npt.ArrayLike],
                    state: PassState) -> PassCounts:
-        """Count a batch of reports for pass ``step`` (after validating every row).
+        """Count a batch of reports for pass ``pass_index`` (after validating every row).
 
         Raises
         ------
         InvalidReportError
             If a row is invalid or belongs to a group the pass does not read.
         """
-        counts = self.create_pass_counts(step, state)
+        counts = self.create_pass_counts(pass_index, state)
         reports = self.validate(reports)
         group = reports.columns["group"]
-        allowed = self.pass_groups(step)
+        allowed = self.pass_groups(pass_index)
         if len(allowed) < self.num_groups and group.size:
             outside = ~np.isin(group, np.asarray(allowed, dtype=np.int64))
             if outside.any():
                 row = int(np.flatnonzero(outside)[0])
                 raise InvalidReportError(
-                    f"pass {step} counts the reports of group(s) {list(allowed)}, got group "
+                    f"pass {pass_index} counts the reports of group(s) {list(allowed)}, got group "
                     f"{int(group[row])} at row {row}")
         if len(reports):
-            for name, sums in self._count_pass(step, reports, counts.context).items():
+            for name, sums in self._count_pass(pass_index, reports, counts.context).items():
                 if name in counts.arrays:
                     counts.arrays[name] += sums
                 else:  # a sum the protocol allocates only once a batch adds to it
@@ -977,10 +983,10 @@ class HeavyHitterProtocol(Keyed, CheckedReports, _GroupHashed):
             counts.group_counts += np.bincount(group, minlength=self.num_groups)
         return counts
 
-    def advance(self, step: int, counts: PassCounts, state: PassState, *,
+    def advance(self, pass_index: int, counts: PassCounts, state: PassState, *,
                 valid: Callable[[np.ndarray, int], np.ndarray] | None = None,
                 **options: Any) -> PassState:
-        """Estimate pass ``step``'s counts and keep what the next pass needs.
+        """Estimate pass ``pass_index``'s counts and keep what the next pass needs.
 
         ``valid(codes, bits)`` (e.g. :meth:`ldpflow.core.codecs.StringCodec.valid_prefixes`)
         marks the candidates that can be (prefixes of) valid values; ``options`` are the
@@ -994,29 +1000,30 @@ class HeavyHitterProtocol(Keyed, CheckedReports, _GroupHashed):
             If the counts belong to another configuration, pass or state, or a group the
             pass needs has no reports.
         """
-        step = self._check_step(step)
-        self._check_state(step, state)
+        pass_index = self._check_pass(pass_index)
+        self._check_state(pass_index, state)
         if not isinstance(counts, PassCounts):
             raise TypeError(f"counts must be PassCounts, got {type(counts).__name__}")
-        if counts.key != self.key or counts.step != step:
-            raise ValueError(f"counts of pass {counts.step} of {counts.key} given to pass "
-                             f"{step} of {self.key}")
-        if not _same_context(counts.context, tuple(self._pass_context(step, state))):
-            raise ValueError(f"counts of pass {step} were made for another state")
+        if counts.key != self.key or counts.pass_index != pass_index:
+            raise ValueError(f"counts of pass {counts.pass_index} of {counts.key} given to pass "
+                             f"{pass_index} of {self.key}")
+        if not _same_context(counts.context, tuple(self._pass_context(pass_index, state))):
+            raise ValueError(f"counts of pass {pass_index} were made for another state")
         opts = self.check_options(options)
         sizes = list(state.group_sizes)
-        for g in self.pass_groups(step):
+        for g in self.pass_groups(pass_index):
             seen = int(counts.group_counts[g])
             if sizes[g] >= 0 and sizes[g] != seen:
                 raise ValueError(f"group {g} had {sizes[g]} reports in an earlier pass and "
-                                 f"{seen} in pass {step}: every pass must read the same reports")
+                                 f"{seen} in pass {pass_index}: every pass must read the same "
+                                 f"reports")
             sizes[g] = seen
-        empty = [g for g in self.pass_groups(step) if sizes[g] == 0]
+        empty = [g for g in self.pass_groups(pass_index) if sizes[g] == 0]
         if empty:
-            raise ValueError(f"group {empty[0]} has no reports; pass {step} "
-                             f"({self.pass_label(step)}) needs it")
-        data, figures = self._advance(step, counts, state, valid, opts)
-        return PassState(self.key, step + 1, data, tuple(sizes), (*state.figures, figures))
+            raise ValueError(f"group {empty[0]} has no reports; pass {pass_index} "
+                             f"({self.pass_label(pass_index)}) needs it")
+        data, figures = self._advance(pass_index, counts, state, valid, opts)
+        return PassState(self.key, pass_index + 1, data, tuple(sizes), (*state.figures, figures))
 
     def check_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
         """``options`` over the defaults of :attr:`server_options`.
@@ -1056,14 +1063,14 @@ class HeavyHitterProtocol(Keyed, CheckedReports, _GroupHashed):
         """
         if not isinstance(state, PassState) or state.key != self.key:
             raise ValueError(f"state of {getattr(state, 'key', state)!r} given to {self.key}")
-        if state.step != self.num_passes:
+        if state.pass_index != self.num_passes:
             raise ValueError(f"the result needs all {self.num_passes} passes, got the state "
-                             f"after {state.step}")
+                             f"after {state.pass_index}")
         k = check_top_k(top_k, self.top_k)
         values, freqs = self._result(state, k)
         population = state.population
         last = state.figures[-1] if state.figures else None
-        # A final test leaves its OLH parameters; otherwise (PEM's last stage) the pass's
+        # A final test leaves its OLH parameters; otherwise (PEM's last pass) the pass's
         # sigma at frequency 0 stands for the noise.
         olh = state.data.get("final_olh") or (None, None)
         se = (heavy_hitter_standard_errors(freqs, last.reports, population, olh[0], olh[1],
@@ -1071,8 +1078,8 @@ class HeavyHitterProtocol(Keyed, CheckedReports, _GroupHashed):
         return HeavyHitters(
             values=values, frequencies=freqs, counts=freqs * population,
             population=population, group_sizes=tuple(state.group_sizes),
-            stage_candidates=tuple(f.candidates for f in state.figures),
-            stage_survivors=tuple(f.survivors for f in state.figures), standard_errors=se)
+            pass_candidates=tuple(f.candidates for f in state.figures),
+            pass_survivors=tuple(f.survivors for f in state.figures), standard_errors=se)
 
     def identify(self, reports: Reports | Mapping[str, npt.ArrayLike], *,
                  top_k: int | None = None,
@@ -1094,31 +1101,33 @@ class HeavyHitterProtocol(Keyed, CheckedReports, _GroupHashed):
         self.check_options(options)
         group = reports.columns["group"]
         state = self.initial_state()
-        for step in range(self.num_passes):
-            wanted = self.pass_groups(step)
+        for pass_index in range(self.num_passes):
+            wanted = self.pass_groups(pass_index)
             part = reports if len(wanted) == self.num_groups else reports[
                 np.flatnonzero(np.isin(group, np.asarray(wanted, dtype=np.int64)))]
-            counts = self.accumulate(step, part, state)
-            state = self.advance(step, counts, state, valid=valid, **options)
+            counts = self.accumulate(pass_index, part, state)
+            state = self.advance(pass_index, counts, state, valid=valid, **options)
         return self.result(state, top_k=top_k)
 
     # -- server: the hooks of each protocol -----------------------------------------------------
     @abc.abstractmethod
-    def _pass_context(self, step: int, state: PassState) -> tuple:
-        """What pass ``step`` counts for (arrays), read from the state."""
+    def _pass_context(self, pass_index: int, state: PassState) -> tuple:
+        """What pass ``pass_index`` counts for (arrays), read from the state."""
 
     @abc.abstractmethod
-    def _empty_arrays(self, step: int, context: tuple) -> dict[str, tuple[int, ...]]:
-        """The name and shape of each int64 sum of pass ``step`` that every count holds
+    def _empty_arrays(self, pass_index: int, context: tuple) -> dict[str, tuple[int, ...]]:
+        """The name and shape of each int64 sum of pass ``pass_index`` that every count holds
         (sums that :meth:`_count_pass` returns beyond these are allocated when first added
         to)."""
 
     @abc.abstractmethod
-    def _count_pass(self, step: int, reports: Reports, context: tuple) -> dict[str, np.ndarray]:
+    def _count_pass(
+        self, pass_index: int, reports: Reports, context: tuple
+    ) -> dict[str, np.ndarray]:
         """The sums of a valid, non-empty batch of the pass's groups."""
 
     @abc.abstractmethod
-    def _advance(self, step: int, counts: PassCounts, state: PassState,
+    def _advance(self, pass_index: int, counts: PassCounts, state: PassState,
                  valid: Callable[[np.ndarray, int], np.ndarray] | None,
                  options: dict[str, Any]) -> tuple[dict[str, Any], PassFigures]:
         """The next state's data and this pass's figures (groups are known non-empty)."""
@@ -1143,7 +1152,7 @@ class HeavyHitterProtocol(Keyed, CheckedReports, _GroupHashed):
             reports.columns["seed"], reports.columns["bucket"], values, self.value_bits,
             self.hash_range)}  # type: ignore[attr-defined]
 
-    def _final_advance(self, step: int, counts: PassCounts, epsilon: float, n: int
+    def _final_advance(self, pass_index: int, counts: PassCounts, epsilon: float, n: int
                        ) -> tuple[dict[str, Any], PassFigures]:
         """The candidates of a final test ranked by their OLH estimates from ``n`` reports
         of budget ``epsilon``: every candidate, best first, with its frequency."""
@@ -1152,7 +1161,7 @@ class HeavyHitterProtocol(Keyed, CheckedReports, _GroupHashed):
         freqs = olh_frequencies(counts.arrays["support"], n, epsilon, g)
         order = (select_top(values, freqs, values.size) if values.size
                  else np.zeros(0, dtype=np.int64))
-        figures = PassFigures(step, self.pass_label(step), n, int(values.size),
+        figures = PassFigures(pass_index, self.pass_label(pass_index), n, int(values.size),
                               int(order.size), math.sqrt(olh_variance(n, epsilon, g)))
         return {"values": values[order], "frequencies": freqs[order],
                 "final_olh": (float(epsilon), int(g))}, figures

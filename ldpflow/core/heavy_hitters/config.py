@@ -16,12 +16,12 @@ of the counters. :func:`configure` applies the rule:
    would make counting 64 times slower than 64 buckets, whose variance is still a fifth of
    epsilon 4's.
 2. **Survivors** ``s = 2 k`` (:func:`~ldpflow.core.heavy_hitters.base.default_survivors`).
-3. **Groups**: the fewest ``g`` for which some ``(gamma, eta)`` keeps every stage within
-   ``max_candidates`` candidates (stage 0: ``2**(gamma + eta)``; stage 1 ``2 s 2**eta``, as
-   stage 0 keeps twice the survivors; later stages ``s 2**eta``); among those, the
-   ``(gamma, eta)`` of least modelled counting cost (:func:`stage_costs`). ``g = 1`` (the
+3. **Groups**: the fewest ``g`` for which some ``(gamma, eta)`` keeps every pass within
+   ``max_candidates`` candidates (pass 0: ``2**(gamma + eta)``; pass 1 ``2 s 2**eta``, as
+   pass 0 keeps twice the survivors; later passes ``s 2**eta``); among those, the
+   ``(gamma, eta)`` of least modelled counting cost (:func:`pass_costs`). ``g = 1`` (the
    exhaustive oracle) when ``2**m <= max_candidates``.
-4. ``Q = max(2**(gamma + eta), 2 s 2**eta)``: the largest stage, so that the survivors fit.
+4. ``Q = max(2**(gamma + eta), 2 s 2**eta)``: the largest pass, so that the survivors fit.
 
 ``docs/heavy_hitters.md`` ("Automatic configuration") has the measurements behind the
 defaults.
@@ -42,11 +42,11 @@ __all__ = [
     "DEFAULT_MAX_HASH_RANGE",
     "cost_aware_hash_range",
     "olh_variance_factor",
-    "stage_costs",
+    "pass_costs",
     "configure",
 ]
 
-#: The default compute budget: the most candidates one stage may estimate (32 MB of int64
+#: The default compute budget: the most candidates one pass may estimate (32 MB of int64
 #: counters per accumulator).
 DEFAULT_MAX_CANDIDATES = 2**22
 #: The default cap on OLH's hash range: counting costs O(n g) per batch of prefixes.
@@ -85,9 +85,9 @@ def cost_aware_hash_range(epsilon: float, *, tolerance: float = 0.1,
     return min(g, cap)
 
 
-def stage_costs(users: int, prefix_bits: tuple[int, ...], survivors: int,
+def pass_costs(users: int, prefix_bits: tuple[int, ...], survivors: int,
                 hash_range: int) -> list[float]:
-    """The modelled counting cost of each stage (:func:`counting.scatter_cost` plus one
+    """The modelled counting cost of each pass (:func:`counting.scatter_cost` plus one
     ``2**eta`` Walsh-Hadamard transform per prefix), in passes over one entry."""
     b = hash_range.bit_length() - 1
     n = max(1, users // len(prefix_bits))
@@ -120,9 +120,9 @@ def configure(
     users : int
         The expected number of users ``n`` (the cost model's; any positive estimate).
     max_candidates : int, default 2**22
-        The compute budget: the most candidates one stage may estimate (<= 2**28).
+        The compute budget: the most candidates one pass may estimate (<= 2**28).
     survivors : int, optional
-        How many prefixes the server will keep per stage (default ``2 k``).
+        How many prefixes the server will keep per pass (default ``2 k``).
     max_hash_range : int, default 64
 
     Raises
@@ -144,10 +144,10 @@ def configure(
     if m <= log_budget:
         return PrefixExtendingMethod(top_k=k, value_bits=m, epsilon=epsilon, query_limit=2**m,
                                      start_bits=0, step_bits=m, hash_range=g_olh)
-    max_eta = (budget // (2 * s)).bit_length() - 1  # stage 1 extends 2 s prefixes
+    max_eta = (budget // (2 * s)).bit_length() - 1  # pass 1 extends 2 s prefixes
     if max_eta < 1:
         raise ValueError(
-            f"max_candidates must allow {2 * s} survivors of stage 0 a step of one bit: "
+            f"max_candidates must allow {2 * s} survivors of pass 0 a step of one bit: "
             f"max_candidates >= {4 * s}, got {budget!r}"
         )
     best: tuple[int, float, int, int] | None = None  # (groups, cost, gamma, eta)
@@ -157,7 +157,7 @@ def configure(
             if groups < 2:
                 continue
             bits = tuple(min(gamma + (i + 1) * eta, m) for i in range(groups))
-            cost = sum(stage_costs(n, bits, s, g_olh))
+            cost = sum(pass_costs(n, bits, s, g_olh))
             entry = (groups, cost, gamma, eta)
             if best is None or entry[:2] < best[:2]:
                 best = entry

@@ -205,21 +205,23 @@ class MultipleChannelMethod(HeavyHitterProtocol):
         """Two passes: the channel bits, then the final test."""
         return 2
 
-    def pass_label(self, step: int) -> str:
-        return ("channel bits", "final test")[self._check_step(step)]
+    def pass_label(self, pass_index: int) -> str:
+        return ("channel bits", "final test")[self._check_pass(pass_index)]
 
-    def _pass_context(self, step: int, state: PassState) -> tuple:
-        if step == 0:
+    def _pass_context(self, pass_index: int, state: PassState) -> tuple:
+        if pass_index == 0:
             return ()
         return self._final_context(state)
 
-    def _empty_arrays(self, step: int, context: tuple) -> dict[str, tuple[int, ...]]:
-        if step == 0:
+    def _empty_arrays(self, pass_index: int, context: tuple) -> dict[str, tuple[int, ...]]:
+        if pass_index == 0:
             return {"ones": (self.value_bits, 2 * self.num_channels)}
         return {"support": (context[0].size,)}
 
-    def _count_pass(self, step: int, reports: Reports, context: tuple) -> dict[str, np.ndarray]:
-        if step == 1:
+    def _count_pass(
+        self, pass_index: int, reports: Reports, context: tuple
+    ) -> dict[str, np.ndarray]:
+        if pass_index == 1:
             return self._final_count(reports, context)
         T, m = self.num_channels, self.value_bits
         group, packed = reports.columns["group"], reports.columns["bits"]
@@ -234,13 +236,13 @@ class MultipleChannelMethod(HeavyHitterProtocol):
             ones += np.rint(onehot @ chunk.astype(np.float64)).astype(np.int64)
         return {"ones": ones}
 
-    def _advance(self, step: int, counts: PassCounts, state: PassState,
+    def _advance(self, pass_index: int, counts: PassCounts, state: PassState,
                  valid: Callable[[np.ndarray, int], np.ndarray] | None,
                  options: dict[str, Any]) -> tuple[dict[str, Any], PassFigures]:
         T, m = self.num_channels, self.value_bits
         n = counts.n
-        if step == 1:
-            return self._final_advance(step, counts, self.final_epsilon, n)
+        if pass_index == 1:
+            return self._final_advance(pass_index, counts, self.final_epsilon, n)
         sizes = counts.group_counts
         f = self.flip_probability
         est = (counts.arrays["ones"] - sizes[:, None] * f) / (1 - 2 * f)  # holders per item
@@ -252,6 +254,6 @@ class MultipleChannelMethod(HeavyHitterProtocol):
         values = np.unique(cand[own])
         if valid is not None and values.size:
             values = values[valid(values, m)]
-        figures = PassFigures(step, self.pass_label(step), n, T, int(values.size))
+        figures = PassFigures(pass_index, self.pass_label(pass_index), n, T, int(values.size))
         return {"candidates": values}, figures
 

@@ -6,11 +6,11 @@ Sec. IV):
 * Values are ``m``-bit unsigned integers (:mod:`ldpflow.core.codecs` maps strings to them);
   the prefix of length ``l`` of ``v`` is ``v >> (m - l)``.
 * Users are split into ``g`` disjoint groups by a hash of a stable user id
-  (:func:`~ldpflow.core.heavy_hitters.base.assign_groups`). Stages are indexed from 0 here:
+  (:func:`~ldpflow.core.heavy_hitters.base.assign_groups`). Passes are indexed from 0 here:
   group ``i`` (the paper's group ``i + 1``) reports its prefix of length
   ``prefix_bits[i] = min(gamma + (i + 1) eta, m)`` through OLH with the full epsilon.
-* Stage 0 estimates all ``2**prefix_bits[0]`` prefixes; stage ``i > 0`` estimates the
-  candidates ``c * 2**eta_i + s`` for each prefix ``c`` kept by stage ``i - 1`` and every
+* Pass 0 estimates all ``2**prefix_bits[0]`` prefixes; pass ``i > 0`` estimates the
+  candidates ``c * 2**eta_i + s`` for each prefix ``c`` kept by pass ``i - 1`` and every
   suffix ``s < 2**eta_i`` (``eta_i = prefix_bits[i] - prefix_bits[i - 1]``), from group
   ``i``'s reports only (counted exactly by :mod:`~ldpflow.core.heavy_hitters.counting`).
 
@@ -18,24 +18,25 @@ Server-side choices (they change nothing a client sends, so they are arguments o
 server calls, not parameters of the configuration):
 
 * **the survivor rule** (:func:`~ldpflow.core.heavy_hitters.base.select_survivors`): each
-  stage keeps its ``survivors`` best candidates (default ``2 k``), optionally only those
-  above ``threshold_sigma`` standard deviations, and the last stage only those significantly
+  pass keeps its ``survivors`` best candidates (default ``2 k``), optionally only those
+  above ``threshold_sigma`` standard deviations, and the last pass only those significantly
   above zero (``significance``, see :meth:`PrefixExtendingMethod.select`); candidates that
   cannot be prefixes of valid values under the codec (``valid``) are pruned first;
-* **the ranking** (:func:`combine`): from the second stage on, a pool of the best
+* **the ranking** (:func:`combine`): from the second pass on, a pool of the best
   candidates by their own estimates is ranked by an inverse-variance combination of their
-  own estimate and, where an earlier stage's ancestor of a candidate is held by no other
+  own estimate and, where an earlier pass's ancestor of a candidate is held by no other
   candidate of the pool and its estimate agrees within ``z`` standard deviations of the
   difference, the earlier groups' estimates of that ancestor (which then count the same
-  value). The top ``k`` of the last stage by that ranking are the heavy hitters.
+  value). The top ``k`` of the last pass by that ranking are the heavy hitters.
 
-Each stage is one pass of the family's contract (:mod:`~ldpflow.core.heavy_hitters.base`):
+Each of the paper's stages is one pass of the family's contract (its stage ``i`` is
+pass ``i``) (:mod:`~ldpflow.core.heavy_hitters.base`):
 :meth:`PrefixExtendingMethod.aggregate` turns a batch of one group's reports into
 :class:`~ldpflow.core.heavy_hitters.base.PassCounts` (exact integer sums, merged by
-addition) for the previous stage's survivors, :meth:`~PrefixExtendingMethod.estimate` turns
-them into a :class:`StageEstimate` and :meth:`~PrefixExtendingMethod.select` picks the
-survivors (a :class:`StageSurvivors`, given to the later stages' selections as
-``history``); ``advance`` does both, and ``identify`` runs every stage in order.
+addition) for the previous pass's survivors, :meth:`~PrefixExtendingMethod.estimate` turns
+them into a :class:`PassEstimate` and :meth:`~PrefixExtendingMethod.select` picks the
+survivors (a :class:`PassSurvivors`, given to the later passes' selections as
+``history``); ``advance`` does both, and ``identify`` runs every pass in order.
 """
 
 from __future__ import annotations
@@ -79,8 +80,8 @@ __all__ = [
     "NAME",
     "COLUMN_SPECS",
     "PrefixExtendingMethod",
-    "StageEstimate",
-    "StageSurvivors",
+    "PassEstimate",
+    "PassSurvivors",
     "combine",
     "DEFAULT_REFINE_SIGMA",
 ]
@@ -90,20 +91,20 @@ _U64 = np.uint64
 COLUMN_SPECS: dict[str, tuple[Any, int | None]] = {
     "seed": (np.uint64, None), "bucket": (np.int64, None), "group": (np.int64, None),
     "prefix_bits": (np.int64, None)}
-#: ``z`` of :func:`combine`: an earlier stage's estimate joins the final ranking unless it
-#: exceeds the last stage's by more than ``z`` standard deviations of the difference.
+#: ``z`` of :func:`combine`: an earlier pass's estimate joins the final ranking unless it
+#: exceeds the last pass's by more than ``z`` standard deviations of the difference.
 DEFAULT_REFINE_SIGMA = 3.0
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class StageEstimate:
-    """The estimated frequencies of one stage's candidates.
+class PassEstimate:
+    """The estimated frequencies of one pass's candidates.
 
     Attributes
     ----------
-    stage : int
+    pass_index : int
     prefix_bits : int
-        The length of the candidates (the stage group's prefix length).
+        The length of the candidates (the pass group's prefix length).
     candidates : ndarray of uint64
         The candidate prefixes, see :func:`extend_prefixes`.
     support_counts : ndarray of int64
@@ -117,7 +118,7 @@ class StageEstimate:
         The standard deviation of one frequency at true frequency 0 (``nan`` when ``n == 0``).
     """
 
-    stage: int
+    pass_index: int
     prefix_bits: int
     candidates: np.ndarray
     support_counts: np.ndarray
@@ -145,7 +146,7 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
     epsilon : float
         The privacy parameter; each user reports once, with the full epsilon.
     query_limit : int, default 2**20
-        ``Q``: the most candidates one stage may estimate, at most ``2**28``.
+        ``Q``: the most candidates one pass may estimate, at most ``2**28``.
     start_bits : int, optional
         ``gamma`` (``< value_bits``); by default ``ceil(log2 k)`` (at most ``m - 1``).
     step_bits : int, optional
@@ -166,16 +167,16 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
     hash-range bucket, and the public group and prefix length). The defaults are the paper's
     Sec. IV-C configuration: equal groups, ``gamma = ceil(log2 k)``, the largest ``eta``
     within the query limit; the last step takes the remainder ``m - gamma - (g - 1) eta``.
-    Counting stage ``i`` costs ``O(n_i 2**b s / d + s 2**eta eta)`` for ``s`` survivors
+    Counting pass ``i`` costs ``O(n_i 2**b s / d + s 2**eta eta)`` for ``s`` survivors
     (:mod:`~ldpflow.core.heavy_hitters.counting`); the estimate of a candidate has OLH's
-    variance on the ``n_i`` users of its group. The survivors of a stage are at most
+    variance on the ``n_i`` users of its group. The survivors of a pass are at most
     ``query_limit // 2**eta_i`` (by default :attr:`default_survivors`).
     """
 
     name = NAME  # the ``oracle`` tag of its reports (a class attribute, not a parameter)
-    #: :mod:`ldpflow.core.poisoning` tests the OLH counts of each stage's prefixes.
+    #: :mod:`ldpflow.core.poisoning` tests the OLH counts of each pass's prefixes.
     poisoning_family = "prefix"
-    #: The survivor rule of every stage (see :meth:`select`).
+    #: The survivor rule of every pass (see :meth:`select`).
     server_options = {"survivors": None, "threshold_sigma": None, "threshold": None,
                       "refine_sigma": DEFAULT_REFINE_SIGMA,
                       "significance": DEFAULT_SIGNIFICANCE}
@@ -230,12 +231,12 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
         first = min(gamma + eta, m)
         if 2**first > limit:
             raise ValueError(
-                f"stage 0 estimates all 2**{first} prefixes of {first} bits; query_limit must "
+                f"pass 0 estimates all 2**{first} prefixes of {first} bits; query_limit must "
                 f"be >= 2**{first}, got {limit!r}"
             )
         if derived > 1 and k * 2**eta > limit:
             raise ValueError(
-                f"later stages estimate top_k * 2**step_bits = {k} * 2**{eta} candidates; "
+                f"later passes estimate top_k * 2**step_bits = {k} * 2**{eta} candidates; "
                 f"query_limit must be >= {k * 2**eta}, got {limit!r}"
             )
         for name, value in (
@@ -252,18 +253,18 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
         gamma, eta, m = self.start_bits, self.step_bits, self.value_bits
         return tuple(min(gamma + (i + 1) * eta, m) for i in range(self.num_groups))
 
-    def parent_bits(self, stage: int) -> int:
-        """The length of the prefixes a stage extends (0 for stage 0)."""
-        stage = self._check_stage(stage)
-        return 0 if stage == 0 else self.prefix_bits[stage - 1]
+    def parent_bits(self, pass_index: int) -> int:
+        """The length of the prefixes a pass extends (0 for pass 0)."""
+        pass_index = self._check_pass(pass_index)
+        return 0 if pass_index == 0 else self.prefix_bits[pass_index - 1]
 
-    def suffix_bits(self, stage: int) -> int:
-        """``eta_i``: the bits a stage adds (all of ``prefix_bits[0]`` at stage 0)."""
-        return self.prefix_bits[self._check_stage(stage)] - self.parent_bits(stage)
+    def suffix_bits(self, pass_index: int) -> int:
+        """``eta_i``: the bits a pass adds (all of ``prefix_bits[0]`` at pass 0)."""
+        return self.prefix_bits[self._check_pass(pass_index)] - self.parent_bits(pass_index)
 
-    def oracle(self, stage: int) -> OptimizedLocalHashing:
-        """The OLH oracle of a stage's group: ``2**prefix_bits[stage]`` values, full epsilon."""
-        bits = self.prefix_bits[self._check_stage(stage)]
+    def oracle(self, pass_index: int) -> OptimizedLocalHashing:
+        """The OLH oracle of a pass's group: ``2**prefix_bits[pass_index]`` values, full epsilon."""
+        bits = self.prefix_bits[self._check_pass(pass_index)]
         return OptimizedLocalHashing(
             epsilon=self.epsilon, domain_size=2**bits, hash_range=self.hash_range
         )
@@ -289,12 +290,12 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
 
     @property
     def max_survivors(self) -> int:
-        """The most prefixes a stage may keep: ``query_limit // 2**eta`` (later stages)."""
+        """The most prefixes a pass may keep: ``query_limit // 2**eta`` (later passes)."""
         return self.query_limit >> self.step_bits if self.num_groups > 1 else self.query_limit
 
     @property
     def default_survivors(self) -> int:
-        """The survivors a stage keeps by default: ``2 k``, or as many as the query limit
+        """The survivors a pass keeps by default: ``2 k``, or as many as the query limit
         allows if fewer (never fewer than ``k``)."""
         return max(self.top_k, min(default_survivors(self.top_k), self.max_survivors))
 
@@ -315,17 +316,17 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
             )
         return s
 
-    def max_candidates(self, stage: int, survivors: int | None = None) -> int:
-        """The most candidates a stage can estimate (at most ``query_limit``)."""
-        stage = self._check_stage(stage)
-        kept = 1 if stage == 0 else self._check_survivors(survivors)
-        return kept * 2 ** self.suffix_bits(stage)
+    def max_candidates(self, pass_index: int, survivors: int | None = None) -> int:
+        """The most candidates a pass can estimate (at most ``query_limit``)."""
+        pass_index = self._check_pass(pass_index)
+        kept = 1 if pass_index == 0 else self._check_survivors(survivors)
+        return kept * 2 ** self.suffix_bits(pass_index)
 
-    def _check_stage(self, stage: int) -> int:
-        stage = validation.check_positive_int(stage, name="stage", minimum=0)
-        if stage >= self.num_groups:
-            raise ValueError(f"stage must be in [0, {self.num_groups}), got {stage!r}")
-        return stage
+    def _check_pass(self, pass_index: int) -> int:
+        pass_index = validation.check_positive_int(pass_index, name="pass_index", minimum=0)
+        if pass_index >= self.num_groups:
+            raise ValueError(f"pass_index must be in [0, {self.num_groups}), got {pass_index!r}")
+        return pass_index
 
     # -- client -------------------------------------------------------------------------------
     def perturb(
@@ -358,12 +359,12 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
         seeds = np.zeros(n, dtype=_U64)
         buckets = np.zeros(n, dtype=np.int64)
         lengths = np.asarray(self.prefix_bits, dtype=np.int64)[groups]
-        for stage, bits in enumerate(self.prefix_bits):
-            idx = np.flatnonzero(groups == stage)
+        for pass_index, bits in enumerate(self.prefix_bits):
+            idx = np.flatnonzero(groups == pass_index)
             if idx.size == 0:
                 continue
             prefixes = vals[idx] >> _U64(self.value_bits - bits)
-            reports = self.oracle(stage).perturb(prefixes, source)
+            reports = self.oracle(pass_index).perturb(prefixes, source)
             seeds[idx] = reports.columns["seed"]
             buckets[idx] = reports.columns["bucket"]
         return Reports(
@@ -387,55 +388,59 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
             ((bucket < 0) | (bucket >= self.hash_range), f"bucket outside [0, {self.hash_range})"),
         ]
 
-    # -- server: one stage --------------------------------------------------------------------
-    def check_prefixes(self, stage: int, prefixes: npt.ArrayLike | None) -> np.ndarray:
-        """A stage's prefixes to extend as uint64, after checking them.
+    # -- server: one pass --------------------------------------------------------------------
+    def check_prefixes(self, pass_index: int, prefixes: npt.ArrayLike | None) -> np.ndarray:
+        """A pass's prefixes to extend as uint64, after checking them.
 
-        Stage 0 extends the single empty prefix: pass ``None`` (or ``[0]``). A later stage
-        extends at most :attr:`max_survivors` distinct prefixes of ``parent_bits(stage)``
+        Pass 0 extends the single empty prefix: pass ``None`` (or ``[0]``). A later pass
+        extends at most :attr:`max_survivors` distinct prefixes of ``parent_bits(pass_index)``
         bits.
         """
-        stage = self._check_stage(stage)
-        if stage == 0:
+        pass_index = self._check_pass(pass_index)
+        if pass_index == 0:
             if prefixes is not None and np.asarray(prefixes).reshape(-1).tolist() != [0]:
                 raise ValueError(
-                    "prefixes of stage 0 must be None (the empty prefix), got "
+                    "prefixes of pass 0 must be None (the empty prefix), got "
                     f"{np.asarray(prefixes).tolist()}"
                 )
             return np.zeros(1, dtype=_U64)
         if prefixes is None:
             raise ValueError(
-                f"prefixes of stage {stage} must be the survivors of stage {stage - 1}"
+                f"prefixes of pass {pass_index} must be the survivors of pass {pass_index - 1}"
             )
-        pre = codecs.check_unsigned(prefixes, self.parent_bits(stage), name="prefixes")
-        limit = self.query_limit >> self.suffix_bits(stage)
+        pre = codecs.check_unsigned(prefixes, self.parent_bits(pass_index), name="prefixes")
+        limit = self.query_limit >> self.suffix_bits(pass_index)
         if pre.size > limit:
             raise ValueError(
-                f"prefixes must hold at most query_limit // 2**{self.suffix_bits(stage)} = "
+                f"prefixes must hold at most query_limit // 2**{self.suffix_bits(pass_index)} = "
                 f"{limit}, got {pre.size}"
             )
         if np.unique(pre).size != pre.size:
             raise ValueError(f"prefixes must be distinct, got {pre.tolist()}")
         return pre
 
-    def candidates(self, stage: int, prefixes: npt.ArrayLike | None = None) -> np.ndarray:
-        """The candidates a stage estimates: every extension of every prefix (uint64)."""
-        pre = self.check_prefixes(stage, prefixes)
-        return extend_prefixes(pre, self.suffix_bits(stage))
+    def candidates(self, pass_index: int, prefixes: npt.ArrayLike | None = None) -> np.ndarray:
+        """The candidates a pass estimates: every extension of every prefix (uint64)."""
+        pre = self.check_prefixes(pass_index, prefixes)
+        return extend_prefixes(pre, self.suffix_bits(pass_index))
 
-    def _stage_state(self, stage: int, prefixes: npt.ArrayLike | None) -> PassState:
-        """A state that makes ``stage`` extend ``prefixes`` (for the one-stage calls)."""
-        return PassState(self.key, stage, {"prefixes": self.check_prefixes(stage, prefixes)},
-                         (-1,) * self.num_groups)
+    def _pass_state(self, pass_index: int, prefixes: npt.ArrayLike | None) -> PassState:
+        """A state that makes ``pass_index`` extend ``prefixes`` (for the one-pass calls)."""
+        return PassState(
+            self.key,
+            pass_index,
+            {"prefixes": self.check_prefixes(pass_index, prefixes)},
+            (-1,) * self.num_groups,
+        )
 
-    def create_accumulator(self, stage: int, prefixes: npt.ArrayLike | None = None
+    def create_accumulator(self, pass_index: int, prefixes: npt.ArrayLike | None = None
                            ) -> PassCounts:
-        """Empty counts of a stage for the given prefixes (:meth:`create_pass_counts`)."""
-        return self.create_pass_counts(stage, self._stage_state(stage, prefixes))
+        """Empty counts of a pass for the given prefixes (:meth:`create_pass_counts`)."""
+        return self.create_pass_counts(pass_index, self._pass_state(pass_index, prefixes))
 
     def aggregate(
         self,
-        stage: int,
+        pass_index: int,
         reports: Reports | Mapping[str, npt.ArrayLike],
         prefixes: npt.ArrayLike | None = None,
     ) -> PassCounts:
@@ -450,42 +455,44 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
         InvalidReportError
             If a row is invalid or belongs to another group.
         """
-        return self.accumulate(stage, reports, self._stage_state(stage, prefixes))
+        return self.accumulate(pass_index, reports, self._pass_state(pass_index, prefixes))
 
-    # the pass hooks: pass i is stage i, on group i's reports
+    # the pass hooks: pass i is pass i, on group i's reports
     @property
     def num_passes(self) -> int:
-        """One pass per stage: ``g``."""
+        """One pass per pass: ``g``."""
         return self.num_groups
 
-    def pass_groups(self, step: int) -> tuple[int, ...]:
-        """Stage ``i`` reads group ``i``."""
-        return (self._check_stage(step),)
+    def pass_groups(self, pass_index: int) -> tuple[int, ...]:
+        """Pass ``i`` reads group ``i``."""
+        return (self._check_pass(pass_index),)
 
-    def pass_label(self, step: int) -> str:
-        return f"prefixes of {self.prefix_bits[self._check_stage(step)]} bits"
+    def pass_label(self, pass_index: int) -> str:
+        return f"prefixes of {self.prefix_bits[self._check_pass(pass_index)]} bits"
 
-    def _pass_context(self, step: int, state: PassState) -> tuple:
-        return (self.check_prefixes(step, state.data.get("prefixes")),)
+    def _pass_context(self, pass_index: int, state: PassState) -> tuple:
+        return (self.check_prefixes(pass_index, state.data.get("prefixes")),)
 
-    def _empty_arrays(self, step: int, context: tuple) -> dict[str, tuple[int, ...]]:
-        return {"counts": (context[0].size, 1 << self.suffix_bits(step))}
+    def _empty_arrays(self, pass_index: int, context: tuple) -> dict[str, tuple[int, ...]]:
+        return {"counts": (context[0].size, 1 << self.suffix_bits(pass_index))}
 
-    def _count_pass(self, step: int, reports: Reports, context: tuple) -> dict[str, np.ndarray]:
+    def _count_pass(
+        self, pass_index: int, reports: Reports, context: tuple
+    ) -> dict[str, np.ndarray]:
         (prefixes,) = context
         if not prefixes.size:
             return {}
         return {"counts": counting.prefix_scatter(
             reports.columns["seed"], reports.columns["bucket"], prefixes,
-            self.prefix_bits[step], self.suffix_bits(step), self.hash_range)}
+            self.prefix_bits[pass_index], self.suffix_bits(pass_index), self.hash_range)}
 
-    def _advance(self, step: int, counts: PassCounts, state: PassState,
+    def _advance(self, pass_index: int, counts: PassCounts, state: PassState,
                  valid: Callable[[np.ndarray, int], np.ndarray] | None,
                  options: dict[str, Any]) -> tuple[dict[str, Any], PassFigures]:
         history = tuple(state.data.get("history", ()))
         estimate = self.estimate(counts)
         kept = self.select(estimate, history=history, valid=valid, **options)
-        figures = PassFigures(step, self.pass_label(step), estimate.n,
+        figures = PassFigures(pass_index, self.pass_label(pass_index), estimate.n,
                               int(estimate.candidates.size), int(kept.prefixes.size),
                               estimate.sigma)
         data = {"history": (*history, kept), "prefixes": kept.prefixes}
@@ -494,8 +501,8 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
     def _result(self, state: PassState, k: int) -> tuple[np.ndarray, np.ndarray]:
         return state.data["history"][-1].top(k)
 
-    def estimate(self, accumulator: PassCounts) -> StageEstimate:
-        """The frequencies of a stage's candidates from its counts.
+    def estimate(self, accumulator: PassCounts) -> PassEstimate:
+        """The frequencies of a pass's candidates from its counts.
 
         Raises
         ------
@@ -509,13 +516,14 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
             )
         if accumulator.key != self.key:
             raise ValueError(f"accumulator of {accumulator.key} given to {self.key}")
-        stage = self._check_stage(accumulator.step)
+        pass_index = self._check_pass(accumulator.pass_index)
         (prefixes,) = accumulator.context
-        candidates = extend_prefixes(prefixes, self.suffix_bits(stage))
-        n = int(accumulator.group_counts[stage])
+        candidates = extend_prefixes(prefixes, self.suffix_bits(pass_index))
+        n = int(accumulator.group_counts[pass_index])
         if n == 0 and candidates.size:
             raise ValueError(
-                f"group {stage} has no reports; the frequencies of stage {stage} are undefined"
+                f"group {pass_index} has no reports; the frequencies of pass {pass_index} are "
+                f"undefined"
             )
         if candidates.size:
             support = hashing.support_counts(accumulator.arrays["counts"],
@@ -524,41 +532,43 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
             support = np.zeros(0, dtype=np.int64)
         freqs = olh_frequencies(support, n, self.epsilon, self.hash_range) if n else np.zeros(0)
         sigma = math.sqrt(self.variance(n)) if n else math.nan
-        return StageEstimate(stage, self.prefix_bits[stage], candidates, support, freqs, n, sigma)
+        return PassEstimate(
+            pass_index, self.prefix_bits[pass_index], candidates, support, freqs, n, sigma
+        )
 
     def count_candidates(
         self,
-        stage: int,
+        pass_index: int,
         reports: Reports | Mapping[str, npt.ArrayLike],
         prefixes: npt.ArrayLike | None = None,
-    ) -> StageEstimate:
-        """:meth:`estimate` of :meth:`aggregate`: one stage on one batch of its group."""
-        return self.estimate(self.aggregate(stage, reports, prefixes))
+    ) -> PassEstimate:
+        """:meth:`estimate` of :meth:`aggregate`: one pass on one batch of its group."""
+        return self.estimate(self.aggregate(pass_index, reports, prefixes))
 
     def select(
         self,
-        estimate: StageEstimate,
+        estimate: PassEstimate,
         *,
-        history: Sequence[StageSurvivors] = (),
+        history: Sequence[PassSurvivors] = (),
         survivors: int | None = None,
         threshold_sigma: float | None = None,
         threshold: float | None = None,
         valid: Callable[[np.ndarray, int], np.ndarray] | None = None,
         refine_sigma: float | None = DEFAULT_REFINE_SIGMA,
         significance: float | None = DEFAULT_SIGNIFICANCE,
-    ) -> StageSurvivors:
-        """The survivors of a stage, best first.
+    ) -> PassSurvivors:
+        """The survivors of a pass, best first.
 
         The survivor rule (:func:`~ldpflow.core.heavy_hitters.base.select_survivors`) picks
         a pool of ``4 s`` candidates by their own estimates (pruning the invalid ones and
         those below the thresholds); :func:`combine` ranks the pool with the estimates of the
-        earlier stages' survivors (``history``) and the best ``s`` are kept.
+        earlier passes' survivors (``history``) and the best ``s`` are kept.
 
         Parameters
         ----------
-        estimate : StageEstimate
-        history : sequence of StageSurvivors
-            The survivors of the earlier stages, in order (empty at stage 0).
+        estimate : PassEstimate
+        history : sequence of PassSurvivors
+            The survivors of the earlier passes, in order (empty at pass 0).
         survivors : int, optional
             ``s``, how many candidates to keep at most (default :attr:`default_survivors`).
         threshold_sigma : float, optional
@@ -569,42 +579,42 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
             ``valid(candidates, prefix_bits)`` -> bool mask of the candidates that can be
             prefixes of valid values (a codec's ``valid_prefixes``); the others are pruned.
         refine_sigma : float or None, default 3
-            :func:`combine`'s ``z``; ``None`` ranks by the stage's own estimates (the paper).
+            :func:`combine`'s ``z``; ``None`` ranks by the pass's own estimates (the paper).
         significance : float or None, default 0.05
-            The last stage (the one whose values are returned) keeps only candidates
+            The last pass (the one whose values are returned) keeps only candidates
             significantly above zero among its valid candidates, family-wise at this level:
             a weighted Bonferroni test, the level split equally among the prefixes the
-            stage extends, a prefix's share equally among its valid extensions, and (with
+            pass extends, a prefix's share equally among its valid extensions, and (with
             ``valid``) half of it to the extension by zeros when that one is valid (a value
             that ends there;
-            :func:`~ldpflow.core.heavy_hitters.base.parent_weighted_sigmas`). Earlier stages
-            (from stage 1) rank by the margin over the same cut of their own candidates
-            without cutting; stage 0 by its estimates. A run then returns fewer than ``k``
-            rather than noise. With one group, stage 0 is the last and the test is
+            :func:`~ldpflow.core.heavy_hitters.base.parent_weighted_sigmas`). Earlier passes
+            (from pass 1) rank by the margin over the same cut of their own candidates
+            without cutting; pass 0 by its estimates. A run then returns fewer than ``k``
+            rather than noise. With one group, pass 0 is the last and the test is
             Bonferroni's over its candidates. ``None``: no such test (the paper).
 
         Returns
         -------
-        StageSurvivors
+        PassSurvivors
             The kept prefixes with their own estimates and their combined scores.
         """
         s = self._check_survivors(survivors)
-        if estimate.stage == 0 and self.num_groups > 1:
-            # Stage 0 has no earlier estimates to rank with: keep twice as many prefixes
-            # (when the next stage's candidates fit the query limit); the combined ranking
-            # of stage 1 drops the noisy ones.
+        if estimate.pass_index == 0 and self.num_groups > 1:
+            # Pass 0 has no earlier estimates to rank with: keep twice as many prefixes
+            # (when the next pass's candidates fit the query limit); the combined ranking
+            # of pass 1 drops the noisy ones.
             s = max(s, min(2 * s, self.query_limit >> self.suffix_bits(1)))
         mask = None if valid is None else valid(estimate.candidates, estimate.prefix_bits)
         refined = refine_sigma is not None and bool(history)
         pool_size = 4 * s if refined else s
-        # The significance test is the last stage's (the stage whose values are returned):
-        # later stages split its level among the prefixes they extend
-        # (parent_weighted_sigmas), and a stage before the last ranks by the margin over
+        # The significance test is the last pass's (the pass whose values are returned):
+        # later passes split its level among the prefixes they extend
+        # (parent_weighted_sigmas), and a pass before the last ranks by the margin over
         # that cut without cutting.
-        last = estimate.stage == self.num_groups - 1
+        last = estimate.pass_index == self.num_groups - 1
         z = None
-        if significance is not None and estimate.stage and math.isfinite(estimate.sigma):
-            eta = self.suffix_bits(estimate.stage)
+        if significance is not None and estimate.pass_index and math.isfinite(estimate.sigma):
+            eta = self.suffix_bits(estimate.pass_index)
             z = parent_weighted_sigmas(
                 estimate.candidates >> np.uint64(eta),
                 np.ones(estimate.candidates.size, dtype=bool) if mask is None else mask,
@@ -617,29 +627,29 @@ class PrefixExtendingMethod(HeavyHitterProtocol):
                                 cut_sigmas=z, test=last)
         prefixes, freqs = estimate.candidates[pool], estimate.frequencies[pool]
         if not refined or refine_sigma is None:  # (refined implies a refine_sigma)
-            return StageSurvivors(estimate.prefix_bits, prefixes, freqs, estimate.sigma, freqs)
+            return PassSurvivors(estimate.prefix_bits, prefixes, freqs, estimate.sigma, freqs)
         scores = combine(prefixes, freqs, estimate.sigma, estimate.prefix_bits, history,
                          z=refine_sigma)
         rank = scores if z is None or last else scores - z[pool] * estimate.sigma
         keep = np.lexsort((prefixes, -rank))[:s]
-        return StageSurvivors(estimate.prefix_bits, prefixes[keep], freqs[keep],
+        return PassSurvivors(estimate.prefix_bits, prefixes[keep], freqs[keep],
                               estimate.sigma, scores[keep])
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class StageSurvivors:
-    """The prefixes a stage kept, best first, with their estimates.
+class PassSurvivors:
+    """The prefixes a pass kept, best first, with their estimates.
 
     Attributes
     ----------
     prefix_bits : int
     prefixes : ndarray of uint64
     frequencies : ndarray of float64
-        The stage's own (unbiased) estimates of the prefixes.
+        The pass's own (unbiased) estimates of the prefixes.
     sigma : float
-        The standard deviation of one of the stage's own estimates at frequency 0.
+        The standard deviation of one of the pass's own estimates at frequency 0.
     scores : ndarray of float64
-        The combined estimates the stage ranked by (:func:`combine`; its own estimates
+        The combined estimates the pass ranked by (:func:`combine`; its own estimates
         when nothing was combined). The heavy hitters' reported frequencies.
     """
 
@@ -657,25 +667,25 @@ class StageSurvivors:
 
 
 def combine(prefixes: npt.ArrayLike, frequencies: npt.ArrayLike, sigma: float,
-            prefix_bits: int, history: Sequence[StageSurvivors], *,
+            prefix_bits: int, history: Sequence[PassSurvivors], *,
             z: float = DEFAULT_REFINE_SIGMA) -> np.ndarray:
-    """Combined estimates of a pool of ``prefix_bits``-bit prefixes with earlier stages'.
+    """Combined estimates of a pool of ``prefix_bits``-bit prefixes with earlier passes'.
 
-    A prefix ``v`` of the pool has its own unbiased estimate ``f(v)`` from its stage's
-    group. An earlier stage ``j`` estimated ``v``'s ancestor ``a_j(v)`` (its first
+    A prefix ``v`` of the pool has its own unbiased estimate ``f(v)`` from its pass's
+    group. An earlier pass ``j`` estimated ``v``'s ancestor ``a_j(v)`` (its first
     ``l_j`` bits) from another, independent group: unbiased for the total frequency of the
     values below that ancestor, which is ``v``'s when ``v`` holds all of it. The estimate
-    of stage ``j`` joins ``v``'s when ``a_j(v)`` was kept by stage ``j``, ``v`` has the
+    of pass ``j`` joins ``v``'s when ``a_j(v)`` was kept by pass ``j``, ``v`` has the
     highest own estimate of the prefixes of the pool below that ancestor (a noisy sibling
     never borrows its ancestor's mass), and ``f_j(a_j(v)) - f(v) <= z sqrt(sigma_j**2 +
     sigma**2)`` (the ancestor is not visibly heavier: no other frequent value below it);
     the result is the inverse-variance mean of the joined estimates. For 64-bit integer
-    values every stage usually joins, so the ranking of the last stage rests on about
-    ``n`` users instead of ``n / g``, and a noisy prefix that survived a stage by chance is
+    values every pass usually joins, so the ranking of the last pass rests on about
+    ``n`` users instead of ``n / g``, and a noisy prefix that survived a pass by chance is
     outranked once a later group sees nothing below it.
     A short word whose ancestors other frequent words share keeps its own estimate.
 
-    Survivors of a stage are chosen by that stage's estimates, which biases the ones near
+    Survivors of a pass are chosen by that pass's estimates, which biases the ones near
     its cut upwards; keeping more survivors than ``k`` (the default ``2 k``) keeps the cut
     away from the ``k``-th value.
 
@@ -690,19 +700,23 @@ def combine(prefixes: npt.ArrayLike, frequencies: npt.ArrayLike, sigma: float,
     z = float(z)
     weight = np.full(values.size, 1.0 / sigma**2)
     total = freqs * weight
-    for stage in history:
-        if stage.prefixes.size == 0 or not math.isfinite(stage.sigma) or stage.sigma <= 0:
+    for pass_index in history:
+        if (
+            pass_index.prefixes.size == 0
+            or not math.isfinite(pass_index.sigma)
+            or pass_index.sigma <= 0
+        ):
             continue
-        ancestor = values >> _U64(prefix_bits - stage.prefix_bits)
-        order = np.argsort(stage.prefixes, kind="stable")
-        known = stage.prefixes[order]
+        ancestor = values >> _U64(prefix_bits - pass_index.prefix_bits)
+        order = np.argsort(pass_index.prefixes, kind="stable")
+        known = pass_index.prefixes[order]
         pos = np.minimum(np.searchsorted(known, ancestor), known.size - 1)
         found = known[pos] == ancestor
-        est = np.where(found, stage.frequencies[order][pos], 0.0)
+        est = np.where(found, pass_index.frequencies[order][pos], 0.0)
         best = _best_per_group(ancestor, freqs)
-        bound = z * math.sqrt(stage.sigma**2 + sigma**2)
+        bound = z * math.sqrt(pass_index.sigma**2 + sigma**2)
         joins = found & best & (est - freqs <= bound)
-        w = 1.0 / stage.sigma**2
+        w = 1.0 / pass_index.sigma**2
         total = total + np.where(joins, est * w, 0.0)
         weight = weight + np.where(joins, w, 0.0)
     return total / weight

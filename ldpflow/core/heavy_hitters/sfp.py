@@ -222,22 +222,24 @@ class SequenceFragmentPuzzle(HeavyHitterProtocol):
         """Two passes: the puzzle pieces, then the final test of the joined values."""
         return 2
 
-    def pass_label(self, step: int) -> str:
-        return ("puzzle pieces", "final test")[self._check_step(step)]
+    def pass_label(self, pass_index: int) -> str:
+        return ("puzzle pieces", "final test")[self._check_pass(pass_index)]
 
-    def _pass_context(self, step: int, state: PassState) -> tuple:
-        if step == 0:
+    def _pass_context(self, pass_index: int, state: PassState) -> tuple:
+        if pass_index == 0:
             return ()
         return self._final_context(state)
 
-    def _empty_arrays(self, step: int, context: tuple) -> dict[str, tuple[int, ...]]:
-        if step == 0:  # one 2**piece_bits sum per position, allocated where its reports are
+    def _empty_arrays(self, pass_index: int, context: tuple) -> dict[str, tuple[int, ...]]:
+        if pass_index == 0:  # one 2**piece_bits sum per position, allocated where its reports are
             return {}
         return {"support": (context[0].size,)}
 
-    def _count_pass(self, step: int, reports: Reports, context: tuple) -> dict[str, np.ndarray]:
+    def _count_pass(
+        self, pass_index: int, reports: Reports, context: tuple
+    ) -> dict[str, np.ndarray]:
         cols, g = reports.columns, self.hash_range
-        if step == 1:
+        if pass_index == 1:
             return self._final_count(reports, context)
         out = {}
         for position in range(self.positions):
@@ -247,12 +249,12 @@ class SequenceFragmentPuzzle(HeavyHitterProtocol):
                     cols["seed_piece"][idx], cols["bucket_piece"][idx], self.piece_bits, g)
         return out
 
-    def _advance(self, step: int, counts: PassCounts, state: PassState,
+    def _advance(self, pass_index: int, counts: PassCounts, state: PassState,
                  valid: Callable[[np.ndarray, int], np.ndarray] | None,
                  options: dict[str, Any]) -> tuple[dict[str, Any], PassFigures]:
         g, eps, n = self.hash_range, self.component_epsilon, counts.n
-        if step == 1:
-            return self._final_advance(step, counts, eps, n)
+        if pass_index == 1:
+            return self._final_advance(pass_index, counts, eps, n)
         survivors = options["survivors"]
         cap = 4 * self.top_k if survivors is None else validation.check_positive_int(
             survivors, name="survivors")
@@ -269,7 +271,7 @@ class SequenceFragmentPuzzle(HeavyHitterProtocol):
         values = self.join(kept)
         if valid is not None and values.size:
             values = values[valid(values, self.value_bits)]
-        figures = PassFigures(step, self.pass_label(step), n,
+        figures = PassFigures(pass_index, self.pass_label(pass_index), n,
                               self.positions << self.piece_bits, int(values.size))
         return {"candidates": values}, figures
 

@@ -267,21 +267,21 @@ class SegmentPairsMethod(HeavyHitterProtocol):
         """Three passes: the segments, the segment pairs, the final test."""
         return 3
 
-    def pass_label(self, step: int) -> str:
-        return ("segments", "segment pairs", "final test")[self._check_step(step)]
+    def pass_label(self, pass_index: int) -> str:
+        return ("segments", "segment pairs", "final test")[self._check_pass(pass_index)]
 
-    def _pass_context(self, step: int, state: PassState) -> tuple:
-        if step == 0:
+    def _pass_context(self, pass_index: int, state: PassState) -> tuple:
+        if pass_index == 0:
             return ()
-        if step == 1:
+        if pass_index == 1:
             return tuple(np.asarray(x, dtype=_U64) for x in state.data["kept"])
         return self._final_context(state)
 
-    def _empty_arrays(self, step: int, context: tuple) -> dict[str, tuple[int, ...]]:
-        if step == 0:
+    def _empty_arrays(self, pass_index: int, context: tuple) -> dict[str, tuple[int, ...]]:
+        if pass_index == 0:
             return {f"segment_{seg}": (1 << bits,)
                     for seg, (_, bits) in enumerate(self.segment_bounds)}
-        if step == 1:
+        if pass_index == 1:
             out: dict[str, tuple[int, ...]] = {}
             for g, (i, j) in enumerate(self.pairs):
                 out[f"joint_{g}"] = (context[i].size, context[j].size)
@@ -290,17 +290,19 @@ class SegmentPairsMethod(HeavyHitterProtocol):
             return out
         return {"support": (context[0].size,)}
 
-    def _count_pass(self, step: int, reports: Reports, context: tuple) -> dict[str, np.ndarray]:
+    def _count_pass(
+        self, pass_index: int, reports: Reports, context: tuple
+    ) -> dict[str, np.ndarray]:
         cols, g_range, bounds = reports.columns, self.hash_range, self.segment_bounds
         group = cols["group"]
-        if step == 2:
+        if pass_index == 2:
             return self._final_count(reports, context)
         out: dict[str, np.ndarray] = {}
         for g, (i, j) in enumerate(self.pairs):
             idx = np.flatnonzero(group == g)
             if not idx.size:
                 continue
-            if step == 0:  # both segments of the pair over their full domains
+            if pass_index == 0:  # both segments of the pair over their full domains
                 for side, seg in (("a", i), ("b", j)):
                     support = full_domain_support(cols[f"seed_{side}"][idx],
                                                   cols[f"bucket_{side}"][idx],
@@ -334,11 +336,11 @@ class SegmentPairsMethod(HeavyHitterProtocol):
             fj += b.sum(axis=0)
         return {f"joint_{g}": joint, f"fi_{g}": fi, f"fj_{g}": fj}
 
-    def _advance(self, step: int, counts: PassCounts, state: PassState,
+    def _advance(self, pass_index: int, counts: PassCounts, state: PassState,
                  valid: Callable[[np.ndarray, int], np.ndarray] | None,
                  options: dict[str, Any]) -> tuple[dict[str, Any], PassFigures]:
-        label, n = self.pass_label(step), counts.n
-        if step == 0:
+        label, n = self.pass_label(pass_index), counts.n
+        if pass_index == 0:
             kept = []
             for seg, (_, bits) in enumerate(self.segment_bounds):
                 covered = sum(int(counts.group_counts[g])
@@ -346,19 +348,19 @@ class SegmentPairsMethod(HeavyHitterProtocol):
                 freqs = self._estimate(counts.arrays[f"segment_{seg}"], covered)
                 cand = np.arange(1 << bits, dtype=_U64)
                 kept.append(cand[select_top(cand, freqs, self.segment_top)])
-            figures = PassFigures(step, label, n,
+            figures = PassFigures(pass_index, label, n,
                                   sum(1 << b for _, b in self.segment_bounds),
                                   sum(int(x.size) for x in kept))
             return {"kept": tuple(kept)}, figures
-        if step == 1:
+        if pass_index == 1:
             values = self._join(counts)
             if valid is not None and values.size:
                 values = values[valid(values, self.value_bits)]
-            figures = PassFigures(step, label, n,
+            figures = PassFigures(pass_index, label, n,
                                   sum(int(counts.context[i].size * counts.context[j].size)
                                       for i, j in self.pairs), int(values.size))
             return {"candidates": values}, figures
-        return self._final_advance(step, counts, self.component_epsilon, n)
+        return self._final_advance(pass_index, counts, self.component_epsilon, n)
 
     def _join(self, counts: PassCounts) -> np.ndarray:
         """The full values whose every segment pair is among its pair's frequent ones."""

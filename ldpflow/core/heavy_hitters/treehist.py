@@ -196,54 +196,56 @@ class TreeHist(HeavyHitterProtocol):
         """One pass per level and the final estimate: ``L + 1``."""
         return len(self.levels) + 1
 
-    def pass_groups(self, step: int) -> tuple[int, ...]:
+    def pass_groups(self, pass_index: int) -> tuple[int, ...]:
         """Pass ``i`` reads group ``i`` (the last pass: the final group ``L``)."""
-        return (self._check_step(step),)
+        return (self._check_pass(pass_index),)
 
-    def pass_label(self, step: int) -> str:
-        step = self._check_step(step)
-        if step < len(self.levels):
-            return f"prefixes of {self.levels[step]} bits"
+    def pass_label(self, pass_index: int) -> str:
+        pass_index = self._check_pass(pass_index)
+        if pass_index < len(self.levels):
+            return f"prefixes of {self.levels[pass_index]} bits"
         return "final estimate"
 
     def _frontier(self, state: PassState) -> np.ndarray:
         return np.asarray(state.data.get("frontier", np.zeros(1, dtype=_U64)), dtype=_U64)
 
-    def _suffix_bits(self, step: int) -> int:
-        return self.levels[step] - (self.levels[step - 1] if step else 0)
+    def _suffix_bits(self, pass_index: int) -> int:
+        return self.levels[pass_index] - (self.levels[pass_index - 1] if pass_index else 0)
 
-    def _pass_context(self, step: int, state: PassState) -> tuple:
+    def _pass_context(self, pass_index: int, state: PassState) -> tuple:
         return (self._frontier(state),)
 
-    def _empty_arrays(self, step: int, context: tuple) -> dict[str, tuple[int, ...]]:
+    def _empty_arrays(self, pass_index: int, context: tuple) -> dict[str, tuple[int, ...]]:
         (nodes,) = context
-        if step < len(self.levels):
-            return {"counts": (nodes.size, 1 << self._suffix_bits(step))}
+        if pass_index < len(self.levels):
+            return {"counts": (nodes.size, 1 << self._suffix_bits(pass_index))}
         return {"support": (nodes.size,)}
 
-    def _count_pass(self, step: int, reports: Reports, context: tuple) -> dict[str, np.ndarray]:
+    def _count_pass(
+        self, pass_index: int, reports: Reports, context: tuple
+    ) -> dict[str, np.ndarray]:
         (nodes,) = context
         if not nodes.size:
             return {}
-        if step == len(self.levels):
+        if pass_index == len(self.levels):
             return self._final_count(reports, context)
         return {"counts": counting.prefix_scatter(
-            reports.columns["seed"], reports.columns["bucket"], nodes, self.levels[step],
-            self._suffix_bits(step), self.hash_range)}
+            reports.columns["seed"], reports.columns["bucket"], nodes, self.levels[pass_index],
+            self._suffix_bits(pass_index), self.hash_range)}
 
-    def _advance(self, step: int, counts: PassCounts, state: PassState,
+    def _advance(self, pass_index: int, counts: PassCounts, state: PassState,
                  valid: Callable[[np.ndarray, int], np.ndarray] | None,
                  options: dict[str, Any]) -> tuple[dict[str, Any], PassFigures]:
         (nodes,) = counts.context
-        n = int(counts.group_counts[step])
+        n = int(counts.group_counts[pass_index])
         sigma = float(np.sqrt(self.variance(n)))
         g = self.hash_range
-        if step == len(self.levels):  # the final estimate of the last level's frontier
-            return self._final_advance(step, counts, self.epsilon, n)
+        if pass_index == len(self.levels):  # the final estimate of the last level's frontier
+            return self._final_advance(pass_index, counts, self.epsilon, n)
         survivors = options["survivors"]
         cap = 4 * self.top_k if survivors is None else validation.check_positive_int(
             survivors, name="survivors")
-        bits, eta = self.levels[step], self._suffix_bits(step)
+        bits, eta = self.levels[pass_index], self._suffix_bits(pass_index)
         cand = extend_prefixes(nodes, eta)
         if nodes.size:
             support = hashing.support_counts(counts.arrays["counts"], g).reshape(-1)
@@ -254,7 +256,8 @@ class TreeHist(HeavyHitterProtocol):
         keep = select_survivors(cand, freqs, sigma, survivors=cap,
                                 threshold_sigma=options["threshold_sigma"],
                                 threshold=options["threshold"], valid=mask)
-        figures = PassFigures(step, self.pass_label(step), n, int(cand.size), int(keep.size),
-                              sigma)
+        figures = PassFigures(
+            pass_index, self.pass_label(pass_index), n, int(cand.size), int(keep.size), sigma
+        )
         return {"frontier": cand[keep]}, figures
 
