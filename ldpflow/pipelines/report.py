@@ -37,8 +37,8 @@ from typing import Any
 from ldpflow.pipelines import options
 from ldpflow.pipelines.usage import check_output_file, usage_error
 
-__all__ = ["run", "render", "is_heavy_hitters", "document_labels", "check_labels", "visible",
-           "shown_label"]
+__all__ = ["run", "render", "is_heavy_hitters", "upgrade_document", "document_labels",
+           "check_labels", "visible", "shown_label"]
 
 _PROG = "ldpflow report"
 _Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
@@ -521,6 +521,35 @@ def _estimates_part(document: Mapping[str, Any], truth: Mapping[str, Any] | None
     return "".join(parts)
 
 
+#: The keys of a heavy_hitters.json written before its passes were named so (old -> today's):
+#: the per-pass list and each entry's index, at the top and in each of ``results``.
+_OLD_PASS_KEYS = {"stages": "passes"}  # rename: keep
+_OLD_ENTRY_KEYS = {"stage": "pass"}  # rename: keep
+
+
+def upgrade_document(document: Any) -> Any:
+    """``document`` with today's key names: a heavy_hitters.json written before the passes
+    were named so reads as one written now; any other document is returned as it is."""
+    if not isinstance(document, dict) or "top_k" not in document:
+        return document
+
+    def upgrade(part: Any) -> Any:
+        if not isinstance(part, dict):
+            return part
+        out = dict(part)
+        for old, new in _OLD_PASS_KEYS.items():
+            if old in out and new not in out:
+                entries = out.pop(old)
+                out[new] = [{_OLD_ENTRY_KEYS.get(k, k): v for k, v in e.items()}
+                            if isinstance(e, dict) else e for e in entries or []]
+        return out
+
+    out = upgrade(document)
+    if isinstance(out.get("results"), list):
+        out["results"] = [upgrade(r) for r in out["results"]]
+    return out
+
+
 def _load(path: str, names: Sequence[str], flag: str) -> dict:
     """The JSON document at ``path``, or in the directory ``path`` the first of ``names``
     that exists there."""
@@ -534,7 +563,7 @@ def _load(path: str, names: Sequence[str], flag: str) -> dict:
         raise usage_error(_PROG, f"cannot read {flag} {path!r}: {exc}") from None
     if not isinstance(document, dict):
         raise usage_error(_PROG, f"{flag} {path!r} is not an ldpflow document (a JSON object)")
-    return document
+    return upgrade_document(document)
 
 
 def check_labels(document: Mapping[str, Any], labels: Any) -> None:

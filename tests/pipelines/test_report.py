@@ -97,7 +97,7 @@ def heavy_document(values=(11749869230777074271, NFC, NFD, "plain")) -> dict:
     return {"top_k": top, "configuration": {"epsilon": 4.0, "value_bits": 64, "top_k": 4,
                                             "codec": "string"},
             "n": 1000, "group_sizes": [500, 500], "error": None,
-            "passes": [{"step": 0, "label": "final estimate", "reports": 500,
+            "passes": [{"pass": 0, "label": "final estimate", "reports": 500,
                         "candidates": 4, "survivors": 4, "sigma": 0.01}],
             "results": [{"protocol": "treehist", "configuration": {
                 "epsilon": 4.0, "value_bits": 64, "top_k": 4, "codec": "string"}}],
@@ -188,6 +188,35 @@ def test_a_heavy_hitter_page_from_heavy_hitters_json_alone(tmp_path, capsys):
                      f"--output={tmp_path / 'x.html'}"]) == 2
     assert "neither an estimates.json nor a heavy_hitters.json" in capsys.readouterr().err
     assert not (tmp_path / "x.html").exists()
+
+
+def test_a_heavy_hitters_json_written_before_the_passes_were_named_so_reads_the_same(tmp_path):
+    """A document written before the passes were named so (its old keys, at the top and in
+    each result) makes the page today's document makes."""
+    new = heavy_document()
+    new["results"][0]["passes"] = [dict(entry) for entry in new["passes"]]
+
+    def written_before(part):
+        old = {k: v for k, v in part.items() if k != "passes"}
+        old["stages"] = [{("stage" if k == "pass" else k): v  # rename: keep
+                          for k, v in entry.items()} for entry in part["passes"]]
+        return old
+
+    old = written_before(new)
+    old["results"] = [written_before(r) for r in new["results"]]
+    assert "stages" in old and "passes" not in old  # rename: keep
+    assert report.upgrade_document(old) == new
+    assert report.upgrade_document(new) == new  # today's document as it is
+    pages = {}
+    for name, document in (("new", new), ("old", old)):
+        source = tmp_path / name / "heavy_hitters.json"
+        source.parent.mkdir()
+        source.write_text(json.dumps(document), encoding="utf-8")
+        out = tmp_path / f"{name}.html"
+        assert cli.main(["report", f"--input={source}", f"--output={out}"]) == 0
+        pages[name] = out.read_text(encoding="utf-8")
+    assert pages["old"] == pages["new"]
+    assert "<h3>Passes</h3>" in pages["new"] and "final estimate" in pages["new"]
 
 
 def test_look_alike_strings_are_marked_with_their_code_points():
