@@ -87,4 +87,4 @@ def pem_from_key(key):
     key = ProtocolKey.coerce(key)
     if key.name != "pem":
         raise ValueError(f"key must be a 'pem' key, got {key!r}")
-    return key.build(), key.codec
+    return key.protocol, key.codec

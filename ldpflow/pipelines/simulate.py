@@ -52,6 +52,7 @@ import numpy as np
 from ldpflow.core import codecs, simulation, validation
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.core.oracles import FrequencyOracle, registry
+from ldpflow.core.registry import is_heavy_hitter
 from ldpflow.pipelines import options
 from ldpflow.pipelines.usage import check_output
 from ldpflow.wire import formats
@@ -127,7 +128,7 @@ def _dry_run(parser: argparse.ArgumentParser, args: argparse.Namespace, oracle: 
     rng = np.random.default_rng(0)
     one = formats.numbered_ids("user-", 0, 1)
     try:
-        if oracle.name in hh.PROTOCOLS:
+        if is_heavy_hitter(oracle.name):
             reports = oracle.perturb(np.zeros(1, dtype=np.uint64), np.array(["user-0"]), rng)
         else:
             kwargs = {"columns": np.zeros(1, dtype=np.int64)} if oracle.name == "onebit" \
@@ -272,7 +273,7 @@ _HEAVY_HITTER_ONLY = ("bits", "k", *sorted(hh.SHAPE_FLAGS - {"hash_range"}))
 def run(argv: list[str] | options.Parsed | None = None) -> dict:
     parsed = argv if isinstance(argv, options.Parsed) else options.parse("simulate", argv)
     parser, args = parsed.parser, parsed.args
-    if args.oracle in hh.PROTOCOLS:
+    if is_heavy_hitter(args.oracle):
         if args.value_labels is not None:
             parser.error("--value_labels applies to the frequency oracles (heavy-hitter "
                          "values are strings or integers themselves)")

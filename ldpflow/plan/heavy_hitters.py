@@ -138,7 +138,7 @@ class ServerRule:
 
 def _configuration(key: tuple) -> tuple[hh.HeavyHitterProtocol, str]:
     key = ProtocolKey.coerce(key)
-    return key.build(), key.codec
+    return key.protocol, key.codec
 
 
 @dataclasses.dataclass(eq=False)
@@ -369,7 +369,7 @@ def first_configuration(paths: Iterable[str], fmt: str | None, protocol: str,
         with opener(path) as stream:
             for parsed in formats.read_reports(stream, kind, source=path, policy=policy):
                 for key in parsed.batches:
-                    return key.build()
+                    return key.protocol
     return None
 
 
@@ -473,7 +473,7 @@ def _sums(protocol: hh.HeavyHitterProtocol, pass_index: int, state: hh.PassState
 
 def _protocol(key: tuple, cache: dict) -> hh.HeavyHitterProtocol:
     if key not in cache:
-        cache[key] = ProtocolKey.coerce(key).build()
+        cache[key] = ProtocolKey.coerce(key).protocol
     return cache[key]
 
 

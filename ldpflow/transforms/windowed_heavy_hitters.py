@@ -44,6 +44,7 @@ import numpy as np
 
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.core.keys import ProtocolKey
+from ldpflow.core.registry import is_heavy_hitter
 from ldpflow.core.oracles import Reports
 from ldpflow.plan.packed import (  # the compact columns the plan's passes spill too
     ALL_GROUPS,
@@ -212,7 +213,7 @@ class WindowPasses:
             self.kept[g] = compact(self.kept.get(g, []) + list(chunks))
         if other.pending:
             self.pending = self.pending + list(other.pending)
-            self._count_pending(ProtocolKey.coerce(self.key).build())
+            self._count_pending(ProtocolKey.coerce(self.key).protocol)
         self.dead = add_tallies(self.dead, other.dead)
         self.duplicates += other.duplicates
         return self
@@ -311,7 +312,7 @@ class WindowPassesCombineFn(beam.CombineFn):
             configs = self._configs = {}
         protocol = configs.get(key)
         if protocol is None:
-            protocol = configs[key] = ProtocolKey.coerce(key).build()
+            protocol = configs[key] = ProtocolKey.coerce(key).protocol
         return protocol
 
     def create_accumulator(self) -> WindowPasses:
@@ -408,7 +409,7 @@ class IdentifyHeavyHittersStream(beam.PTransform):
                  timestamp_attribute: str | None = None,
                  max_reports_per_user: int | None = None):
         super().__init__()
-        if protocol not in hh.PROTOCOLS:
+        if not is_heavy_hitter(protocol):
             raise ValueError(f"protocol must be one of {' '.join(sorted(hh.PROTOCOLS))}, got "
                              f"{protocol!r}")
         self._name = protocol

@@ -311,7 +311,7 @@ def test_every_protocol_runs_from_simulate_through_the_job_as_in_core(tmp_path, 
                                   expect={"oracle": name})
     assert not dead
     ((key, batch),) = batches.items()
-    protocol = key.build()
+    protocol = key.protocol
     assert protocol.parameters == truth["parameters"]
     expected = protocol.identify(batch.reports)
     assert [t["value"] for t in doc["top_k"]] == expected.values.tolist()
