@@ -44,8 +44,8 @@ import numpy as np
 
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.core.keys import ProtocolKey
-from ldpflow.core.registry import is_heavy_hitter
 from ldpflow.core.oracles import Reports
+from ldpflow.core.registry import is_heavy_hitter
 from ldpflow.plan.packed import (  # the compact columns the plan's passes spill too
     ALL_GROUPS,
     FAN_IN,
