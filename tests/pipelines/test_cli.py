@@ -103,7 +103,7 @@ def test_the_dask_runner_is_refused_with_the_reason(tmp_path, capsys):
 @pytest.mark.parametrize("argv,module", [
     # the acceptance policy's defaults (pyarrow's wire layer) come before the Beam job
     (["estimate", "--input=IN/*", "--output=OUT"], "pyarrow"),
-    (["heavy-hitters", "--input=IN/*", "--output=OUT", "--k=4", "--bits=8"], "apache_beam"),
+    (["heavy-hitters", "--input=IN/*", "--output=OUT", "--k=4", "--bits=8"], "pyarrow"),
     (["stream", "--subscription=projects/p/subscriptions/s", "--output=OUT"], "pyarrow"),
     (["simulate", "--oracle=grr", "--epsilon=1", "--domain_size=4", "--users=10",
       "--output=OUT"], "pyarrow"),

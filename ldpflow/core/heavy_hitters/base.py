@@ -44,7 +44,7 @@ import hashlib
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, cast, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -441,6 +441,16 @@ def _finite(value: Any, name: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value!r}")
     return float(value)
+
+
+@overload
+def check_common(top_k: Any, value_bits: Any, epsilon: Any, query_limit: None = None
+                 ) -> tuple[int, int, float, None]: ...
+
+
+@overload
+def check_common(top_k: Any, value_bits: Any, epsilon: Any, query_limit: int
+                 ) -> tuple[int, int, float, int]: ...
 
 
 def check_common(top_k: Any, value_bits: Any, epsilon: Any, query_limit: Any = None
