@@ -109,12 +109,7 @@ def plan_ranges(pattern: str, fmt: str | None = None, range_bytes: int | None = 
     tasks = []
     for path, size in files:
         kind = fmt or formats.detect_format(path)
-        if formats.is_compressed(path) or size <= range_bytes:
-            ranges = [(0, None)]
-        else:
-            with open_file(path) as stream:
-                ranges = formats.plan_ranges(stream, kind, size, True, range_bytes)
-        for start, end in ranges:
+        for start, end in steps.file_ranges(path, size, kind, range_bytes, open_file):
             tasks.append(RangeTask(len(tasks), path, kind, start, end))
     return tasks
 
