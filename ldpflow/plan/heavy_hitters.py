@@ -83,6 +83,8 @@ __all__ = [
     "HeavyHittersPart",
     "read_pass",
     "read_ranges",
+    "pass_tally",
+    "corrected_tallies",
     "read_spilled",
     "spill_tasks",
     "task_lists",
@@ -430,8 +432,9 @@ class PassTally:
                            int(np.count_nonzero(self.parts)))
 
 
-def _tally(protocol: hh.HeavyHitterProtocol, pass_index: int, state: hh.PassState | None,
-           batches: Sequence[ReportBatch]) -> PassTally | None:
+def pass_tally(protocol: hh.HeavyHitterProtocol, pass_index: int,
+               state: hh.PassState | None, batches: Sequence[ReportBatch]
+               ) -> PassTally | None:
     """Pass ``pass_index``'s :class:`PassTally` of the rows of its groups in ``batches`` (one key,
     kept with their id hashes); None when none is of its groups."""
     groups = protocol.pass_groups(pass_index)
@@ -558,7 +561,7 @@ def read_pass(task: RangeTask, policy, pass_index: int,
 
     def count(key: tuple) -> None:
         protocol = _protocol(key, cache)
-        tally = _tally(
+        tally = pass_tally(
             protocol, pass_index, _state(key, pass_index, states, cache), pending.pop(key)
         )
         sizes.pop(key)
@@ -722,17 +725,17 @@ def count_pass(backend: Backend, tasks: Sequence[RangeTask], policy, pass_index:
         backend.flat_map(reads, _pass_tallies), estimate_plan._add)))
 
 
-def _corrected(tallies: dict[tuple, PassTally], pass_index: int,
-               states: Mapping[tuple, hh.PassState | None] | None,
-               repeats: Sequence[tuple[tuple, ReportBatch]],
-               kept: Sequence[tuple[tuple, ReportBatch]]) -> dict[tuple, PassTally]:
+def corrected_tallies(tallies: dict[tuple, PassTally], pass_index: int,
+                      states: Mapping[tuple, hh.PassState | None] | None,
+                      repeats: Sequence[tuple[tuple, ReportBatch]],
+                      kept: Sequence[tuple[tuple, ReportBatch]]) -> dict[tuple, PassTally]:
     """Pass ``pass_index``'s tallies of every report less the rows of repeated ids, plus the
     copies kept of them (exact: the sums are linear); keys left with no report dropped."""
     out = dict(tallies)
     cache: dict = {}
     for sign, pieces in ((-1, repeats), (1, kept)):
         for key, batch in pieces:
-            tally = _tally(
+            tally = pass_tally(
                 _protocol(key, cache), pass_index, _state(key, pass_index, states, cache), [batch]
             )
             if tally is None:
@@ -877,7 +880,7 @@ def _run_heavy_hitters(backend: Backend, job: HeavyHittersJob, spill: str | None
             if pass_index == 0
             else count_pass(backend, tasks, policy, pass_index, states, spilled)
         )
-        tallies = _corrected(tallies, pass_index, states, repeats, kept)
+        tallies = corrected_tallies(tallies, pass_index, states, repeats, kept)
         current: dict[tuple, PassOutcome] = {}
         for key in sorted(tallies, key=_text):
             _, outcome = advance_pass((key, tallies[key].partial()), pass_index, rule, previous)

@@ -70,11 +70,11 @@ from ldpflow.plan.heavy_hitters import (  # the Beam-free steps every engine sha
     PassTally,
     ServerRule,
     _configuration,
-    _corrected,
-    _tally,
     advance_pass,
     assemble_result,
+    corrected_tallies,
     heavy_hitters_file,
+    pass_tally,
     poisoning_section,
     read_pass,
 )
@@ -426,7 +426,7 @@ class CountReportsFn(_BundleTalliesFn):
             protocol = self._configs[key] = _configuration(key)[0]
         clock = time.perf_counter()
         del self._sizes[key]
-        self._add(key, _tally(protocol, 0, protocol.initial_state(), self._pending.pop(key)))
+        self._add(key, pass_tally(protocol, 0, protocol.initial_state(), self._pending.pop(key)))
         self._took(time.perf_counter() - clock)
 
     def finish_bundle(self):
@@ -483,7 +483,7 @@ class AddTalliesCombineFn(beam.CombineFn):
 class CorrectPassFn(beam.DoFn):
     """``(key, PassTally)`` of every report read -> ``(key, PassPartial)`` of one copy of
     each report id: less the rows of repeated ids, plus the copies kept of them (the
-    plan's :func:`~ldpflow.plan.heavy_hitters._corrected`, exact: every sum is linear in
+    plan's :func:`~ldpflow.plan.heavy_hitters.corrected_tallies`, exact: every sum is linear in
     the reports). The rows of repeated ids and the copies kept (few) are side inputs
     (``AsList``); pass ``s > 0`` also takes pass ``s - 1``'s outcome per key."""
 
@@ -498,7 +498,7 @@ class CorrectPassFn(beam.DoFn):
         states = {k: outcome.state for k, outcome in (previous or {}).items()}
         mine = [(k, batch) for k, batch in repeats if tuple(k) == key]
         copies = [(k, batch) for k, batch in kept if tuple(k) == key]
-        out = _corrected({key: tally}, self._pass_index, states, mine, copies)
+        out = corrected_tallies({key: tally}, self._pass_index, states, mine, copies)
         if key in out:  # a key whose every report was a copy of another is gone
             n = out[key].n
             self._reports.inc(n)

@@ -120,8 +120,8 @@ def _run(request, runs, name, engine):
                 f"--engine={engine}"]
         passes: list = []
         with pytest.MonkeyPatch.context() as patch:  # each pass's deduplicated sums
-            corrected = plan._corrected
-            patch.setattr(plan, "_corrected",
+            corrected = plan.corrected_tallies
+            patch.setattr(plan, "corrected_tallies",
                           lambda *a: passes.append(corrected(*a)) or passes[-1])
             summary = heavy_hitters.run(argv, backend=_backend(request, engine))
         runs[key] = summary, _outputs(output), passes

@@ -66,9 +66,9 @@ def test_pass_tally_sums_are_pure_and_merge_adds_in_place():
     batches, _ = formats.parse_records(records, expect={"oracle": "pem"})
     ((_, batch),) = batches.items()
     state = protocol.initial_state()
-    a = plan._tally(protocol, 0, state, [batch[np.arange(400)]])
-    b = plan._tally(protocol, 0, state, [batch[np.arange(400, 800)]])
-    whole = plan._tally(protocol, 0, state, [batch])
+    a = plan.pass_tally(protocol, 0, state, [batch[np.arange(400)]])
+    b = plan.pass_tally(protocol, 0, state, [batch[np.arange(400, 800)]])
+    whole = plan.pass_tally(protocol, 0, state, [batch])
     a_counts, a_groups = a.counts.copy(), a.group_counts.copy()
     total = a + b
     assert total.counts == whole.counts and np.array_equal(total.parts, whole.parts)
@@ -104,8 +104,8 @@ def _leftovers(output) -> list[str]:
 def _passes(monkeypatch) -> list:
     """Each pass's deduplicated sums, as the job computes them."""
     passes: list = []
-    corrected = plan._corrected
-    monkeypatch.setattr(plan, "_corrected",
+    corrected = plan.corrected_tallies
+    monkeypatch.setattr(plan, "corrected_tallies",
                         lambda *a: passes.append(corrected(*a)) or passes[-1])
     return passes
 
