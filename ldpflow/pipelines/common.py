@@ -167,26 +167,33 @@ def start_backend(opts, prog: str, backend=None):
                                 f"'ldpflow[{opts.engine}]'") from None
 
 
-def check_inputs(pattern: str, fmt: str | None, prog: str) -> int:
+def check_inputs(pattern: str, fmt: str | None, prog: str, beam: bool = True) -> int:
     """Fail before any pipeline exists if ``pattern`` matches no file or a file whose format
-    cannot be told from its name; returns the number of files."""
-    from apache_beam.io.filesystems import FileSystems
-
+    cannot be told from its name; returns the number of files. ``beam``: listed through
+    Beam's file systems (a Beam job's); else through the job plan's
+    (:mod:`ldpflow.plan.files`, without Beam)."""
     from ldpflow.wire import formats
 
     try:
-        matched = FileSystems.match([pattern])[0].metadata_list
+        if beam:
+            from apache_beam.io.filesystems import FileSystems
+
+            paths = [m.path for m in FileSystems.match([pattern])[0].metadata_list]
+        else:
+            from ldpflow.plan.files import match
+
+            paths = [path for path, _ in match(pattern)]
     except (OSError, ValueError) as exc:  # BeamIOError is an IOError
         raise usage_error(prog, f"cannot list --input {pattern!r}: {exc}") from None
-    if not matched:
+    if not paths:
         raise usage_error(prog, f"--input {pattern!r} matched no files")
     if fmt is None:
-        for metadata in matched:
+        for path in paths:
             try:
-                formats.detect_format(metadata.path)
+                formats.detect_format(path)
             except ValueError as exc:
                 raise usage_error(prog, f"{exc} (--input_format)") from None
-    return len(matched)
+    return len(paths)
 
 
 def detached(options: PipelineOptions) -> bool:

@@ -401,27 +401,6 @@ def _run_plan(opts, protocol: hh.HeavyHitterProtocol, expect: dict[str, Any],
     return summary
 
 
-def _check_plan_inputs(opts) -> None:
-    """:func:`~ldpflow.pipelines.common.check_inputs` through the job plan's file systems
-    (:mod:`ldpflow.plan.files`; without Beam): a one-line usage error, before anything
-    runs, for a pattern that matches no file or a file whose format its name does not
-    tell."""
-    from ldpflow.plan.files import match
-    from ldpflow.wire import formats
-
-    try:
-        matched = match(opts.input)
-    except (OSError, ValueError) as exc:
-        raise usage_error(_PROG, f"cannot list --input {opts.input!r}: {exc}") from None
-    if not matched:
-        raise usage_error(_PROG, f"--input {opts.input!r} matched no files")
-    for path, _ in matched if opts.input_format is None else ():
-        try:
-            formats.detect_format(path)
-        except ValueError as exc:
-            raise usage_error(_PROG, f"{exc} (--input_format)") from None
-
-
 def _describe(protocol: hh.HeavyHitterProtocol, opts) -> str:
     """One line naming the configuration and its passes."""
     params = " ".join(f"{_FLAGS.get(p, p)}={v}" for p, v in protocol.parameters.items()
@@ -463,10 +442,7 @@ def run(argv: list[str] | None = None, backend=None) -> dict:
     else:
         check_flags(opts)
     on_beam = opts.engine == "beam"
-    if on_beam:
-        check_inputs(opts.input, opts.input_format, _PROG)
-    else:
-        _check_plan_inputs(opts)
+    check_inputs(opts.input, opts.input_format, _PROG, beam=on_beam)
     found = configuration_of_input(opts.input, opts.input_format, opts.protocol, on_beam)
     protocol, expect = configure(opts, found)
     truth = read_truth(opts.truth, beam=on_beam) if opts.truth else None
