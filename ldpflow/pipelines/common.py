@@ -39,6 +39,8 @@ __all__ = [
     "acceptance_policy",
     "expected_oracle",
     "check_inputs",
+    "list_paths",
+    "open_path",
     "check_output",
     "check_output_file",
     "staging_folders",
@@ -167,22 +169,38 @@ def start_backend(opts, prog: str, backend=None):
                                 f"'ldpflow[{opts.engine}]'") from None
 
 
+def list_paths(pattern: str, beam: bool = True) -> list[str]:
+    """The files ``pattern`` matches. ``beam``: through Beam's file systems (a Beam job's);
+    else through the job plan's (:mod:`ldpflow.plan.files`, without Beam)."""
+    if beam:
+        from apache_beam.io.filesystems import FileSystems
+
+        return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
+    from ldpflow.plan.files import match
+
+    return [path for path, _ in match(pattern)]
+
+
+def open_path(path: str, beam: bool = True):
+    """One file to read, decompressed in bounded steps by the wire layer; through Beam's file
+    systems or the job plan's, as :func:`list_paths`."""
+    if beam:
+        from ldpflow.transforms.io import open_input
+
+        return open_input(path)
+    from ldpflow.plan.files import open_file
+
+    return open_file(path)
+
+
 def check_inputs(pattern: str, fmt: str | None, prog: str, beam: bool = True) -> int:
     """Fail before any pipeline exists if ``pattern`` matches no file or a file whose format
-    cannot be told from its name; returns the number of files. ``beam``: listed through
-    Beam's file systems (a Beam job's); else through the job plan's
-    (:mod:`ldpflow.plan.files`, without Beam)."""
+    cannot be told from its name; returns the number of files (``beam``: as
+    :func:`list_paths`)."""
     from ldpflow.wire import formats
 
     try:
-        if beam:
-            from apache_beam.io.filesystems import FileSystems
-
-            paths = [m.path for m in FileSystems.match([pattern])[0].metadata_list]
-        else:
-            from ldpflow.plan.files import match
-
-            paths = [path for path, _ in match(pattern)]
+        paths = list_paths(pattern, beam)
     except (OSError, ValueError) as exc:  # BeamIOError is an IOError
         raise usage_error(prog, f"cannot list --input {pattern!r}: {exc}") from None
     if not paths:

@@ -75,6 +75,7 @@ passes, and memory is bounded by the ranges (16 MiB) and the candidate sums, not
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -90,6 +91,8 @@ from ldpflow.pipelines.common import (
     check_inputs,
     check_output,
     job_options,
+    list_paths,
+    open_path,
     run_pipeline,
     start_backend,
     usage_error,
@@ -143,16 +146,8 @@ def configuration_of_input(pattern: str, fmt: str | None, protocol: str = hh.NAM
     plan's (:mod:`ldpflow.plan.files`, without Beam)."""
     from ldpflow.plan.heavy_hitters import first_configuration
 
-    if not beam:
-        from ldpflow.plan.files import match
-
-        return first_configuration([path for path, _ in match(pattern)], fmt, protocol)
-    from apache_beam.io.filesystems import FileSystems
-
-    from ldpflow.transforms.io import open_input
-
-    paths = [metadata.path for metadata in FileSystems.match([pattern])[0].metadata_list]
-    return first_configuration(paths, fmt, protocol, open_input)
+    return first_configuration(list_paths(pattern, beam), fmt, protocol,
+                               functools.partial(open_path, beam=beam))
 
 
 def _flag(name: str) -> str:
@@ -273,14 +268,8 @@ def read_truth(path: str, prog: str = _PROG, beam: bool = True) -> tuple:
     ``truth.json`` (its ``top`` list), a JSON list of values or of ``{"value": ...}``, or a
     text file of one value per line (integers when every line is one). ``beam``: read
     through Beam's file systems; else through the job plan's."""
-    if beam:
-        from apache_beam.io.filesystems import FileSystems
-
-        opener = FileSystems.open
-    else:
-        from ldpflow.plan.files import open_file as opener
     try:
-        with opener(path) as f:
+        with open_path(path, beam) as f:
             text = f.read().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise usage_error(prog, f"cannot read --truth {path!r}: {exc}") from None
