@@ -48,40 +48,88 @@ _GRID_ENTRIES = 1 << 23
 
 
 def signed_scatter(index_rows: np.ndarray, index_bits: int) -> np.ndarray:
-    """``F`` (length ``2**index_bits``) from per-report rows ``(index << 1) | sign bit``.
+    """The counts ``C`` (length ``2**index_bits``) of the XORs of every subset of each report's
+    rows.
 
-    ``index_rows`` has shape ``(b, n)``: row ``j`` holds each report's hash row ``j``. For
-    each report and each subset ``u`` of its ``b`` rows, the XOR of the rows in ``u`` holds
-    the index ``M^T u`` above bit 0 and ``parity(u & (y ^ a))`` in bit 0; one ``bincount`` of
-    all ``n 2**b`` of them, then positives minus negatives.
+    ``index_rows`` has shape ``(b, n)`` (int64): row ``j`` holds each report's row ``j``, an
+    index below ``2**index_bits``. For each report and each subset ``u`` of its ``b`` rows,
+    the XOR of the rows in ``u`` is counted once: one ``bincount`` of ``n 2**b`` entries (in
+    chunks of about :data:`_SCATTER_ENTRIES`). The rows are built so that the sign of an
+    entry is carried by index bits (:func:`prefix_scatter`), so the counts are unsigned.
     """
     b, n = index_rows.shape
     width = 1 << b
-    total = np.zeros(2 << index_bits, dtype=np.int64)
+    size = 1 << index_bits
     chunk = max(1, _SCATTER_ENTRIES >> b)
-    work = np.empty((width, min(chunk, n)), dtype=np.int64)
+    if n <= chunk:  # one chunk: bincount's output is the total (no second pass over it)
+        work = np.empty((width, n), dtype=np.intp)
+        _subset_xors(index_rows, work)
+        return np.bincount(work.reshape(-1), minlength=size)
+    total = np.zeros(size, dtype=np.int64)
+    work = np.empty((width, chunk), dtype=np.intp)
     for start in range(0, n, chunk):
         rows = index_rows[:, start : start + chunk]
         w = work[:, : rows.shape[1]]
-        w[0] = 0
-        for j in range(b):  # all 2**b subsets by doubling, along contiguous runs of reports
-            np.bitwise_xor(w[: 1 << j], rows[j][None, :], out=w[1 << j : 2 << j])
-        total += np.bincount(w.reshape(-1), minlength=2 << index_bits)
-    return total[0::2] - total[1::2]
+        _subset_xors(rows, w)
+        total += np.bincount(w.reshape(-1), minlength=size)
+    return total
 
 
-def _unit_rows(scattered: np.ndarray, d: int, eta: int) -> np.ndarray:
-    """Rows ``e_l`` of the partial Walsh-Hadamard transform over the top ``d`` index bits.
+def _subset_xors(rows: np.ndarray, out: np.ndarray) -> None:
+    """``out[u] = XOR of rows[j] for j in u`` for every subset ``u`` (by doubling, along
+    contiguous runs of reports)."""
+    out[0] = 0
+    for j in range(rows.shape[0]):
+        np.bitwise_xor(out[: 1 << j], rows[j][None, :], out=out[1 << j : 2 << j])
 
-    ``G_l[w] = sum_z F[z, w] (-1)**z_l = total[w] - 2 * (sum of F[z, w] over z with bit l)``.
+
+def _unit_rows(counts: np.ndarray, d: int, eta: int) -> np.ndarray:
+    """``F_l[w] = sum_z C[z, w] (-1)**z_l`` for each of the top ``d`` index bits ``l``.
+
+    ``= total[w] - 2 * (sum of C[z, w] over z with bit l)``; the bits are folded away one by
+    one from the top (each sum over half of what is left), so the cost is about two passes
+    over ``C``.
     """
-    F = scattered.reshape(1 << d, 1 << eta)
-    total = F.sum(axis=0)
+    C = counts.reshape(1 << d, 1 << eta)
     out = np.empty((d, 1 << eta), dtype=np.int64)
-    for bit in range(d):
-        ones = F.reshape(1 << (d - 1 - bit), 2, 1 << bit, 1 << eta)[:, 1].sum(axis=(0, 1))
-        out[bit] = total - 2 * ones
+    for bit in range(d - 1, -1, -1):
+        half = C.shape[0] >> 1
+        ones = C[half:].sum(axis=0)
+        C = C[:half] + C[half:]
+        out[bit] = ones
+    # C is now the total per suffix index
+    out *= -2
+    out += C[0]
     return out
+
+
+def _byte_indices(high: np.ndarray, width: int) -> list[np.ndarray]:
+    """The bytes of ``high`` (values of ``width`` bits), low first, as table indices."""
+    return [((high >> _U64(8 * q)) & _U64(255)).astype(np.intp)
+            for q in range(max(1, -(-width // 8)))]
+
+
+def _projection_word(byte_index: list[np.ndarray], prefixes: np.ndarray) -> np.ndarray:
+    """``parity(high & c_j)`` in bit ``j`` (uint64, the shape of ``high``) for up to 64
+    prefixes ``c_j``, from the bytes of ``high`` (:func:`_byte_indices`).
+
+    All prefixes at once by byte tables (the Four Russians method): the parity of
+    ``high & c`` is the XOR over the bytes of ``high`` of the parity of that byte with
+    ``c``'s byte, so one table of 256 words per byte position and one lookup per byte
+    replace one pass per prefix.
+    """
+    values = np.arange(256, dtype=_U64)
+    shifts = np.arange(prefixes.size, dtype=_U64)
+    word = None
+    for q, index in enumerate(byte_index):
+        cbytes = (prefixes >> _U64(8 * q)) & _U64(255)
+        parity = (np.bitwise_count(values[:, None] & cbytes[None, :]) & np.uint8(1)).astype(_U64)
+        table = np.bitwise_or.reduce(parity << shifts[None, :], axis=1)
+        if word is None:
+            word = table[index]
+        else:
+            word ^= table[index]
+    return word
 
 
 def scatter_cost(num_prefixes: int, n: int, hash_bits: int, eta: int, d: int) -> float:
@@ -115,6 +163,14 @@ def prefix_scatter(seeds: np.ndarray, buckets: np.ndarray, prefixes: np.ndarray,
     ``fwht(F_j) / g`` is the support count of every extension of ``prefixes[j]`` (of
     ``prefix_bits - eta`` bits) by ``eta`` bits; pass ``prefixes = [0]`` and
     ``eta = prefix_bits`` for a full domain.
+
+    Notes
+    -----
+    The sign of an entry, ``parity(u & (y ^ a))``, is XORed into each of the ``d``
+    projected bits rather than kept in a bit of its own: bit ``l`` of the XOR over a subset
+    ``u`` is then ``parity(u & (y ^ a ^ M_hi c_l))``, the sign of that entry in prefix
+    ``l``'s own scatter, so ``d`` projected bits index ``2**(d + eta)`` counters (half of
+    a separate sign bit's). A full domain is the case ``d = 1`` with the empty prefix.
     """
     b = hash_range.bit_length() - 1
     out = np.zeros((prefixes.size, 1 << eta), dtype=np.int64)
@@ -124,24 +180,34 @@ def prefix_scatter(seeds: np.ndarray, buckets: np.ndarray, prefixes: np.ndarray,
     rows = np.ascontiguousarray(rows.T)  # (b, n): long contiguous runs per hash row
     targets = buckets.astype(np.int64) ^ offsets.astype(np.int64)
     low = (rows & _U64((1 << eta) - 1)).astype(np.int64)
-    # Index bits above the sign bit: the suffix part of each row; bit 0: bit j of y ^ a,
-    # so the XOR over a subset u of rows carries parity(u & (y ^ a)), the sign.
-    base = (low << 1) | ((targets[None, :] >> np.arange(b)[:, None]) & 1)
+    # sign[j] = bit j of y ^ a: the XOR over a subset u of rows carries parity(u & (y ^ a))
+    sign = (targets[None, :] >> np.arange(b)[:, None]) & 1
     if prefix_bits == eta:
-        out[0] = signed_scatter(base, eta)
+        sign <<= eta
+        sign |= low
+        counts = signed_scatter(sign, eta + 1)
+        out[0] = counts[: 1 << eta] - counts[1 << eta :]
         return out
     batch = batch_size(prefixes.size, seeds.size, b, eta)
-    shifted = prefixes.astype(_U64) << _U64(eta)
-    proj = np.empty(rows.shape, dtype=np.int64)
-    for start in range(0, prefixes.size, batch):
-        chunk = shifted[start : start + batch]
-        d = chunk.size
-        proj[...] = 0
-        for bit, c in enumerate(chunk):
-            proj |= (np.bitwise_count(rows & c) & np.uint8(1)).astype(np.int64) << bit
-        proj <<= eta + 1
-        proj |= base
-        out[start : start + d] = _unit_rows(signed_scatter(proj, d + eta), d, eta)
+    per = 64 // batch * batch  # prefixes per projection word: whole batches only
+    sign = -sign  # all ones where the sign bit is set
+    rows >>= _U64(eta)
+    byte_index = _byte_indices(rows, prefix_bits - eta)
+    del rows
+    index = np.empty(low.shape, dtype=np.int64)
+    prefixes = np.asarray(prefixes, dtype=_U64)
+    for first in range(0, prefixes.size, per):
+        group = prefixes[first : first + per]
+        word = _projection_word(byte_index, group).view(np.int64)
+        for start in range(0, group.size, batch):
+            d = min(batch, group.size - start)
+            np.right_shift(word, start, out=index)
+            index ^= sign
+            index &= (1 << d) - 1
+            index <<= eta
+            index |= low
+            out[first + start : first + start + d] = _unit_rows(
+                signed_scatter(index, d + eta), d, eta)
     return out
 
 

@@ -1,0 +1,138 @@
+"""Exact prefix counting (``ldpflow.core.heavy_hitters.counting``) against the naive grid
+(``hashing.naive_support_counts``) on every branch: the full domain, batches of every size
+across projection words, prefix widths that end inside a byte, ragged report chunks, one
+and no reports; and against digests of the counts the previous implementation gave."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from ldpflow.core import hashing
+from ldpflow.core.heavy_hitters import counting
+
+
+def _reports(n, hash_range, seed):
+    rng = np.random.default_rng(seed)
+    seeds = rng.integers(0, 2**64, size=n, dtype=np.uint64)
+    buckets = rng.integers(0, hash_range, size=n)
+    return seeds, buckets, rng
+
+
+def _prefixes(rng, width, count):
+    top = np.uint64((1 << width) - 1)
+    pool = rng.integers(0, top, size=count, dtype=np.uint64, endpoint=True)
+    return np.unique(np.concatenate([[np.uint64(0), top], pool]))
+
+
+def _naive(seeds, buckets, prefixes, prefix_bits, eta, hash_range):
+    cand = (prefixes[:, None] << np.uint64(eta)) | np.arange(1 << eta, dtype=np.uint64)
+    return hashing.naive_support_counts(seeds, buckets, prefix_bits, hash_range,
+                                        cand.reshape(-1)).reshape(prefixes.size, 1 << eta)
+
+
+def _support(seeds, buckets, prefixes, prefix_bits, eta, hash_range):
+    F = counting.prefix_scatter(seeds, buckets, prefixes, prefix_bits, eta, hash_range)
+    assert F.shape == (prefixes.size, 1 << eta) and F.dtype == np.int64
+    return hashing.support_counts(F, hash_range)
+
+
+@pytest.mark.parametrize("n", [1, 2, 37, 1000])
+@pytest.mark.parametrize("hash_range", [2, 8, 64])
+@pytest.mark.parametrize("bits", [1, 5, 11])
+def test_full_domain_equals_the_naive_grid(n, hash_range, bits):
+    seeds, buckets, _ = _reports(n, hash_range, n + bits)
+    zero = np.zeros(1, dtype=np.uint64)
+    np.testing.assert_array_equal(_support(seeds, buckets, zero, bits, bits, hash_range),
+                                  _naive(seeds, buckets, zero, bits, bits, hash_range))
+    np.testing.assert_array_equal(
+        counting.full_domain_support(seeds, buckets, bits, hash_range),
+        _naive(seeds, buckets, zero, bits, bits, hash_range).reshape(-1))
+
+
+# batch sizes 1..7 and 21: 64 // d * d prefixes per projection word, so 130 prefixes span
+# several words and end with a short batch; widths 1, 7, 9, 17 (inside a byte), 56 (7
+# whole bytes) and 63 - eta, 64 - eta (the top bit of a 64-bit value)
+@pytest.mark.parametrize("batch", [1, 2, 3, 5, 7, 21])
+@pytest.mark.parametrize("prefix_bits,eta", [(4, 3), (10, 3), (12, 3), (20, 3), (60, 4),
+                                             (63, 5), (64, 2)])
+def test_prefix_batches_equal_the_naive_grid(batch, prefix_bits, eta, monkeypatch):
+    monkeypatch.setattr(counting, "batch_size", lambda *args: batch)
+    seeds, buckets, rng = _reports(203, 16, batch * 100 + prefix_bits)
+    prefixes = _prefixes(rng, prefix_bits - eta, 130)
+    np.testing.assert_array_equal(
+        _support(seeds, buckets, prefixes, prefix_bits, eta, 16),
+        _naive(seeds, buckets, prefixes, prefix_bits, eta, 16))
+
+
+@pytest.mark.parametrize("entries", [1, 5, 64, 1000])
+def test_report_chunks_equal_one_chunk(entries, monkeypatch):
+    """Ragged chunks of reports (the last one short, one report a chunk) sum to the counts
+    of one chunk, for the full domain and for batches."""
+    seeds, buckets, rng = _reports(333, 32, entries)
+    prefixes = _prefixes(rng, 9, 40)
+    whole = _support(seeds, buckets, prefixes, 15, 6, 32)
+    full = _support(seeds, buckets, np.zeros(1, np.uint64), 9, 9, 32)
+    monkeypatch.setattr(counting, "_SCATTER_ENTRIES", entries * 32)
+    np.testing.assert_array_equal(_support(seeds, buckets, prefixes, 15, 6, 32), whole)
+    np.testing.assert_array_equal(
+        _support(seeds, buckets, np.zeros(1, np.uint64), 9, 9, 32), full)
+    np.testing.assert_array_equal(whole, _naive(seeds, buckets, prefixes, 15, 6, 32))
+
+
+def test_no_reports_or_no_prefixes_count_zero():
+    seeds, buckets, rng = _reports(0, 8, 1)
+    prefixes = _prefixes(rng, 5, 3)
+    assert not counting.prefix_scatter(seeds, buckets, prefixes, 9, 4, 8).any()
+    seeds, buckets, _ = _reports(10, 8, 1)
+    assert counting.prefix_scatter(seeds, buckets, prefixes[:0], 9, 4, 8).shape == (0, 16)
+
+
+def test_projection_word_is_the_parity_of_each_prefix():
+    rng = np.random.default_rng(5)
+    for width in (1, 8, 13, 50, 64):
+        high = rng.integers(0, 2**width, size=(3, 101), dtype=np.uint64)
+        prefixes = rng.integers(0, 2**width, size=64, dtype=np.uint64)
+        word = counting._projection_word(counting._byte_indices(high, width), prefixes)
+        for j, c in enumerate(prefixes):
+            bit = (word >> np.uint64(j)) & np.uint64(1)
+            np.testing.assert_array_equal(bit, np.bitwise_count(high & c) & 1)
+
+
+@pytest.mark.parametrize("d,eta", [(1, 0), (1, 3), (4, 2), (6, 1)])
+def test_unit_rows_are_the_signed_sums_over_each_bit(d, eta):
+    counts = np.random.default_rng(d).integers(0, 50, size=1 << (d + eta))
+    z = np.arange(1 << d)
+    C = counts.reshape(1 << d, 1 << eta)
+    want = [((-1) ** ((z >> bit) & 1))[:, None] * C for bit in range(d)]
+    np.testing.assert_array_equal(counting._unit_rows(counts.copy(), d, eta),
+                                  np.array([w.sum(axis=0) for w in want]))
+
+
+# (n, prefix bits, eta, hash range, prefixes, seed): SHA-256 of the int64 scatter vectors
+# computed by the implementation before the sign was folded into the projected bits
+# (one bincount with a separate sign bit, a pass per prefix for the projection).
+FROZEN = [
+    ((5000, 16, 16, 32, 1, 1),
+     "afeb7b4892009827ae809c3ca90629c336fb3c892431039cb546541e41eb8cc7"),
+    ((5000, 36, 14, 32, 128, 2),
+     "976588de2ed7df992fb587eaf94ccfdca33d2452250466b4dda7b2032d985429"),
+    ((3000, 64, 8, 32, 94, 3),
+     "685d9a264fc018752c8add94f156251ece67db1e5443fdf405cdd27717fc55c8"),
+    ((2000, 50, 6, 8, 300, 4),
+     "6122e7703f88d86e1e4c9a87ec82ea8f29258a5cc94397ab60d801ae75e0fc80"),
+]
+
+
+@pytest.mark.parametrize("case,digest", FROZEN)
+def test_scatter_vectors_are_bit_for_bit_the_previous_ones(case, digest):
+    n, bits, eta, g, count, seed = case
+    rng = np.random.default_rng(seed)
+    seeds = rng.integers(0, 2**64, size=n, dtype=np.uint64)
+    buckets = rng.integers(0, g, size=n)
+    prefixes = (np.zeros(1, np.uint64) if eta == bits else
+                np.unique(rng.integers(0, 2**(bits - eta), size=count, dtype=np.uint64)))
+    F = counting.prefix_scatter(seeds, buckets, prefixes, bits, eta, g)
+    assert hashlib.sha256(F.astype(np.int64).tobytes()).hexdigest() == digest
