@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-__all__ = ["threads", "MIN_ROWS", "map_slices"]
+__all__ = ["threads", "MIN_ROWS", "map_slices", "map_items"]
 
 #: Below this many rows, one thread counts the batch (thread start-up would cost more).
 MIN_ROWS = 1 << 18
@@ -60,3 +60,20 @@ def map_slices(function: Callable[[slice], T], rows: int) -> Sequence[T]:
     bounds = [rows * i // workers for i in range(workers + 1)]
     parts = [slice(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False)]
     return list(_pool(workers).map(function, parts))
+
+
+def map_items(function: Callable[[Sequence[T]], object], items: Sequence[T],
+              work: int) -> None:
+    """``function`` of consecutive runs of ``items`` covering them all, in threads when
+    ``work`` (the items' total size, in rows or entries: threads only from 2
+    :data:`MIN_ROWS` of it) is worth it; for functions that write their results to
+    disjoint places themselves."""
+    workers = min(threads(), len(items), max(1, work // MIN_ROWS))
+    if workers <= 1:
+        function(items)
+        return
+    bounds = [len(items) * i // workers for i in range(workers + 1)]
+    runs = [items[lo:hi] for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    pool = _pool(workers)
+    for done in [pool.submit(function, run) for run in runs]:
+        done.result()

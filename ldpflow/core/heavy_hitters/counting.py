@@ -25,7 +25,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from ldpflow.core import hashing
+from ldpflow.core import hashing, parallel
 
 __all__ = [
     "signed_scatter",
@@ -47,7 +47,8 @@ MAX_BATCH_INDEX_BITS = 21
 _GRID_ENTRIES = 1 << 23
 
 
-def signed_scatter(index_rows: np.ndarray, index_bits: int) -> np.ndarray:
+def signed_scatter(index_rows: np.ndarray, index_bits: int,
+                   work: np.ndarray | None = None) -> np.ndarray:
     """The counts ``C`` (length ``2**index_bits``) of the XORs of every subset of each report's
     rows.
 
@@ -56,17 +57,20 @@ def signed_scatter(index_rows: np.ndarray, index_bits: int) -> np.ndarray:
     the XOR of the rows in ``u`` is counted once: one ``bincount`` of ``n 2**b`` entries (in
     chunks of about :data:`_SCATTER_ENTRIES`). The rows are built so that the sign of an
     entry is carried by index bits (:func:`prefix_scatter`), so the counts are unsigned.
+    ``work``, if given, is the ``(2**b, m)`` intp array the subsets are written to (reused
+    across calls: a fresh one costs page faults); chunks are then of ``m`` reports.
     """
     b, n = index_rows.shape
     width = 1 << b
     size = 1 << index_bits
-    chunk = max(1, _SCATTER_ENTRIES >> b)
+    if work is None:
+        work = np.empty((width, min(n, max(1, _SCATTER_ENTRIES >> b))), dtype=np.intp)
+    chunk = work.shape[1]
     if n <= chunk:  # one chunk: bincount's output is the total (no second pass over it)
-        work = np.empty((width, n), dtype=np.intp)
-        _subset_xors(index_rows, work)
-        return np.bincount(work.reshape(-1), minlength=size)
+        w = work[:, :n]
+        _subset_xors(index_rows, w)
+        return np.bincount(w.reshape(-1), minlength=size)
     total = np.zeros(size, dtype=np.int64)
-    work = np.empty((width, chunk), dtype=np.intp)
     for start in range(0, n, chunk):
         rows = index_rows[:, start : start + chunk]
         w = work[:, : rows.shape[1]]
@@ -194,20 +198,27 @@ def prefix_scatter(seeds: np.ndarray, buckets: np.ndarray, prefixes: np.ndarray,
     rows >>= _U64(eta)
     byte_index = _byte_indices(rows, prefix_bits - eta)
     del rows
-    index = np.empty(low.shape, dtype=np.int64)
     prefixes = np.asarray(prefixes, dtype=_U64)
-    for first in range(0, prefixes.size, per):
-        group = prefixes[first : first + per]
-        word = _projection_word(byte_index, group).view(np.int64)
-        for start in range(0, group.size, batch):
-            d = min(batch, group.size - start)
-            np.right_shift(word, start, out=index)
+    words = [_projection_word(byte_index, prefixes[first : first + per]).view(np.int64)
+             for first in range(0, prefixes.size, per)]
+    del byte_index
+    batches = [(first, min(batch, prefixes.size - first))
+               for first in range(0, prefixes.size, batch)]
+
+    def count(run: list[tuple[int, int]]) -> None:
+        index = np.empty(low.shape, dtype=np.int64)
+        work = np.empty((1 << b, min(seeds.size, max(1, _SCATTER_ENTRIES >> b))),
+                        dtype=np.intp)
+        for first, d in run:
+            np.right_shift(words[first // per], first % per, out=index)
             index ^= sign
             index &= (1 << d) - 1
             index <<= eta
             index |= low
-            out[first + start : first + start + d] = _unit_rows(
-                signed_scatter(index, d + eta), d, eta)
+            out[first : first + d] = _unit_rows(signed_scatter(index, d + eta, work), d, eta)
+
+    # batches write disjoint rows of out: in threads when there is enough of them
+    parallel.map_items(count, batches, len(batches) * (seeds.size << b))
     return out
 
 

@@ -136,3 +136,26 @@ def test_scatter_vectors_are_bit_for_bit_the_previous_ones(case, digest):
                 np.unique(rng.integers(0, 2**(bits - eta), size=count, dtype=np.uint64)))
     F = counting.prefix_scatter(seeds, buckets, prefixes, bits, eta, g)
     assert hashlib.sha256(F.astype(np.int64).tobytes()).hexdigest() == digest
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_batches_counted_in_threads_equal_one_thread(threads, monkeypatch):
+    """Batches of prefixes split over threads (LDPFLOW_THREADS) write the same counts."""
+    from ldpflow.core import parallel
+
+    seeds, buckets, rng = _reports(150, 8, threads)
+    prefixes = _prefixes(rng, 12, 50)
+    monkeypatch.setattr(counting, "batch_size", lambda *args: 3)
+    monkeypatch.setenv("LDPFLOW_THREADS", "1")
+    one = counting.prefix_scatter(seeds, buckets, prefixes, 17, 5, 8)
+    monkeypatch.setenv("LDPFLOW_THREADS", str(threads))
+    monkeypatch.setattr(parallel, "MIN_ROWS", 1)
+    calls = []
+    real = parallel._pool
+    monkeypatch.setattr(parallel, "_pool", lambda workers: calls.append(workers) or
+                        real(workers))
+    np.testing.assert_array_equal(counting.prefix_scatter(seeds, buckets, prefixes, 17, 5, 8),
+                                  one)
+    assert calls == ([] if threads == 1 else [threads])
+    np.testing.assert_array_equal(hashing.support_counts(one, 8),
+                                  _naive(seeds, buckets, prefixes, 17, 5, 8))
