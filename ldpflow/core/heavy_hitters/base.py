@@ -407,24 +407,45 @@ def parent_weighted_sigmas(parents: npt.ArrayLike, valid: npt.ArrayLike,
     out = np.full(mask.size, math.inf)
     if not mask.any():
         return out
-    _, inverse = np.unique(keys, return_inverse=True)
-    per_parent = np.bincount(inverse, weights=mask, minlength=inverse.max() + 1)
+    inverse, parents_count = _group_inverse(keys)
+    per_parent = np.bincount(inverse, weights=mask, minlength=parents_count)
     shares = np.count_nonzero(per_parent)
-    # the share of one candidate, as 1 / (its parent's divisor): V, or 2 and 2 (V - 1)
-    divisor = per_parent[inverse]
+    # the share of one candidate, as 1 / (its parent's divisor): V, or 2 and 2 (V - 1);
+    # computed per parent (for its ending candidate and for the others), then spread
+    divisor_end = divisor_other = per_parent
+    end = None
     if ends is not None:
-        end = np.asarray(ends, dtype=bool).reshape(-1) & mask
+        end = np.asarray(ends, dtype=bool).reshape(-1)
         if end.shape != mask.shape:
             raise ValueError(f"ends must have the candidates' shape {mask.shape}, got "
                              f"{end.shape}")
-        split = np.bincount(inverse, weights=end, minlength=per_parent.size)[inverse] > 0
-        split &= divisor > 1
-        divisor = np.where(split, np.where(end, 2.0, 2.0 * (divisor - 1)), divisor)
-    sizes, where = np.unique(divisor[mask], return_inverse=True)
-    z = np.array([-statistics.NormalDist().inv_cdf(alpha / (shares * float(v)))
-                  for v in sizes])
-    out[mask] = z[where]
+        end = end & mask
+        split = np.bincount(inverse, weights=end, minlength=parents_count) > 0
+        split &= per_parent > 1
+        divisor_end = np.where(split, 2.0, per_parent)
+        divisor_other = np.where(split, 2.0 * (per_parent - 1), per_parent)
+    sizes, where = np.unique(np.concatenate([divisor_end, divisor_other]),
+                             return_inverse=True)
+    z = np.array([-statistics.NormalDist().inv_cdf(alpha / (shares * float(v))) if v else
+                  math.inf for v in sizes])  # (0: a parent without valid candidates)
+    z_end, z_other = z[where[:parents_count]], z[where[parents_count:]]
+    cut = z_other[inverse] if end is None else np.where(end, z_end[inverse],
+                                                         z_other[inverse])
+    out[mask] = cut[mask]
     return out
+
+
+def _group_inverse(keys: np.ndarray) -> tuple[np.ndarray, int]:
+    """``np.unique(keys, return_inverse=True)``'s inverse and the number of distinct keys, in
+    time linear in the runs of equal keys (a pass's candidates come in runs of one parent's
+    extensions): the runs' keys are sorted, not every key."""
+    if keys.size == 0:
+        return np.zeros(0, dtype=np.intp), 0
+    starts = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+    starts = np.concatenate([[0], starts])
+    distinct, run_inverse = np.unique(keys[starts], return_inverse=True)
+    lengths = np.diff(np.append(starts, keys.size))
+    return np.repeat(run_inverse.reshape(-1), lengths), distinct.size
 
 
 def check_significance(value: Any) -> float:

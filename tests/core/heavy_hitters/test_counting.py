@@ -159,3 +159,4 @@ def test_batches_counted_in_threads_equal_one_thread(threads, monkeypatch):
     assert calls == ([] if threads == 1 else [threads])
     np.testing.assert_array_equal(hashing.support_counts(one, 8),
                                   _naive(seeds, buckets, prefixes, 17, 5, 8))
+
