@@ -54,37 +54,39 @@ def signed_scatter(index_rows: np.ndarray, index_bits: int,
 
     ``index_rows`` has shape ``(b, n)`` (int64): row ``j`` holds each report's row ``j``, an
     index below ``2**index_bits``. For each report and each subset ``u`` of its ``b`` rows,
-    the XOR of the rows in ``u`` is counted once: one ``bincount`` of ``n 2**b`` entries (in
-    chunks of about :data:`_SCATTER_ENTRIES`). The rows are built so that the sign of an
-    entry is carried by index bits (:func:`prefix_scatter`), so the counts are unsigned.
-    ``work``, if given, is the ``(2**b, m)`` intp array the subsets are written to (reused
-    across calls: a fresh one costs page faults); chunks are then of ``m`` reports.
+    the XOR of the rows in ``u`` is counted once: the empty subset's ``n`` zeros directly,
+    the others by one ``bincount`` of ``n (2**b - 1)`` entries (in chunks of about
+    :data:`_SCATTER_ENTRIES`). The rows are built so that the sign of an entry is carried by
+    index bits (:func:`prefix_scatter`), so the counts are unsigned. ``work``, if given, is
+    the ``(2**b - 1, m)`` intp array the subsets are written to (reused across calls: a
+    fresh one costs page faults); chunks are then of ``m`` reports.
     """
     b, n = index_rows.shape
-    width = 1 << b
     size = 1 << index_bits
     if work is None:
-        work = np.empty((width, min(n, max(1, _SCATTER_ENTRIES >> b))), dtype=np.intp)
+        work = np.empty(((1 << b) - 1, min(n, max(1, _SCATTER_ENTRIES >> b))), dtype=np.intp)
     chunk = work.shape[1]
     if n <= chunk:  # one chunk: bincount's output is the total (no second pass over it)
         w = work[:, :n]
         _subset_xors(index_rows, w)
-        return np.bincount(w.reshape(-1), minlength=size)
-    total = np.zeros(size, dtype=np.int64)
-    for start in range(0, n, chunk):
-        rows = index_rows[:, start : start + chunk]
-        w = work[:, : rows.shape[1]]
-        _subset_xors(rows, w)
-        total += np.bincount(w.reshape(-1), minlength=size)
+        total = np.bincount(w.reshape(-1), minlength=size)
+    else:
+        total = np.zeros(size, dtype=np.int64)
+        for start in range(0, n, chunk):
+            rows = index_rows[:, start : start + chunk]
+            w = work[:, : rows.shape[1]]
+            _subset_xors(rows, w)
+            total += np.bincount(w.reshape(-1), minlength=size)
+    total[0] += n  # the empty subsets
     return total
 
 
 def _subset_xors(rows: np.ndarray, out: np.ndarray) -> None:
-    """``out[u] = XOR of rows[j] for j in u`` for every subset ``u`` (by doubling, along
-    contiguous runs of reports)."""
-    out[0] = 0
+    """``out[u - 1] = XOR of rows[j] for j in u`` for every non-empty subset ``u`` (by
+    doubling, along contiguous runs of reports)."""
     for j in range(rows.shape[0]):
-        np.bitwise_xor(out[: 1 << j], rows[j][None, :], out=out[1 << j : 2 << j])
+        out[(1 << j) - 1] = rows[j]
+        np.bitwise_xor(out[: (1 << j) - 1], rows[j][None, :], out=out[1 << j : (2 << j) - 1])
 
 
 def _unit_rows(counts: np.ndarray, d: int, eta: int) -> np.ndarray:
@@ -207,7 +209,7 @@ def prefix_scatter(seeds: np.ndarray, buckets: np.ndarray, prefixes: np.ndarray,
 
     def count(run: list[tuple[int, int]]) -> None:
         index = np.empty(low.shape, dtype=np.int64)
-        work = np.empty((1 << b, min(seeds.size, max(1, _SCATTER_ENTRIES >> b))),
+        work = np.empty(((1 << b) - 1, min(seeds.size, max(1, _SCATTER_ENTRIES >> b))),
                         dtype=np.intp)
         for first, d in run:
             np.right_shift(words[first // per], first % per, out=index)
