@@ -28,6 +28,7 @@ import glob
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -136,8 +137,11 @@ def pass0(data: str, workdir: str) -> dict:
     tasks = job.plan_ranges(f"{data}/*.avro", None, plan.RANGE_BYTES)
     spill = tempfile.mkdtemp(dir=workdir)
     started, cpu = time.perf_counter(), time.process_time()
-    plan.read_ranges(tasks, policy, 0, account=True, ids=True, spill=spill)
-    total = time.process_time() - cpu
+    try:
+        plan.read_ranges(tasks, policy, 0, account=True, ids=True, spill=spill)
+        total = time.process_time() - cpu
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
     parts = {k: round(v, 3) for k, v in sorted(spent.items())}
     return {"seconds": round(time.perf_counter() - started, 2), "ranges": len(tasks),
             "pass0_cpu_seconds": round(total, 2), "parts_cpu_seconds": parts,
