@@ -2,7 +2,7 @@
 files: JSON lines on stdout.
 
     python benchmarks/heavy_hitters_scale.py [--users 1000000] [--protocols pem,sfp]
-        [--cases beam,local,dask-1,dask-2,decode] [--workdir DIR]
+        [--cases beam,local,dask-1,dask-2,decode,pass0] [--workdir DIR] [--threads N]
 
 The input: ``--users`` reports of each protocol (64-bit values, k = 32, epsilon = 4; Zipf
 1.1 over 10^5 values), made once by ``ldpflow simulate`` (Avro, 4 files) and kept in
@@ -11,8 +11,14 @@ own: ``beam`` (FnApiRunner, 1 worker; its dedup shuffles the id hashes only and 
 pass reads the input again, as the plan's), ``local`` (the job plan in process), ``dask-N``
 (a LocalCluster of N worker processes: the driver's peak and each worker's), and
 ``decode`` (``polars.read_avro`` of every file, the bare decode the job must keep up
-with; fastavro when polars has no Avro reader). Job time is the run's own
+with; fastavro when polars has no Avro reader), and ``pass0``: the CPU seconds of the
+plan's pass 0 (``read_ranges`` over every range, in one thread so that each part's time is
+its own) by part: polars' decode, the container built for it (blocks uncompressed, their
+sentinels), the envelope checks and column building (``parse_table``), the id hashes, the
+group check, the counting and the spill write. Job time is the run's own
 (``summary["seconds"]``, without the engine's start-up, which is timed apart).
+``--threads N`` sets ``LDPFLOW_THREADS`` for the cases (1: no reading ahead, no counting
+threads); each line has wall and CPU (user + system) seconds and the peak memory.
 """
 
 from __future__ import annotations
@@ -22,12 +28,13 @@ import glob
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CASES = ("beam", "local", "dask-1", "dask-2", "decode")
+CASES = ("beam", "local", "dask-1", "dask-2", "decode", "pass0")
 
 
 def emit(**fields) -> None:
@@ -82,8 +89,72 @@ def decode(data: str) -> dict:
             "reader": reader}
 
 
+def pass0(data: str, workdir: str) -> dict:
+    """Pass 0 of the plan over every range of ``data``, its CPU seconds by part (one
+    thread: ``LDPFLOW_THREADS=1`` is set by :func:`one`)."""
+    import collections
+    import functools
+    import tempfile
+
+    import polars  # noqa: F401 - imported before the clock starts, as in a job
+
+    from ldpflow.plan import heavy_hitters as plan
+    from ldpflow.plan import job, packed
+    from ldpflow.wire import avro, parse
+    from ldpflow.wire.parse import AcceptancePolicy
+
+    spent: collections.Counter = collections.Counter()
+    inside: list[str] = []
+
+    def timed(module, name, label):
+        original = getattr(module, name)
+
+        @functools.wraps(original)
+        def wrapper(*a, **k):
+            started = time.process_time()
+            inside.append(label)
+            try:
+                return original(*a, **k)
+            finally:
+                inside.pop()
+                took = time.process_time() - started
+                spent[label] += took
+                if inside:  # not counted twice: the enclosing part loses it
+                    spent[inside[-1]] -= took
+        setattr(module, name, wrapper)
+
+    for module, name, label in (
+            (avro, "to_null", "container_uncompress"),
+            (avro, "with_sentinels", "container_sentinels"),
+            (avro, "_polars_table", "polars_decode"),
+            (avro, "parse_table", "parse_table_other"),
+            (parse, "_id_hashes", "id_hashes"),
+            (parse, "_group_mismatches", "group_check"),
+            (plan, "pass_tally", "counting"),
+            (packed, "write_spill", "spill_write")):
+        timed(module, name, label)
+    policy = AcceptancePolicy(expect={"oracle": os.path.basename(data).split("-")[0]})
+    tasks = job.plan_ranges(f"{data}/*.avro", None, plan.RANGE_BYTES)
+    spill = tempfile.mkdtemp(dir=workdir)
+    started, cpu = time.perf_counter(), time.process_time()
+    try:
+        plan.read_ranges(tasks, policy, 0, account=True, ids=True, spill=spill)
+        total = time.process_time() - cpu
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+    parts = {k: round(v, 3) for k, v in sorted(spent.items())}
+    return {"seconds": round(time.perf_counter() - started, 2), "ranges": len(tasks),
+            "pass0_cpu_seconds": round(total, 2), "parts_cpu_seconds": parts,
+            "rest_cpu_seconds": round(total - sum(spent.values()), 3)}
+
+
 def one(case: str, protocol: str, data: str, workdir: str) -> None:
     """Run one case in this process (a child of :func:`main`)."""
+    if case == "pass0":
+        os.environ["LDPFLOW_THREADS"] = "1"
+        result = pass0(data, workdir)
+        emit(case=case, protocol=protocol, **result, peak_memory_mb=round(_peak() / 2**20))
+        return
     if case == "decode":
         before = _cpu()
         result = decode(data)
@@ -135,9 +206,13 @@ def main() -> None:
     parser.add_argument("--protocols", default="pem,sfp")
     parser.add_argument("--workdir", default="/tmp/ldpflow-bench-hh-scale")
     parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--threads", type=int, default=None,
+                        help="LDPFLOW_THREADS for the cases (default: as the environment)")
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if args.threads is not None:
+        env["LDPFLOW_THREADS"] = str(args.threads)
     for protocol in args.protocols.split(","):
         data = os.path.join(args.workdir, f"{protocol}-{args.users}")
         if args.one:
@@ -161,13 +236,14 @@ def main() -> None:
         emit(step="compare", protocol=protocol, users=args.users,
              dask_2_vs_1_speedup=_ratio(results, "dask-1", "dask-2"),
              local_vs_decode=_ratio(results, "local", "decode"),
+             local_vs_decode_cpu=_ratio(results, "local", "decode", "cpu_seconds"),
              beam_vs_decode=_ratio(results, "beam", "decode"),
              beam_vs_local=_ratio(results, "beam", "local"))
 
 
-def _ratio(results: dict, a: str, b: str) -> float | None:
-    """``seconds(a) / seconds(b)`` (None when either did not run)."""
-    x, y = results.get(a, {}).get("seconds"), results.get(b, {}).get("seconds")
+def _ratio(results: dict, a: str, b: str, figure: str = "seconds") -> float | None:
+    """``figure(a) / figure(b)`` (None when either did not run)."""
+    x, y = results.get(a, {}).get(figure), results.get(b, {}).get(figure)
     return round(x / y, 2) if x and y else None
 
 

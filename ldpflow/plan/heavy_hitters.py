@@ -51,12 +51,12 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import IO, Any
 
 import numpy as np
 
-from ldpflow.core import codecs, poisoning, queries
+from ldpflow.core import codecs, parallel, poisoning, queries
 from ldpflow.core import heavy_hitters as hh
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.plan import job as estimate_plan
@@ -65,6 +65,7 @@ from ldpflow.plan.backend import Backend
 from ldpflow.plan.files import match, open_file
 from ldpflow.plan.steps import RangeTask
 from ldpflow.wire.envelope import ReportBatch
+from ldpflow.wire.reading import read_ahead
 from ldpflow.wire.results import heavy_hitters_document
 
 __all__ = [
@@ -524,7 +525,8 @@ def _kept_groups(protocol: hh.HeavyHitterProtocol) -> tuple[int, ...]:
 def read_pass(task: RangeTask, policy, pass_index: int,
               states: Mapping[tuple, hh.PassState | None] | None = None, *,
               account: bool = False, ids: bool = False, spill: str | None = None,
-              opener=None, progress=None) -> HeavyHittersRead:
+              opener=None, progress=None, chunks: Iterable | None = None
+              ) -> HeavyHittersRead:
     """Read one range and count pass ``pass_index`` of every key in it (the rows of the pass's
     groups, for the candidates of ``states[key]``; pass 0 needs no state); with
     ``account``, also its records and dead letters, and with ``ids`` its reports' id
@@ -536,7 +538,9 @@ def read_pass(task: RangeTask, policy, pass_index: int,
     (:func:`ldpflow.plan.packed.write_spill`: their columns, narrowed, and their id-hash
     buckets), listed in ``spilled`` as ``(key, group, path, rows)``: the later passes read
     those (:func:`read_spilled`) instead of the range. ``progress`` (with ``account``): the
-    job's progress lines (:class:`~ldpflow.plan.progress.ProgressSpec`)."""
+    job's progress lines (:class:`~ldpflow.plan.progress.ProgressSpec`). ``chunks``: the
+    range's parsed chunks, already being read (:func:`read_ranges` reads the next range's
+    on a thread); default: :func:`ldpflow.plan.steps.scan_range` of ``task`` here."""
     opener = opener or open_file
     started = time.perf_counter()
     out = HeavyHittersRead(task.index, pass_index)
@@ -568,8 +572,9 @@ def read_pass(task: RangeTask, policy, pass_index: int,
         if tally is not None:  # this read's own sums: added in place
             out.tallies[key] = out.tallies[key].merge(tally) if key in out.tallies else tally
 
-    for parsed in steps.scan_range(task, policy, ("id_hashes",), opener=opener,
-                                   progress=progress if account else None):
+    if chunks is None:
+        chunks = _range_chunks(task, policy, opener, progress if account else None)
+    for parsed in chunks:
         if account:
             out.records += parsed.records
             out.reports += parsed.reports
@@ -614,20 +619,73 @@ class HeavyHittersPart:
     reads: list[HeavyHittersRead]
 
 
+def _range_chunks(task: RangeTask, policy, opener=None, progress=None) -> Iterator:
+    """The parsed chunks of one range, kept with their id hashes (what a pass counts)."""
+    return iter(steps.scan_range(task, policy, ("id_hashes",), opener=opener or open_file,
+                                 progress=progress))
+
+
+def _ahead() -> bool:
+    """Whether a task reads the next range (or spill piece) on a thread while it counts
+    this one: when this process may use more than one thread (``LDPFLOW_THREADS``,
+    :func:`ldpflow.core.parallel.threads`; one on Dask and Spark workers, whose cores the
+    other workers use)."""
+    return parallel.threads() > 1
+
+
+_END_OF_RANGE = object()
+
+
+def _chunks_of(stream: Iterator, ranges: int) -> Iterator[Iterator]:
+    """``ranges`` iterators over the items of ``stream`` (one range's chunks, each range's
+    run ended by :data:`_END_OF_RANGE`), in order; each must be read to its end before the
+    next (:func:`read_pass` does)."""
+    def one() -> Iterator:
+        for item in stream:
+            if item is _END_OF_RANGE:
+                return
+            yield item
+
+    for _ in range(ranges):
+        yield one()
+
+
 def read_ranges(tasks: Sequence[RangeTask], policy, pass_index: int,
                 states: Mapping[tuple, hh.PassState | None] | None = None, *,
                 account: bool = False, ids: bool = False, spill: str | None = None,
                 progress=None) -> HeavyHittersPart:
-    """:func:`read_pass` of several ranges, one after the other, their tallies added."""
+    """:func:`read_pass` of several ranges, one after the other, their tallies added.
+
+    With more than one thread (:func:`_ahead`), the ranges' chunks are read and decoded on
+    a thread one chunk ahead of the counting (:func:`ldpflow.wire.reading.read_ahead`:
+    polars, Arrow and numpy release the interpreter lock), across the ranges' ends: the
+    same chunks in the same order, so the same tallies, records and dead letters, and an
+    error reading a range is raised where it was (after every chunk before it)."""
     tallies: dict[tuple, PassTally] = {}
     reads = []
-    for task in tasks:
-        read = read_pass(task, policy, pass_index, states, account=account, ids=ids, spill=spill,
-                         progress=progress)
-        for key, tally in read.tallies.items():  # this task's own sums: added in place
-            tallies[key] = tallies[key].merge(tally) if key in tallies else tally
-        read.tallies = {}
-        reads.append(read)
+    account_progress = progress if account else None
+    streams: Iterator[Iterator | None]
+    stream = None
+    if _ahead() and tasks:
+        def made() -> Iterator:
+            for task in tasks:
+                yield from _range_chunks(task, policy, None, account_progress)
+                yield _END_OF_RANGE
+        stream = read_ahead(made())
+        streams = _chunks_of(stream, len(tasks))
+    else:
+        streams = iter([None] * len(tasks))
+    try:
+        for task, chunks in zip(tasks, streams, strict=True):
+            read = read_pass(task, policy, pass_index, states, account=account, ids=ids,
+                             spill=spill, progress=progress, chunks=chunks)
+            for key, tally in read.tallies.items():  # this task's own sums: added in place
+                tallies[key] = tallies[key].merge(tally) if key in tallies else tally
+            read.tallies = {}
+            reads.append(read)
+    finally:
+        if stream is not None:
+            stream.close()  # stops the thread (an error here, or a reader left early)
     return HeavyHittersPart(tallies, reads)
 
 
@@ -680,21 +738,37 @@ def read_spilled(pieces: Sequence[SpillPiece], pass_index: int,
     the same rows read from the input."""
     cache: dict = {}
     tallies: dict[tuple, PassTally] = {}
-    for key, group, path, start, stop in pieces:
-        protocol = _protocol(key, cache)
-        reports, extra = packed.read_spill(path, start, stop)
-        buckets = extra["id_bucket"]
-        groups = protocol.pass_groups(pass_index)
-        if group == packed.ALL_GROUPS and len(groups) < protocol.num_groups:
-            mine = np.isin(reports.columns["group"], np.asarray(groups, dtype=np.int64))
-            reports, buckets = reports[mine], buckets[mine]
-        if not len(reports):
-            continue
-        tally = _sums(
-            protocol, pass_index, _state(key, pass_index, states, cache), reports, buckets
-        )
-        tallies[key] = tallies[key].merge(tally) if key in tallies else tally
+    read = (((key, group), packed.read_spill(path, start, stop))
+            for key, group, path, start, stop in pieces)
+    if _ahead() and len(pieces) > 1:  # the next piece read (and checked) while this one counts
+        read = read_ahead(read)
+    try:
+        for (key, group), (reports, extra) in read:
+            tally = _spilled_tally(key, group, reports, extra, pass_index, states, cache)
+            if tally is not None:
+                tallies[key] = tallies[key].merge(tally) if key in tallies else tally
+    finally:
+        close = getattr(read, "close", None)
+        if close is not None:
+            close()
     return HeavyHittersPart(tallies, [])
+
+
+def _spilled_tally(key: tuple, group: int, reports, extra: Mapping[str, np.ndarray],
+                   pass_index: int, states, cache: dict) -> PassTally | None:
+    """Pass ``pass_index``'s tally of one spill piece's rows (None when none is of its
+    groups)."""
+    protocol = _protocol(key, cache)
+    buckets = extra["id_bucket"]
+    groups = protocol.pass_groups(pass_index)
+    if group == packed.ALL_GROUPS and len(groups) < protocol.num_groups:
+        mine = np.isin(reports.columns["group"], np.asarray(groups, dtype=np.int64))
+        reports, buckets = reports[mine], buckets[mine]
+    if not len(reports):
+        return None
+    return _sums(
+        protocol, pass_index, _state(key, pass_index, states, cache), reports, buckets
+    )
 
 
 def _pass_tallies(part: HeavyHittersPart):
