@@ -59,7 +59,9 @@ def test_closing_early_stops_the_thread_and_closes_the_items():
     assert not any(t.name == "ldpflow-read-ahead" for t in threading.enumerate())
 
 
-def _spy_threads(monkeypatch) -> list:
+def _spy_threads(monkeypatch, module=jsonl) -> list:
+    """The read-aheads started through ``module.read_ahead`` (``jsonl``: the check stage;
+    ``reading``: the read and parse stages)."""
     started: list = []
     ahead = reading.read_ahead
 
@@ -67,7 +69,7 @@ def _spy_threads(monkeypatch) -> list:
         started.append(True)
         return ahead(items)
 
-    monkeypatch.setattr(jsonl, "read_ahead", spy)
+    monkeypatch.setattr(module, "read_ahead", spy)
     return started
 
 
@@ -98,8 +100,9 @@ def _truncated_gzip(data: bytes) -> bytes:
     return packed[: len(packed) * 2 // 3]
 
 
-@pytest.mark.parametrize("start,end", [(0, None), (0, 150_000), (150_000, None)])
-def test_a_truncated_or_split_file_read_ahead_fails_where_it_did(monkeypatch, start, end):
+def _cut_reads(monkeypatch, start, end):
+    """A read of a hostile file of many chunks: ``read(False)`` of the range ``[start,
+    end)``, ``read(True)`` of the whole file gzipped and truncated."""
     monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 4096)
     monkeypatch.setattr(jsonl, "_JSON_CHUNK_BYTES", 20_000)
     data = _hostile_file()
@@ -111,6 +114,12 @@ def test_a_truncated_or_split_file_read_ahead_fails_where_it_did(monkeypatch, st
         return _records(formats.read_reports(io.BytesIO(data), "json", source="f.jsonl",
                                              start=start, end=end))
 
+    return read
+
+
+@pytest.mark.parametrize("start,end", [(0, None), (0, 150_000), (150_000, None)])
+def test_a_truncated_or_split_file_read_ahead_fails_where_it_did(monkeypatch, start, end):
+    read = _cut_reads(monkeypatch, start, end)
     started = _spy_threads(monkeypatch)
     ahead = {compressed: read(compressed) for compressed in (False, True)}
     assert started == [True, True]
@@ -159,18 +168,6 @@ def _all_in_the_callers_thread(monkeypatch) -> None:
     monkeypatch.setattr(reading, "read_ahead", lambda items: items)
 
 
-def _spy_stages(monkeypatch) -> list:
-    started: list = []
-    ahead = reading.read_ahead
-
-    def spy(items):
-        started.append(True)
-        return ahead(items)
-
-    monkeypatch.setattr(reading, "read_ahead", spy)
-    return started
-
-
 @pytest.mark.parametrize("keep", [(), KEEP_FIELDS])
 def test_the_three_stages_give_what_one_loop_in_the_callers_thread_gives(monkeypatch, keep):
     data = _hostile_file()
@@ -178,7 +175,7 @@ def test_the_three_stages_give_what_one_loop_in_the_callers_thread_gives(monkeyp
     monkeypatch.setattr(jsonl, "_JSON_CHUNK_BYTES", 40_000)  # many chunks
     monkeypatch.setattr(jsonl, "_SCAN_BYTES", 1024)  # lines measured a slice at a time
     threads = _spy_threads(monkeypatch)
-    stages = _spy_stages(monkeypatch)
+    stages = _spy_threads(monkeypatch, reading)
     staged = _read_all(data, keep)
     assert threads == [True] and stages == [True, True]  # checking, parsing, reading
     _all_in_the_callers_thread(monkeypatch)
@@ -188,18 +185,8 @@ def test_the_three_stages_give_what_one_loop_in_the_callers_thread_gives(monkeyp
 
 @pytest.mark.parametrize("start,end", [(0, None), (0, 150_000), (150_000, None)])
 def test_the_three_stages_fail_and_cut_where_one_loop_does(monkeypatch, start, end):
-    monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 4096)
-    monkeypatch.setattr(jsonl, "_JSON_CHUNK_BYTES", 20_000)
-    data = _hostile_file()
-
-    def read(compressed: bool):
-        if compressed:
-            stream = formats.decompressed(io.BytesIO(_truncated_gzip(data)), "f.jsonl.gz")
-            return _records(formats.read_reports(stream, "json", source="f.jsonl.gz"))
-        return _records(formats.read_reports(io.BytesIO(data), "json", source="f.jsonl",
-                                             start=start, end=end))
-
-    stages = _spy_stages(monkeypatch)
+    read = _cut_reads(monkeypatch, start, end)
+    stages = _spy_threads(monkeypatch, reading)
     staged = {compressed: read(compressed) for compressed in (False, True)}
     assert len(stages) == 4
     _all_in_the_callers_thread(monkeypatch)
