@@ -4,7 +4,9 @@ Reading (:func:`read_chunks`): chunks of about 32 MiB of whole lines (a line bel
 range it begins in), parsed by ``pyarrow.json`` against the report schema; a chunk that
 fails is halved until the failing lines are found, and only those are parsed one by one
 (``bits`` is hex text, ``seed`` signed or unsigned). A line longer than
-:data:`MAX_LINE_BYTES` or nested deeper than :data:`MAX_JSON_DEPTH` is refused unread.
+:data:`MAX_LINE_BYTES` or nested deeper than :data:`MAX_JSON_DEPTH` is refused unread. A
+range of several chunks is read, parsed and checked by three stages on threads, with the
+same chunks, dead letters and errors as one loop (:func:`read_chunks`).
 
 Writing (:func:`json_lines`, :func:`write_table`, :func:`write_records`): the envelope
 columns as JSON text by Arrow string kernels; null fields left out, ``bits`` as hex.
