@@ -1,7 +1,7 @@
 """JSON lines against ``pyarrow.json.read_json``: the wire layer's read, and the estimate job.
 
     python benchmarks/json_lines.py [--users 10000000] [--input DIR] [--workdir DIR]
-        [--repeat 3] [--skip estimate] [--engine beam]
+        [--repeat 3] [--skip read_one_thread,estimate] [--engine beam]
 
 OLH reports, d = 1024, epsilon = 1, written by ``ldpflow simulate --format json`` (16
 shards; or the ``reports-*.jsonl`` of ``--input``). Three measurements, each in its own
@@ -12,13 +12,15 @@ the machine's load touches all three alike), the median reported:
   the read call alone;
 * ``read``: :func:`ldpflow.wire.formats.read_reports` of every file (ranges, chunks, the
   parse and its checks: the batches the job counts), the read alone;
+* ``read_one_thread``: the same read with its stages (read and measure, parse, check) run
+  one after the other in the caller's thread, as a loop (what the stages on threads gain);
 * ``estimate``: ``ldpflow estimate --dedup none --engine ENGINE`` end to end (start to
   exit; ``--engine``: beam, the default, on its in-process runner, or local).
 
 Each prints one JSON object, with ``ratio_to_reference`` (records/s over the reference's)
 and ``cpu_ratio_to_reference`` (the same of CPU seconds, all threads: steadier than wall
 time on a loaded machine), and a last object ``summary`` with the ratios (the target for
-the job: >= 0.6) and the load average.
+the job: >= 0.6) and the load average (each step also gives the load average when it ended).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ READ = ("from ldpflow.wire import formats",
         "for p in sorted(glob.glob('{dir}/*.jsonl')):\n"
         "    with open(p, 'rb') as f:\n"
         "        n += sum(c.reports for c in formats.read_reports(f, 'json', source=p))")
+READ_ONE_THREAD = ("from ldpflow.wire import formats, jsonl, reading\n"
+                   "jsonl.read_ahead = reading.read_ahead = lambda items: items", READ[1])
 
 
 def _child(code: tuple[str, str], folder: str) -> tuple[int, float, float]:
@@ -60,7 +64,8 @@ def main(argv=None):
     parser.add_argument("--input", default=None, help="a folder of reports-*.jsonl")
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--skip", default="", help="comma-separated: read,estimate")
+    parser.add_argument("--skip", default="",
+                        help="comma-separated: read,read_one_thread,estimate")
     parser.add_argument("--engine", default="beam", choices=("beam", "local", "dask", "spark"))
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
@@ -72,17 +77,23 @@ def main(argv=None):
             emit(step="simulate", format="json", users=args.users, **figures)
     files = sorted(glob.glob(os.path.join(folder, "*.jsonl")))
     size = sum(os.path.getsize(f) for f in files)
-    runs: dict[str, list[tuple]] = {"reference": [], "read": [], "estimate": []}
+    runs: dict[str, list[tuple]] = {"reference": [], "read": [], "read_one_thread": [],
+                                    "estimate": []}
+    loads: dict[str, float] = {}
     records = None
     for _ in range(args.repeat):
         n, seconds, cpu = _child(REFERENCE, folder)
         records = n
         runs["reference"].append((seconds, cpu))
-        if "read" not in skip:
-            n, seconds, cpu = _child(READ, folder)
+        loads["reference"] = os.getloadavg()[0]
+        for step, code in (("read", READ), ("read_one_thread", READ_ONE_THREAD)):
+            if step in skip:
+                continue
+            n, seconds, cpu = _child(code, folder)
             if n != records:
-                raise SystemExit(f"the read gave {n} reports of {records}")
-            runs["read"].append((seconds, cpu))
+                raise SystemExit(f"the {step} gave {n} reports of {records}")
+            runs[step].append((seconds, cpu))
+            loads[step] = os.getloadavg()[0]
         if "estimate" not in skip:
             out = os.path.join(workdir, "estimate")
             before = _children_cpu()
@@ -96,6 +107,7 @@ def main(argv=None):
             if estimated != records:
                 raise SystemExit(f"estimated {estimated} of {records} reports")
             runs["estimate"].append((seconds, cpu, memory))
+            loads["estimate"] = os.getloadavg()[0]
     reference = statistics.median(t[0] for t in runs["reference"])
     reference_cpu = statistics.median(t[1] for t in runs["reference"])
     summary, summary_cpu = {}, {}
@@ -109,7 +121,8 @@ def main(argv=None):
         emit(step=step, records=records, bytes=size, seconds=round(seconds, 2),
              runs=[round(t[0], 2) for t in timings], records_per_s=round(records / seconds),
              ratio_to_reference=round(reference / seconds, 3), cpu_seconds=round(cpu, 2),
-             cpu_ratio_to_reference=round(reference_cpu / cpu, 3), **extra)
+             cpu_ratio_to_reference=round(reference_cpu / cpu, 3),
+             load_average=round(loads[step], 1), **extra)
         summary[step] = round(reference / seconds, 3)
         summary_cpu[step] = round(reference_cpu / cpu, 3)
     emit(step="summary", records=records, engine=args.engine, ratio_to_reference=summary,

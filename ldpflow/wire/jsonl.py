@@ -4,7 +4,9 @@ Reading (:func:`read_chunks`): chunks of about 32 MiB of whole lines (a line bel
 range it begins in), parsed by ``pyarrow.json`` against the report schema; a chunk that
 fails is halved until the failing lines are found, and only those are parsed one by one
 (``bits`` is hex text, ``seed`` signed or unsigned). A line longer than
-:data:`MAX_LINE_BYTES` or nested deeper than :data:`MAX_JSON_DEPTH` is refused unread.
+:data:`MAX_LINE_BYTES` or nested deeper than :data:`MAX_JSON_DEPTH` is refused unread. A
+range of several chunks is read, parsed and checked by three stages on threads, with the
+same chunks, dead letters and errors as one loop (:func:`read_chunks`).
 
 Writing (:func:`json_lines`, :func:`write_table`, :func:`write_records`): the envelope
 columns as JSON text by Arrow string kernels; null fields left out, ``bits`` as hex.
@@ -24,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ldpflow.wire import reading
 from ldpflow.wire.buffers import offsets_and_data
 from ldpflow.wire.envelope import DeadLetter, field_kind, json_safe
 from ldpflow.wire.parse import Parsed, arrow_schema, parse_table, records_to_table
@@ -50,21 +53,94 @@ for _i, _c in enumerate(b"ABCDEF"):
 
 def read_chunks(stream, source, start, end, policy, keep):
     """The :class:`~ldpflow.wire.parse.Parsed` chunks of the lines that begin in ``[start,
-    end)``. A range of more than one chunk is read ahead (:func:`ldpflow.wire.reading.
-    read_ahead`): the next chunk is read, decompressed and parsed on a thread while the
-    caller counts this one; the chunks, dead letters and errors are the same, in the same
-    order."""
-    chunks = _parsed_chunks(stream, source, start, end, policy, keep)
-    return read_ahead(chunks) if _several_chunks(stream, start, end) else chunks
+    end)``.
+
+    A range of more than one chunk is read in three stages, each on its own thread
+    (:func:`ldpflow.wire.reading.read_ahead`) and one chunk ahead of the next: chunk i + 2
+    is read and its lines measured (:class:`_Chunk`, numpy), chunk i + 1 parsed by
+    ``pyarrow.json`` (:func:`_tried`), chunk i checked (:func:`_json_chunk`), while the
+    caller counts chunk i - 1. The chunks, dead letters and errors are those of a read in
+    the caller's thread, in the same order: every stage takes its chunks in order, and an
+    error is raised where its chunk would have come.
+    """
+    if not _several_chunks(stream, start, end):
+        return _parsed_chunks(stream, source, start, end, policy, keep)
+    return read_ahead(_parsed_chunks(stream, source, start, end, policy, keep, ahead=True))
 
 
-def _parsed_chunks(stream, source, start, end, policy, keep):
+def _parsed_chunks(stream, source, start, end, policy, keep, ahead=False):
+    unread = unread_records(policy)
+    measured = _measured(_json_chunks(stream, start, end))
+    if ahead:
+        measured = reading.read_ahead(measured)
+    tried = _tried(measured, unread)
+    if ahead:
+        tried = reading.read_ahead(tried)
     cache: dict = {}
     number = 1 if start == 0 else 0  # line numbers are known when reading from the start
-    for chunk in _json_chunks(stream, start, end):
-        lines = yield from _json_chunk(chunk, number, source, policy, keep, cache)
-        if number:
-            number += lines
+    try:
+        for chunk in tried:
+            yield from _json_chunk(chunk, number, source, policy, keep, cache)
+            if number:
+                number += chunk.lines
+    finally:
+        tried.close()
+
+
+class _Chunk:
+    """One chunk of whole lines (``data``: bytes or a bytearray, never changed once made),
+    measured: its ``lines`` (a last line without a newline counts), the ``too_long`` ones
+    (line indices, with their ``starts`` and ``ends``; empty when none), its ``nonblank``
+    lines (None where lines are too long: counted once they are cut out), and ``table``:
+    the whole chunk parsed by :func:`_json_try`, or :data:`_UNTRIED`."""
+
+    __slots__ = ("data", "lines", "too_long", "starts", "ends", "nonblank", "table")
+
+    def __init__(self, data):
+        self.data = data
+        newlines = _count_newlines(data)
+        self.lines = newlines + (0 if data.endswith(b"\n") or not data else 1)
+        self.too_long = _NO_LINES
+        self.starts = self.ends = _NO_LINES
+        if not _lines_are_short(data):  # where the long lines are
+            ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+            if ends.size == 0 or ends[-1] != len(data) - 1:  # a last line with no newline
+                ends = np.append(ends, len(data))
+            starts = np.concatenate([[0], ends[:-1] + 1])
+            self.too_long = np.flatnonzero((ends - starts) > MAX_LINE_BYTES)
+            self.starts, self.ends = starts, ends
+        self.nonblank = None if self.too_long.size else _nonblank_lines(data, newlines)
+        self.table = _UNTRIED
+
+
+_NO_LINES = np.zeros(0, dtype=np.int64)
+_UNTRIED = object()
+
+
+def _measured(chunks: Iterator) -> Iterator[_Chunk]:
+    """The first stage: each chunk of lines, measured."""
+    try:
+        for data in chunks:
+            yield _Chunk(data)
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+
+
+def _tried(chunks: Iterator[_Chunk], unread: tuple[str, ...]) -> Iterator[_Chunk]:
+    """The second stage: each chunk of lines none too long parsed whole (its ``table``: the
+    table, or None where the parse fails and the chunk is to be halved)."""
+    try:
+        for chunk in chunks:
+            data = chunk.data
+            if not chunk.too_long.size and data and not data.isspace():
+                chunk.table = _json_try(data, unread, chunk.nonblank)
+            yield chunk
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
 
 
 def _several_chunks(stream, start: int, end: int | None) -> bool:
@@ -88,16 +164,18 @@ def _several_chunks(stream, start: int, end: int | None) -> bool:
     return stop - start > _JSON_CHUNK_BYTES
 
 
-def _json_chunks(stream, start: int, end: int | None) -> Iterator[bytes]:
+def _json_chunks(stream, start: int, end: int | None) -> Iterator[bytes | bytearray]:
     """The whole lines that begin in ``[start, end)``, in chunks of about 32 MiB.
 
     Every line belongs to exactly one range whatever its length: offsets are those of the
     file (``line_start``, where the line being carried begins; ``read_to``, the end of what
     was read), never derived from what is kept of a line, since of a line longer than
-    :data:`MAX_LINE_BYTES` only the head is kept (for its dead letter).
+    :data:`MAX_LINE_BYTES` only the head is kept (for its dead letter). What is read is
+    read after the line carried over, into one buffer (:func:`_read_up_to`), which is cut
+    at its last newline in place: a chunk is made without a copy of it.
     """
     carry, line_start, read_to = b"", 0, 0
-    block: bytes | None = None  # bytes read but not yet looked at (from read_to - len)
+    pending: bytes | None = None  # bytes read but not yet looked at (from read_to - len)
     if start > 0:  # begin at the first line that starts at or after start
         stream.seek(start - 1)
         read_to = start - 1
@@ -109,39 +187,48 @@ def _json_chunks(stream, start: int, end: int | None) -> Iterator[bytes]:
             cut = head.find(b"\n")
             if cut >= 0:
                 line_start = read_to - len(head) + cut + 1
-                block = head[cut + 1:] or None
+                pending = head[cut + 1:] or None
                 break
     while end is None or line_start < end:
-        if block is None:
+        if pending is None:
             try:
-                block = _read_up_to(stream, _JSON_CHUNK_BYTES)
+                buffer, got = _read_up_to(stream, _JSON_CHUNK_BYTES, carry)
             except _ReadFailed as failure:  # keep the whole lines read before the damage
                 cut = failure.data.rfind(b"\n")
                 if cut >= 0:
                     yield from _json_tail(carry, failure.data[: cut + 1], read_to, end)
                 raise failure.error from None
-            if not block:
+            if not got:
                 if carry:
                     yield carry
                 return
-            read_to += len(block)
-        block_start = read_to - len(block)  # the file offset of block[0]
-        cut = block.rfind(b"\n")
+            read_to += got
+        else:
+            buffer, got, pending = carry + pending, len(pending), None
+        at = len(buffer) - got  # where the bytes just read begin in buffer (after carry)
+        block_start = read_to - got  # the file offset of buffer[at]
+        cut = buffer.rfind(b"\n", at)
         if cut < 0:
-            carry += block
+            carry = buffer
             if len(carry) > MAX_LINE_BYTES:  # keep its head (for the dead letter) only
                 carry = carry[: MAX_LINE_BYTES + 1]
-            block = None
             continue
-        next_start = block_start + cut + 1  # where the first line not yet complete begins
+        next_start = read_to - len(buffer) + cut + 1  # where the first line not complete begins
         if end is not None and next_start > end:
             # Keep the lines that begin before end; the next range has the others.
-            last = block.find(b"\n", max(end - 1 - block_start, 0))
-            yield b"".join((carry, memoryview(block)[: last + 1]))
+            last = buffer.find(b"\n", at + max(end - 1 - block_start, 0))
+            yield _head(buffer, last + 1)
             return
-        yield b"".join((carry, memoryview(block)[: cut + 1]))  # one copy
-        carry, line_start = block[cut + 1:], next_start
-        block = None
+        carry, line_start = bytes(buffer[cut + 1:]), next_start
+        yield _head(buffer, cut + 1)
+
+
+def _head(buffer: bytes | bytearray, size: int) -> bytes | bytearray:
+    """The first ``size`` bytes of ``buffer``: a bytearray cut in place (no copy)."""
+    if isinstance(buffer, bytearray):
+        del buffer[size:]
+        return buffer
+    return buffer[:size]
 
 
 def _json_tail(carry: bytes, data: bytes, read_to: int, end: int | None) -> Iterator[bytes]:
@@ -162,57 +249,111 @@ class _ReadFailed(Exception):
         self.data, self.error = data, error
 
 
-def _read_up_to(stream, size: int) -> bytes:
-    """Up to ``size`` bytes. A decompressing stream is read 4 MiB at a time, so that what
-    was read before an error (a damaged gzip member) is not lost with it; a plain file in
-    one call (no copies)."""
+def _read_up_to(stream, size: int, carry: bytes | bytearray = b""
+                ) -> tuple[bytearray, int]:
+    """``carry`` followed by up to ``size`` bytes read, and how many were read.
+
+    A plain file (or bytes in memory) is read into one bytearray after ``carry`` (the chunk
+    is that buffer: no copy of it is made). A decompressing stream is read 4 MiB at a time,
+    so that what was read before an error (a damaged gzip member) is not lost with it.
+    """
     if isinstance(stream, (io.BufferedReader, io.BytesIO, io.FileIO)):
+        left = _bytes_left(stream)
+        buffer = bytearray(len(carry) + (size if left is None else min(size, left)))
+        buffer[: len(carry)] = carry
+        view, got = memoryview(buffer), len(carry)
         try:
-            return stream.read(size)
+            while got < len(buffer):
+                part = stream.readinto(view[got:])
+                if not part:
+                    break
+                got += part
         except (OSError, EOFError) as exc:
-            raise _ReadFailed(b"", exc) from None
-    parts: list[bytes] = []
+            raise _ReadFailed(bytes(view[len(carry):got]), exc) from None
+        finally:
+            view.release()
+        del buffer[got:]
+        return buffer, got - len(carry)
+    parts: list[bytes] = [carry]
     got = 0
     while got < size:
         try:
             part = stream.read(min(4 << 20, size - got))
         except (OSError, EOFError, zlib.error) as exc:
-            raise _ReadFailed(b"".join(parts), exc) from None
+            raise _ReadFailed(b"".join(parts[1:]), exc) from None
         if not part:
             break
         parts.append(part)
         got += len(part)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    return bytearray().join(parts), got  # one copy, cut in place by _head
 
 
-def _json_chunk(chunk: bytes, number: int, source, policy, keep, cache):
-    """Parse one chunk of lines (a generator of Parsed); returns its number of lines."""
+def _bytes_left(stream) -> int | None:
+    """The bytes left to read in a plain stream (bytes in memory, a regular file), or None
+    when its size cannot be told (a pipe: then the buffer is of a whole chunk)."""
+    import os
+    import stat
+
+    try:
+        if isinstance(stream, io.BytesIO):
+            with stream.getbuffer() as view:
+                size = view.nbytes
+        else:
+            status = os.fstat(stream.fileno())
+            if not stat.S_ISREG(status.st_mode):
+                return None
+            size = status.st_size
+        return max(size - stream.tell(), 0)
+    except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+        return None
+
+
+def _json_chunk(chunk: _Chunk, number: int, source, policy, keep, cache):
+    """Check one measured chunk of lines (a generator of Parsed)."""
     dead: list[DeadLetter] = []
-    newlines = chunk.count(b"\n")
-    lines = newlines + (0 if chunk.endswith(b"\n") or not chunk else 1)
-    nonblank: int | None = _nonblank_lines(chunk, newlines)
-    if not _lines_are_short(chunk):  # where the long lines are
-        ends = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
-        if ends.size == 0 or ends[-1] != len(chunk) - 1:  # a last line with no newline
-            ends = np.append(ends, len(chunk))
-        starts = np.concatenate([[0], ends[:-1] + 1])
-        too_long = np.flatnonzero((ends - starts) > MAX_LINE_BYTES)
-    else:
-        too_long = np.zeros(0, dtype=np.int64)
-    if too_long.size:  # refused unread; an empty line keeps the others' numbers
+    data, nonblank, table = chunk.data, chunk.nonblank, chunk.table
+    if chunk.too_long.size:  # refused unread; an empty line keeps the others' numbers
+        starts, ends = chunk.starts, chunk.ends
         pieces, at = [], 0
-        for i in too_long.tolist():
-            line = chunk[starts[i]:ends[i]]
+        for i in chunk.too_long.tolist():
+            line = data[starts[i]:ends[i]]
             dead.append(DeadLetter(source, f"policy: JSON line{_at(number, i)} longer than "
                                            f"{MAX_LINE_BYTES} bytes",
                                    line[:200].decode("utf-8", "replace")))
-            pieces.append(chunk[at:starts[i]])
+            pieces.append(data[at:starts[i]])
             at = ends[i]
-        pieces.append(chunk[at:])
-        chunk = b"".join(pieces)
-        nonblank = None
-    yield from _json_parse(chunk, number, source, policy, keep, cache, dead, nonblank)
-    return lines
+        pieces.append(data[at:])
+        data = b"".join(pieces)
+        nonblank, table = None, _UNTRIED
+    yield from _json_parse(data, number, source, policy, keep, cache, dead, nonblank, table)
+
+
+def _count_newlines(data: bytes | bytearray) -> int:
+    """The newlines of ``data``: by numpy (which leaves the GIL to the other stages) a slice
+    of :data:`_SCAN_BYTES` at a time (a mask of a whole chunk would be fresh pages each
+    time, which cost more than the count)."""
+    if len(data) < _SCAN_BYTES:
+        return data.count(b"\n")
+    codes = np.frombuffer(data, dtype=np.uint8)
+    return sum(int(np.count_nonzero(codes[lo:lo + _SCAN_BYTES] == 10))
+               for lo in range(0, codes.size, _SCAN_BYTES))
+
+
+def _has_empty_line_inside(data: bytes | bytearray) -> bool:
+    """Whether ``data`` holds two newlines in a row: as 16-bit words at even and at odd
+    offsets (numpy, no copy, a slice at a time), faster than a search for the two bytes."""
+    if len(data) < _SCAN_BYTES:
+        return b"\n\n" in data
+    pair, step = 0x0A0A, _SCAN_BYTES // 2
+    for offset in (0, 1):
+        words = np.frombuffer(data, dtype=np.uint16, count=(len(data) - offset) // 2,
+                              offset=offset)
+        if any(bool((words[lo:lo + step] == pair).any()) for lo in range(0, words.size, step)):
+            return True
+    return False
+
+
+_SCAN_BYTES = 1 << 20
 
 
 def _lines_are_short(chunk: bytes) -> bool:
@@ -302,21 +443,32 @@ def _json_schema(unread: tuple[str, ...] = (), only: tuple[str, ...] | None = No
     return pa.schema(fields) if unread or only is not None else schema
 
 
-def _json_parse(chunk, number, source, policy, keep, cache, dead, nonblank=None
-                ) -> Iterator[Parsed]:
-    """The chunk's lines parsed (``nonblank``: :func:`_nonblank_lines` of ``chunk``, when it
-    is known)."""
-    if not chunk or chunk.isspace():
-        if dead:
-            yield Parsed({}, dead, len(dead))
-        return
+def _json_try(chunk, unread: tuple[str, ...], nonblank: int | None = None
+              ) -> pa.Table | None:
+    """The lines of ``chunk`` parsed whole, or None where that fails (a line malformed, or
+    holding other than one JSON object)."""
     try:
-        table = _json_read(chunk, unread_records(policy))
+        table = _json_read(chunk, unread)
         if nonblank is None:
             nonblank = _nonblank_lines(chunk)
         if table.num_rows != nonblank:  # e.g. two objects on one line
             raise pa.ArrowInvalid("a line holds other than one JSON object")
     except (pa.ArrowInvalid, pa.ArrowException):
+        return None
+    return table
+
+
+def _json_parse(chunk, number, source, policy, keep, cache, dead, nonblank=None,
+                table=_UNTRIED) -> Iterator[Parsed]:
+    """The chunk's lines parsed (``nonblank``: :func:`_nonblank_lines` of ``chunk``, when it
+    is known; ``table``: :func:`_json_try` of it, when it was tried)."""
+    if not chunk or chunk.isspace():
+        if dead:
+            yield Parsed({}, dead, len(dead))
+        return
+    if table is _UNTRIED:
+        table = _json_try(chunk, unread_records(policy), nonblank)
+    if table is None:
         lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
         if lines > _JSON_LINE_FALLBACK:  # halve: the failing lines are parsed one by one
             middle = chunk.find(b"\n", len(chunk) // 2)
@@ -345,11 +497,11 @@ def _nonblank_lines(chunk: bytes, newlines: int | None = None) -> int:
     ``newlines``: ``chunk.count(b"\\n")``, when it is known.
     """
     if newlines is None:
-        newlines = chunk.count(b"\n")
+        newlines = _count_newlines(chunk)
     lines = newlines + (0 if chunk.endswith(b"\n") else 1)
     # Each newline right after a newline (or at the start) ends an empty line.
     empty = int(chunk.startswith(b"\n"))
-    if b"\n\n" in chunk:
+    if _has_empty_line_inside(chunk):
         newline = np.frombuffer(chunk, dtype=np.uint8) == 10
         empty += int(np.count_nonzero(newline[1:] & newline[:-1]))
     return lines - empty

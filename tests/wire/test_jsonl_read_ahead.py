@@ -9,6 +9,8 @@ import json
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ldpflow.wire import formats, jsonl, reading
 from ldpflow.wire.parse import KEEP_FIELDS
@@ -57,7 +59,9 @@ def test_closing_early_stops_the_thread_and_closes_the_items():
     assert not any(t.name == "ldpflow-read-ahead" for t in threading.enumerate())
 
 
-def _spy_threads(monkeypatch) -> list:
+def _spy_threads(monkeypatch, module=jsonl) -> list:
+    """The read-aheads started through ``module.read_ahead`` (``jsonl``: the check stage;
+    ``reading``: the read and parse stages)."""
     started: list = []
     ahead = reading.read_ahead
 
@@ -65,7 +69,7 @@ def _spy_threads(monkeypatch) -> list:
         started.append(True)
         return ahead(items)
 
-    monkeypatch.setattr(jsonl, "read_ahead", spy)
+    monkeypatch.setattr(module, "read_ahead", spy)
     return started
 
 
@@ -96,8 +100,9 @@ def _truncated_gzip(data: bytes) -> bytes:
     return packed[: len(packed) * 2 // 3]
 
 
-@pytest.mark.parametrize("start,end", [(0, None), (0, 150_000), (150_000, None)])
-def test_a_truncated_or_split_file_read_ahead_fails_where_it_did(monkeypatch, start, end):
+def _cut_reads(monkeypatch, start, end):
+    """A read of a hostile file of many chunks: ``read(False)`` of the range ``[start,
+    end)``, ``read(True)`` of the whole file gzipped and truncated."""
     monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 4096)
     monkeypatch.setattr(jsonl, "_JSON_CHUNK_BYTES", 20_000)
     data = _hostile_file()
@@ -109,6 +114,12 @@ def test_a_truncated_or_split_file_read_ahead_fails_where_it_did(monkeypatch, st
         return _records(formats.read_reports(io.BytesIO(data), "json", source="f.jsonl",
                                              start=start, end=end))
 
+    return read
+
+
+@pytest.mark.parametrize("start,end", [(0, None), (0, 150_000), (150_000, None)])
+def test_a_truncated_or_split_file_read_ahead_fails_where_it_did(monkeypatch, start, end):
+    read = _cut_reads(monkeypatch, start, end)
     started = _spy_threads(monkeypatch)
     ahead = {compressed: read(compressed) for compressed in (False, True)}
     assert started == [True, True]
@@ -149,3 +160,63 @@ def test_whether_to_read_ahead_is_told_without_moving_or_decompressing_the_strea
         assert jsonl._several_chunks(f, 0, 500) is False
         assert jsonl._several_chunks(f, len(data) - 900, None) is False
         assert f.tell() == 7
+
+
+def _all_in_the_callers_thread(monkeypatch) -> None:
+    """No stage on a thread: the read as one loop in the caller's thread."""
+    _in_the_callers_thread(monkeypatch)
+    monkeypatch.setattr(reading, "read_ahead", lambda items: items)
+
+
+@pytest.mark.parametrize("keep", [(), KEEP_FIELDS])
+def test_the_three_stages_give_what_one_loop_in_the_callers_thread_gives(monkeypatch, keep):
+    data = _hostile_file()
+    monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(jsonl, "_JSON_CHUNK_BYTES", 40_000)  # many chunks
+    monkeypatch.setattr(jsonl, "_SCAN_BYTES", 1024)  # lines measured a slice at a time
+    threads = _spy_threads(monkeypatch)
+    stages = _spy_threads(monkeypatch, reading)
+    staged = _read_all(data, keep)
+    assert threads == [True] and stages == [True, True]  # checking, parsing, reading
+    _all_in_the_callers_thread(monkeypatch)
+    assert staged == _read_all(data, keep)
+    assert len(staged) > 10 and sum(len(p[3]) for p in staged) >= 10
+
+
+@pytest.mark.parametrize("start,end", [(0, None), (0, 150_000), (150_000, None)])
+def test_the_three_stages_fail_and_cut_where_one_loop_does(monkeypatch, start, end):
+    read = _cut_reads(monkeypatch, start, end)
+    stages = _spy_threads(monkeypatch, reading)
+    staged = {compressed: read(compressed) for compressed in (False, True)}
+    assert len(stages) == 4
+    _all_in_the_callers_thread(monkeypatch)
+    for compressed, chunks in staged.items():
+        assert chunks == read(compressed)
+    assert json.loads(staged[True][-1][2][0])["reason"].startswith("truncated file: ")
+
+
+def test_closing_a_staged_read_early_stops_every_stage(monkeypatch, tmp_path):
+    monkeypatch.setattr(jsonl, "_JSON_CHUNK_BYTES", 20_000)
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(_hostile_file())
+    with open(path, "rb") as f:
+        chunks = formats.read_reports(f, "json", source="r.jsonl")
+        assert next(chunks).records > 0
+        assert sum(t.name == "ldpflow-read-ahead" for t in threading.enumerate()) == 3
+        chunks.close()
+    assert not any(t.name == "ldpflow-read-ahead" for t in threading.enumerate())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([b"\n", b"\n\n", b"a", b" ", b"{\"x\":1}"]), min_size=1,
+                max_size=200),
+       st.sampled_from([2, 4, 6, 64]))
+def test_newlines_and_empty_lines_measured_in_slices_are_those_of_the_bytes(parts, scan):
+    data = b"".join(parts)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(jsonl, "_SCAN_BYTES", scan)
+        for chunk in (data, bytearray(data)):
+            assert jsonl._count_newlines(chunk) == data.count(b"\n")
+            assert jsonl._has_empty_line_inside(chunk) == (b"\n\n" in data)
+            expected = sum(1 for line in data.split(b"\n") if line)
+            assert jsonl._nonblank_lines(chunk) == expected
