@@ -29,6 +29,7 @@ away, the step has a ``keep_rows`` form (:func:`drop_copies`, :func:`cap_users`)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import re
 import time
@@ -37,8 +38,9 @@ from typing import Any
 
 import numpy as np
 
+from ldpflow.core import parallel
 from ldpflow.core.contribution import capped_rows, epsilon_per_user, payload_ranks, tie_breaks
-from ldpflow.core.dedup import first_copies
+from ldpflow.core.dedup import first_copies, repeated_hashes
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.oracles import Accumulator, registry
 from ldpflow.wire.envelope import ReportBatch
@@ -57,6 +59,8 @@ __all__ = [
     "scan_range",
     "read_range",
     "repeated_ids",
+    "SpilledIds",
+    "IdSpill",
     "spill_ids",
     "DEDUP_PASS_BYTES",
     "drop_copies",
@@ -377,7 +381,23 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
     started = time.perf_counter()
     out = RangeRead(task.index)
     refused = frozenset(tuple(key) for key in refused)
-    spilled: dict[tuple, list[np.ndarray]] = {}
+    spilled: dict[tuple, IdSpill] = {}
+    try:
+        _read_into(out, task, policy, keep, account, count, ids, repeated, unique, users,
+                   max_job_bytes, refused, spill, spilled, progress, opener)
+        for key, writer in spilled.items():  # sorted and written while the range was read
+            out.ids.extend((key, bucket, piece) for bucket, piece in writer.finish())
+    finally:
+        for writer in spilled.values():
+            writer.close()
+    out.read_ms = int(1000 * (time.perf_counter() - started))
+    return out
+
+
+def _read_into(out: RangeRead, task: RangeTask, policy, keep, account, count, ids, repeated,
+               unique, users, max_job_bytes, refused, spill, spilled, progress, opener) -> None:
+    """The body of :func:`read_range`: the range's chunks into ``out`` (and the id
+    hashes into the range's :class:`IdSpill` writers, ``spilled``, by key)."""
     held = 0  # the memory of the keys this range counts (key_memory), within max_job_bytes
     for parsed in scan_range(task, policy, keep, progress=progress if account else None,
                              opener=opener):
@@ -396,13 +416,14 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
                 continue
             if account:
                 out.census[key] = out.census.get(key, 0) + len(batch)
-            if ids:
+            if ids and spill is not None:  # sorted and written on a thread as they come
+                if key not in spilled:
+                    spilled[key] = IdSpill(spill, task.index, key)
+                spilled[key].add(batch.id_hashes)
+            elif ids:
                 for bucket, rows in bucket_parts(batch.id_hashes, ID_BUCKET_BITS):
-                    part = batch.id_hashes if rows is None else batch.id_hashes[rows]
-                    if spill is None:
-                        out.ids.append((key, bucket, part))
-                    else:  # gathered per key and bucket, written once at the end
-                        spilled.setdefault((key, bucket), []).append(part)
+                    out.ids.append((key, bucket, batch.id_hashes if rows is None
+                                    else batch.id_hashes[rows]))
             if repeated is not None:
                 rest, repeats = split_repeated(key, batch, repeated)
                 if repeats is not None:
@@ -428,49 +449,143 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
                                        for k, t in out.tallies.items()}
                         continue
                 out.tallies[key] = (have or Tally(None)) + Tally(count_batch(batch))
-    for (key, bucket), parts in spilled.items():
-        out.ids.append((key, bucket, spill_ids(spill, task.index, key, bucket, parts)))
-    out.read_ms = int(1000 * (time.perf_counter() - started))
-    return out
 
 
-def spill_ids(folder: str, index: int, key, bucket: int, parts: Sequence[np.ndarray]) -> str:
-    """Write one range's id hashes of one key and bucket as ``folder/NAME.npy``; returns
-    the path (which the id-hash shuffle moves instead of the hashes)."""
-    import os
+@dataclasses.dataclass(frozen=True)
+class SpilledIds:
+    """One range's id hashes of one key and one id-hash bucket, on disk: the rows
+    ``[start, stop)`` of each run of ``runs`` in the file ``path`` (raw little-endian
+    uint64, :class:`IdSpill`), every run sorted. What the id-hash shuffle moves instead of
+    the hashes (a few numbers a range)."""
 
-    hashes = parts[0] if len(parts) == 1 else np.concatenate(parts)
-    digest = hashlib.blake2b(_key_text(key).encode("utf-8"), digest_size=8).hexdigest()
-    path = os.path.join(folder, f"ids-{index:06d}-{digest}-{int(bucket):03d}.npy")
-    np.save(path, hashes, allow_pickle=False)
-    return path
+    path: str
+    runs: tuple[tuple[int, int], ...]
+
+    @property
+    def size(self) -> int:
+        return sum(stop - start for start, stop in self.runs)
 
 
-def _spilled_passes(parts: list[tuple[int, str]], bucket: int, pass_bytes: int
-                    ) -> Iterable[list[tuple[int, np.ndarray]]]:
-    """The ``(range, hashes)`` parts of one spilled group (the files of one bucket), in
-    successive hash ranges of about ``pass_bytes`` together: each file is mapped, not read
-    whole, and only the hashes of the pass are taken from it (one file holds one range's
-    share of one bucket, so its mask is small). Every copy of a hash falls in one pass, as
-    the cuts are hash values (the keyed hashes are uniform: the passes are even)."""
-    files = [(r, np.load(path, mmap_mode="r")) for r, path in parts]
-    total = 8 * sum(int(m.size) for _, m in files)
-    passes = max(1, -(-total // max(int(pass_bytes), 8)))
-    if passes == 1:
-        yield [(r, np.array(mapped)) for r, mapped in files if mapped.size]
-        return
-    width = 1 << (64 - ID_BUCKET_BITS)
-    low = int(bucket) * width
-    cuts = [low + (width * i) // passes for i in range(passes + 1)]
+#: The first hash of every id-hash bucket, and one past the last (2**64, as a Python int).
+_BUCKET_EDGES = [b << (64 - ID_BUCKET_BITS) for b in range(1 << ID_BUCKET_BITS)] + [1 << 64]
+
+
+def _sorted_run(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``hashes`` sorted, and where each id-hash bucket starts in them (and the end)."""
+    ordered = np.sort(hashes)
+    edges = np.empty(len(_BUCKET_EDGES), dtype=np.int64)
+    edges[:-1] = np.searchsorted(ordered, np.array(_BUCKET_EDGES[:-1], dtype=np.uint64))
+    edges[-1] = ordered.size
+    return ordered, edges
+
+
+class IdSpill:
+    """Writes one range's id hashes of one key to ``folder`` as they are read: each
+    array given to :meth:`add` is sorted and appended to one file with one write (raw uint64,
+    no header), and its id-hash buckets are the slices between the bucket edges (no
+    per-bucket copy). With more than one thread (``LDPFLOW_THREADS``,
+    :func:`ldpflow.core.parallel.threads`), the sort and the write run on a thread of
+    their own while the range goes on being read and counted (NumPy's sort and the write
+    release the interpreter lock); with one, in the caller. :meth:`finish` gives the
+    ``(bucket, SpilledIds)`` pieces, :meth:`close` stops the thread (always call it)."""
+
+    def __init__(self, folder: str, index: int, key) -> None:
+        import os
+
+        digest = hashlib.blake2b(_key_text(key).encode("utf-8"), digest_size=8).hexdigest()
+        self.path = os.path.join(folder, f"ids-{int(index):06d}-{digest}.u64")
+        self._file = open(self.path, "wb")  # noqa: SIM115 - closed by finish/close
+        self._rows = 0
+        self._runs: list[tuple[int, np.ndarray]] = []  # (first row, bucket edges)
+        self._pool = None
+        self._pending: list[Any] = []
+        if parallel.threads() > 1:
+            import concurrent.futures
+
+            self._pool = concurrent.futures.ThreadPoolExecutor(1, "ldpflow-spill")
+
+    def _write(self, hashes: np.ndarray) -> None:
+        ordered, edges = _sorted_run(hashes)
+        self._file.write(memoryview(ordered.astype("<u8", copy=False)).cast("B"))
+        self._runs.append((self._rows, edges))
+        self._rows += ordered.size
+
+    def add(self, hashes: np.ndarray) -> None:
+        """Spill one array of id hashes (taken as it is: the caller does not change it)."""
+        if not len(hashes):
+            return
+        if self._pool is None:
+            self._write(hashes)
+        else:  # one worker: the runs are written in order, one after the other
+            self._pending.append(self._pool.submit(self._write, hashes))
+
+    def finish(self) -> list[tuple[int, SpilledIds]]:
+        """Wait for the writes, close the file; the ``(bucket, SpilledIds)`` of every
+        bucket that has hashes."""
+        for pending in self._pending:
+            pending.result()  # raises what the write raised
+        self._pending = []
+        self.close()
+        out = []
+        for bucket in range(1 << ID_BUCKET_BITS):
+            runs = tuple((first + int(edges[bucket]), first + int(edges[bucket + 1]))
+                         for first, edges in self._runs if edges[bucket + 1] > edges[bucket])
+            if runs:
+                out.append((bucket, SpilledIds(self.path, runs)))
+        return out
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self._file.close()
+
+
+def spill_ids(folder: str, index: int, key, parts: Sequence[np.ndarray]
+              ) -> list[tuple[int, SpilledIds]]:
+    """Write one range's id hashes of one key (``parts``, arrays of any buckets) with an
+    :class:`IdSpill`; returns the ``(bucket, SpilledIds)`` pieces that the id-hash shuffle
+    moves instead of the hashes."""
+    writer = IdSpill(folder, index, key)
+    try:
+        for part in parts:
+            writer.add(np.asarray(part, dtype=np.uint64))
+        return writer.finish()
+    finally:
+        writer.close()
+
+
+def _spilled_passes(parts: list[tuple[int, SpilledIds]], bucket: int, pass_bytes: int,
+                    at_least: int = 1) -> list[list[tuple[int, np.ndarray]]]:
+    """The ``(range, hashes)`` parts of one spilled group (the runs of one bucket), in
+    successive hash ranges of about ``pass_bytes`` together. Every run is sorted, so a
+    pass's share of a run is one slice found by binary search in the mapped file: each
+    hash is read once, whatever the number of passes. Every copy of a hash falls in one
+    pass, as the cuts are hash values (the keyed hashes are uniform: the passes are even).
+    At least ``at_least`` passes (for as many threads); a pass's slices are views of the
+    mapped files, read when the pass concatenates them."""
+    files: dict[str, np.ndarray] = {}
+    runs = []
+    for r, piece in parts:
+        if piece.path not in files:
+            files[piece.path] = np.memmap(piece.path, dtype="<u8", mode="r") \
+                if piece.runs else np.zeros(0, dtype=np.uint64)
+        mapped = files[piece.path]
+        runs.extend((r, mapped[start:stop]) for start, stop in piece.runs if stop > start)
+    total = 8 * sum(int(run.size) for _, run in runs)
+    passes = max(1, int(at_least), -(-total // max(int(pass_bytes), 8)))
+    low, high = _BUCKET_EDGES[bucket], _BUCKET_EDGES[bucket + 1]
+    cuts = [low + ((high - low) * i) // passes for i in range(passes + 1)]
+    out = []
     for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
         sub = []
-        for r, mapped in files:
-            inside = mapped >= np.uint64(lo)
-            if hi < 1 << 64:
-                inside &= mapped < np.uint64(hi)
-            if inside.any():
-                sub.append((r, np.asarray(mapped[inside])))
-        yield sub
+        for r, run in runs:
+            a = 0 if lo == low else int(np.searchsorted(run, np.uint64(lo)))
+            b = run.size if hi == high else int(np.searchsorted(run, np.uint64(hi)))
+            if b > a:
+                sub.append((r, run[a:b]))
+        out.append(sub)
+    return out
 
 
 def _grouped(pieces: Iterable[tuple]) -> dict[tuple, list]:
@@ -484,43 +599,60 @@ def _grouped(pieces: Iterable[tuple]) -> dict[tuple, list]:
 def _repeated_of(parts: list[tuple[int, np.ndarray]], ranges: bool = True
                  ) -> tuple[np.ndarray, set[int]]:
     """The hashes seen more than once among ``(range, hashes)`` parts, and (``ranges``)
-    the ranges holding them. A thin call into :func:`ldpflow.core.dedup.first_copies`."""
+    the ranges holding them. A thin call into :func:`ldpflow.core.dedup.repeated_hashes`."""
     if not parts:
         return np.zeros(0, dtype=np.uint64), set()
-    hashes = parts[0][1] if len(parts) == 1 else np.concatenate([h for _, h in parts])
-    kept, _ = first_copies(hashes)
-    if kept.all():
-        return np.zeros(0, dtype=np.uint64), set()
-    repeated = np.unique(hashes[~kept])
-    if not ranges:
+    hashes = np.asarray(parts[0][1]) if len(parts) == 1 else \
+        np.concatenate([h for _, h in parts])
+    repeated = repeated_hashes(hashes)
+    if not repeated.size or not ranges:
         return repeated, set()
-    return repeated, {r for r, h in parts if np.isin(h, repeated).any()}
+    holding = set()
+    for r, h in parts:
+        if r not in holding:
+            at = np.minimum(np.searchsorted(repeated, h), repeated.size - 1)
+            if (repeated[at] == h).any():
+                holding.add(r)
+    return repeated, holding
 
 
-def repeated_ids(pieces: Iterable[tuple[tuple, int, int, np.ndarray | str]],
+def repeated_ids(pieces: Iterable[tuple[tuple, int, int, np.ndarray | SpilledIds]],
                  pass_bytes: int = DEDUP_PASS_BYTES, ranges: bool = True
                  ) -> list[tuple[str, np.ndarray, list[int]]]:
     """One id-hash shuffle group of ``(key, bucket, range index, hashes)`` pieces ->
     ``(key text, sorted hashes seen more than once, ranges holding them)`` per key and
-    bucket that has any. ``hashes`` is an array, or the path of a file of them
-    (:func:`spill_ids`): then the group is resolved in passes over hash ranges of about
-    ``pass_bytes`` (:data:`DEDUP_PASS_BYTES`), with the same result. ``ranges=False``:
-    the ranges are not looked for (an empty list; Beam's read takes every range's rows
-    of the repeated ids with a side input instead of reading those ranges again)."""
+    bucket that has any. ``hashes`` is an array, or a :class:`SpilledIds` (runs of a file
+    written by :func:`spill_ids`): then the group is resolved in passes over hash ranges
+    of about ``pass_bytes`` (:data:`DEDUP_PASS_BYTES`), with the same result; the passes
+    run on :func:`ldpflow.core.parallel.threads` threads (a large group is cut into at
+    least that many). ``ranges=False``: the ranges are not looked for (an empty list;
+    Beam's read takes every range's rows of the repeated ids with a side input instead of
+    reading those ranges again)."""
     out = []
     for (key, bucket), parts in _grouped((k, b, (r, h)) for k, b, r, h in pieces).items():
-        on_disk = [(r, h) for r, h in parts if isinstance(h, str)]
-        in_memory = [(r, h) for r, h in parts if not isinstance(h, str)]
+        on_disk = [(r, h) for r, h in parts if isinstance(h, SpilledIds)]
+        in_memory = [(r, h) for r, h in parts if not isinstance(h, SpilledIds)]
         if on_disk and in_memory:
             raise ValueError("an id-hash group must be all on disk or all in memory")
-        passes = _spilled_passes(on_disk, bucket, pass_bytes) if on_disk else [in_memory]
-        found, holding = [], set()
-        for part in passes:
-            repeated, where = _repeated_of(part, ranges)
-            if repeated.size:
-                found.append(repeated)
-                holding |= where
+        if not on_disk:
+            results = [_repeated_of(in_memory, ranges)]
+        else:
+            workers = parallel.threads()
+            rows = sum(piece.size for _, piece in on_disk)
+            passes = _spilled_passes(on_disk, bucket, pass_bytes,
+                                     min(workers, rows // parallel.MIN_ROWS))
+            workers = min(workers, len(passes))
+            if workers > 1:
+                import concurrent.futures
+
+                with concurrent.futures.ThreadPoolExecutor(workers, "ldpflow-ids") as pool:
+                    results = list(pool.map(functools.partial(_repeated_of, ranges=ranges),
+                                            passes))
+            else:
+                results = [_repeated_of(part, ranges) for part in passes]
+        found = [repeated for repeated, _ in results if repeated.size]
         if found:
+            holding = set().union(*(where for _, where in results))
             out.append((_key_text(key), np.concatenate(found), sorted(holding)))
     return out
 

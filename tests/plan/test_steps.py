@@ -215,11 +215,18 @@ def test_repeated_ids_on_disk_in_passes_equal_the_in_memory_shuffle(tmp_path):
     in_memory, on_disk = [], []
     for index, hashes in enumerate(ranges):
         for bucket, rows in steps.bucket_parts(hashes, steps.ID_BUCKET_BITS):
-            part = hashes if rows is None else hashes[rows]
-            in_memory.append((key, bucket, index, part))
-            path = steps.spill_ids(str(tmp_path), index, key, bucket, [part[::2], part[1::2]])
-            assert np.array_equal(np.load(path), np.concatenate([part[::2], part[1::2]]))
-            on_disk.append((key, bucket, index, path))
+            in_memory.append((key, bucket, index, hashes if rows is None else hashes[rows]))
+        # Two runs a range (as two chunks), each sorted and cut at the bucket edges.
+        spilled = steps.spill_ids(str(tmp_path), index, key, [hashes[::2], hashes[1::2]])
+        on_disk.extend((key, bucket, index, piece) for bucket, piece in spilled)
+        written = np.fromfile(spilled[0][1].path, dtype="<u8")
+        assert np.array_equal(written, np.concatenate([np.sort(hashes[::2]),
+                                                       np.sort(hashes[1::2])]))
+        for bucket, piece in spilled:  # each run's slice holds exactly its bucket's hashes
+            assert 1 <= len(piece.runs) <= 2
+            mine = np.concatenate([written[a:b] for a, b in piece.runs])
+            top = hashes >> np.uint64(64 - steps.ID_BUCKET_BITS)
+            assert np.array_equal(np.sort(mine), np.sort(hashes[top == bucket]))
 
     def resolved(pieces, **kw):
         groups: dict[int, list] = {}
