@@ -61,6 +61,7 @@ __all__ = [
     "repeated_ids",
     "SpilledIds",
     "IdSpill",
+    "PASS_CUT_BITS",
     "spill_ids",
     "DEDUP_PASS_BYTES",
     "drop_copies",
@@ -451,43 +452,54 @@ def _read_into(out: RangeRead, task: RangeTask, policy, keep, account, count, id
                 out.tallies[key] = (have or Tally(None)) + Tally(count_batch(batch))
 
 
-@dataclasses.dataclass(frozen=True)
+#: The hash ranges a spilled run is cut into within one id-hash bucket (2**6 = 64): a pass
+#: of the disk dedup takes whole ones, so a bucket is resolved in at most 64 passes, each
+#: read from the file by position (no map of the file, no search in it).
+PASS_CUT_BITS = 6
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class SpilledIds:
-    """One range's id hashes of one key and one id-hash bucket, on disk: the rows
-    ``[start, stop)`` of each run of ``runs`` in the file ``path`` (raw little-endian
-    uint64, :class:`IdSpill`), every run sorted. What the id-hash shuffle moves instead of
-    the hashes (a few numbers a range)."""
+    """One range's id hashes of one key and one id-hash bucket, on disk, in the file
+    ``path`` (raw little-endian uint64, :class:`IdSpill`): ``marks[i]`` are the rows of
+    run ``i`` (each run sorted) where the bucket's ``2**PASS_CUT_BITS`` equal hash ranges
+    start, and its end. What the id-hash shuffle moves instead of the hashes."""
 
     path: str
-    runs: tuple[tuple[int, int], ...]
+    marks: np.ndarray  # int64, shape (runs, 2**PASS_CUT_BITS + 1)
 
     @property
     def size(self) -> int:
-        return sum(stop - start for start, stop in self.runs)
+        return int((self.marks[:, -1] - self.marks[:, 0]).sum())
 
 
-#: The first hash of every id-hash bucket, and one past the last (2**64, as a Python int).
-_BUCKET_EDGES = [b << (64 - ID_BUCKET_BITS) for b in range(1 << ID_BUCKET_BITS)] + [1 << 64]
+_CUTS = 1 << PASS_CUT_BITS
+#: The first hash of every cut of every id-hash bucket, and one past the last (2**64).
+_EDGES = [i << (64 - ID_BUCKET_BITS - PASS_CUT_BITS)
+          for i in range(1 << (ID_BUCKET_BITS + PASS_CUT_BITS))] + [1 << 64]
+_EDGE_VALUES = np.array(_EDGES[:-1], dtype=np.uint64)
 
 
 def _sorted_run(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``hashes`` sorted, and where each id-hash bucket starts in them (and the end)."""
+    """``hashes`` sorted, and where each cut of each id-hash bucket starts in them (and
+    the end): one binary search for all of them."""
     ordered = np.sort(hashes)
-    edges = np.empty(len(_BUCKET_EDGES), dtype=np.int64)
-    edges[:-1] = np.searchsorted(ordered, np.array(_BUCKET_EDGES[:-1], dtype=np.uint64))
+    edges = np.empty(len(_EDGES), dtype=np.int64)
+    edges[:-1] = np.searchsorted(ordered, _EDGE_VALUES)
     edges[-1] = ordered.size
     return ordered, edges
 
 
 class IdSpill:
     """Writes one range's id hashes of one key to ``folder`` as they are read: each
-    array given to :meth:`add` is sorted and appended to one file with one write (raw uint64,
-    no header), and its id-hash buckets are the slices between the bucket edges (no
-    per-bucket copy). With more than one thread (``LDPFLOW_THREADS``,
-    :func:`ldpflow.core.parallel.threads`), the sort and the write run on a thread of
-    their own while the range goes on being read and counted (NumPy's sort and the write
-    release the interpreter lock); with one, in the caller. :meth:`finish` gives the
-    ``(bucket, SpilledIds)`` pieces, :meth:`close` stops the thread (always call it)."""
+    array given to :meth:`add` is sorted and appended to one file with one write (raw
+    uint64, no header), and its id-hash buckets (and their cuts for the passes) are slices
+    between edges found by one binary search (no per-bucket copy). With more than one
+    thread (``LDPFLOW_THREADS``, :func:`ldpflow.core.parallel.threads`), the sort and the
+    write run on a thread of their own while the range goes on being read and counted
+    (NumPy's sort and the write release the interpreter lock); with one, in the caller.
+    :meth:`finish` gives the ``(bucket, SpilledIds)`` pieces, :meth:`close` stops the
+    thread (always call it)."""
 
     def __init__(self, folder: str, index: int, key) -> None:
         import os
@@ -496,7 +508,7 @@ class IdSpill:
         self.path = os.path.join(folder, f"ids-{int(index):06d}-{digest}.u64")
         self._file = open(self.path, "wb")  # noqa: SIM115 - closed by finish/close
         self._rows = 0
-        self._runs: list[tuple[int, np.ndarray]] = []  # (first row, bucket edges)
+        self._runs: list[np.ndarray] = []  # each run's edges, as rows of the file
         self._pool = None
         self._pending: list[Any] = []
         if parallel.threads() > 1:
@@ -507,7 +519,7 @@ class IdSpill:
     def _write(self, hashes: np.ndarray) -> None:
         ordered, edges = _sorted_run(hashes)
         self._file.write(memoryview(ordered.astype("<u8", copy=False)).cast("B"))
-        self._runs.append((self._rows, edges))
+        self._runs.append(edges + self._rows)
         self._rows += ordered.size
 
     def add(self, hashes: np.ndarray) -> None:
@@ -526,12 +538,15 @@ class IdSpill:
             pending.result()  # raises what the write raised
         self._pending = []
         self.close()
+        if not self._runs:
+            return []
+        edges = np.stack(self._runs)
         out = []
         for bucket in range(1 << ID_BUCKET_BITS):
-            runs = tuple((first + int(edges[bucket]), first + int(edges[bucket + 1]))
-                         for first, edges in self._runs if edges[bucket + 1] > edges[bucket])
-            if runs:
-                out.append((bucket, SpilledIds(self.path, runs)))
+            marks = edges[:, bucket * _CUTS:(bucket + 1) * _CUTS + 1]
+            marks = marks[marks[:, -1] > marks[:, 0]]  # the runs with hashes of the bucket
+            if marks.size:
+                out.append((bucket, SpilledIds(self.path, np.ascontiguousarray(marks))))
         return out
 
     def close(self) -> None:
@@ -555,37 +570,65 @@ def spill_ids(folder: str, index: int, key, parts: Sequence[np.ndarray]
         writer.close()
 
 
-def _spilled_passes(parts: list[tuple[int, SpilledIds]], bucket: int, pass_bytes: int,
-                    at_least: int = 1) -> list[list[tuple[int, np.ndarray]]]:
-    """The ``(range, hashes)`` parts of one spilled group (the runs of one bucket), in
-    successive hash ranges of about ``pass_bytes`` together. Every run is sorted, so a
-    pass's share of a run is one slice found by binary search in the mapped file: each
-    hash is read once, whatever the number of passes. Every copy of a hash falls in one
-    pass, as the cuts are hash values (the keyed hashes are uniform: the passes are even).
-    At least ``at_least`` passes (for as many threads); a pass's slices are views of the
-    mapped files, read when the pass concatenates them."""
-    files: dict[str, np.ndarray] = {}
-    runs = []
-    for r, piece in parts:
-        if piece.path not in files:
-            files[piece.path] = np.memmap(piece.path, dtype="<u8", mode="r") \
-                if piece.runs else np.zeros(0, dtype=np.uint64)
-        mapped = files[piece.path]
-        runs.extend((r, mapped[start:stop]) for start, stop in piece.runs if stop > start)
-    total = 8 * sum(int(run.size) for _, run in runs)
-    passes = max(1, int(at_least), -(-total // max(int(pass_bytes), 8)))
-    low, high = _BUCKET_EDGES[bucket], _BUCKET_EDGES[bucket + 1]
-    cuts = [low + ((high - low) * i) // passes for i in range(passes + 1)]
-    out = []
-    for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
-        sub = []
-        for r, run in runs:
-            a = 0 if lo == low else int(np.searchsorted(run, np.uint64(lo)))
-            b = run.size if hi == high else int(np.searchsorted(run, np.uint64(hi)))
-            if b > a:
-                sub.append((r, run[a:b]))
-        out.append(sub)
+def _read_pass(parts: Sequence[tuple[int, str, np.ndarray]]) -> list[tuple[int, np.ndarray]]:
+    """One pass's ``(range, hashes)``: the rows ``[start, stop)`` of ``(range, path,
+    (start, stop) rows)`` read from the files into one buffer (the parts are views of it)."""
+    rows = [int(b - a) for _, _, (a, b) in parts]
+    buffer = np.empty(sum(rows), dtype=np.uint64)
+    out, at, handle, opened = [], 0, None, None
+    try:
+        for (r, path, (start, _)), count in zip(parts, rows, strict=True):
+            if path != opened:
+                if handle is not None:
+                    handle.close()
+                try:
+                    handle, opened = open(path, "rb"), path  # noqa: SIM115 - closed below
+                except FileNotFoundError:
+                    from ldpflow.plan.packed import SpillError
+
+                    raise SpillError(f"spill file {path} is missing (the run's temporary "
+                                     "folder was changed)") from None
+            handle.seek(8 * int(start))
+            view = buffer[at:at + count]
+            if handle.readinto(memoryview(view).cast("B")) != 8 * count:
+                from ldpflow.plan.packed import SpillError
+
+                raise SpillError(f"spill file {path} is damaged: its id hashes end before "
+                                 f"row {int(start) + count}")
+            out.append((r, view))
+            at += count
+    finally:
+        if handle is not None:
+            handle.close()
     return out
+
+
+def _spilled_passes(parts: list[tuple[int, SpilledIds]], pass_bytes: int, at_least: int = 1
+                    ) -> list[list[tuple[int, str, np.ndarray]]]:
+    """The passes over one spilled group (the runs of one bucket): each a list of
+    ``(range, path, (start, stop))`` row slices to read (:func:`_read_pass`), successive
+    hash ranges of about ``pass_bytes`` together (at least ``at_least`` of them, for as
+    many threads; at most ``2**PASS_CUT_BITS``). A pass takes whole cuts of the bucket
+    (:data:`PASS_CUT_BITS`), whose rows in every run the spill recorded: each hash is read
+    once, and every copy of a hash falls in one pass (the cuts are hash values; the keyed
+    hashes are uniform, so the passes are even)."""
+    total = 8 * sum(piece.size for _, piece in parts)
+    passes = max(1, int(at_least), -(-total // max(int(pass_bytes), 8)))
+    passes = min(passes, _CUTS)
+    bounds = [(_CUTS * i) // passes for i in range(passes + 1)]
+    out: list[list[tuple[int, str, np.ndarray]]] = [[] for _ in range(passes)]
+    for r, piece in parts:
+        for marks in piece.marks:
+            for i in range(passes):
+                start, stop = int(marks[bounds[i]]), int(marks[bounds[i + 1]])
+                if stop > start:
+                    out[i].append((r, piece.path, (start, stop)))
+    return out
+
+
+def _resolve_pass(slices: Sequence[tuple[int, str, np.ndarray]], ranges: bool
+                  ) -> tuple[np.ndarray, set[int]]:
+    return _repeated_of(_read_pass(slices), ranges)
 
 
 def _grouped(pieces: Iterable[tuple]) -> dict[tuple, list]:
@@ -629,7 +672,7 @@ def repeated_ids(pieces: Iterable[tuple[tuple, int, int, np.ndarray | SpilledIds
     Beam's read takes every range's rows of the repeated ids with a side input instead of
     reading those ranges again)."""
     out = []
-    for (key, bucket), parts in _grouped((k, b, (r, h)) for k, b, r, h in pieces).items():
+    for (key, _), parts in _grouped((k, b, (r, h)) for k, b, r, h in pieces).items():
         on_disk = [(r, h) for r, h in parts if isinstance(h, SpilledIds)]
         in_memory = [(r, h) for r, h in parts if not isinstance(h, SpilledIds)]
         if on_disk and in_memory:
@@ -639,17 +682,16 @@ def repeated_ids(pieces: Iterable[tuple[tuple, int, int, np.ndarray | SpilledIds
         else:
             workers = parallel.threads()
             rows = sum(piece.size for _, piece in on_disk)
-            passes = _spilled_passes(on_disk, bucket, pass_bytes,
-                                     min(workers, rows // parallel.MIN_ROWS))
+            passes = _spilled_passes(on_disk, pass_bytes, min(workers, rows // parallel.MIN_ROWS))
             workers = min(workers, len(passes))
-            if workers > 1:
+            resolve = functools.partial(_resolve_pass, ranges=ranges)
+            if workers > 1:  # each thread reads its pass when it starts it
                 import concurrent.futures
 
                 with concurrent.futures.ThreadPoolExecutor(workers, "ldpflow-ids") as pool:
-                    results = list(pool.map(functools.partial(_repeated_of, ranges=ranges),
-                                            passes))
+                    results = list(pool.map(resolve, passes))
             else:
-                results = [_repeated_of(part, ranges) for part in passes]
+                results = [resolve(part) for part in passes]
         found = [repeated for repeated, _ in results if repeated.size]
         if found:
             holding = set().union(*(where for _, where in results))
