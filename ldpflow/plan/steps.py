@@ -241,8 +241,9 @@ class RangeRead:
 
     ``tallies``: key -> :class:`Tally` (the valid reports counted, and the key's dead
     letters); ``reasons``: dead letters by reason; ``letters``: source -> dead letters as
-    JSON lines; ``ids``: ``(key, bucket, hashes)`` pieces; ``repeats``: ``(key, bucket,
-    batch)`` pieces of the rows of repeated ids; ``users``: ``(bucket, key, batch)``
+    JSON lines; ``ids``: ``(key, bucket, hashes)`` pieces (an array, or a
+    :class:`SpilledIds` with a spill); ``repeats``: ``(key, bucket, batch)`` pieces of the
+    rows of repeated ids; ``users``: ``(bucket, key, batch)``
     pieces by user-hash bucket; ``census``: key -> the valid reports read (the accounting
     read); ``over``: the range's keys needed more than the job's budget, so it counted none
     (the driver reads it again for the keys admitted).
@@ -255,7 +256,8 @@ class RangeRead:
     tallies: dict[tuple, Tally] = dataclasses.field(default_factory=dict)
     reasons: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     letters: dict[str, list[str]] = dataclasses.field(default_factory=dict)
-    ids: list[tuple[tuple, int, np.ndarray]] = dataclasses.field(default_factory=list)
+    ids: list[tuple[tuple, int, np.ndarray | SpilledIds]] = dataclasses.field(
+        default_factory=list)
     repeats: list[tuple[tuple, int, ReportBatch]] = dataclasses.field(default_factory=list)
     users: list[tuple[int, tuple, ReportBatch]] = dataclasses.field(default_factory=list)
     read_ms: int = 0
@@ -387,20 +389,25 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
     out = RangeRead(task.index)
     refused = frozenset(tuple(key) for key in refused)
     spilled: dict[tuple, IdSpill] = {}
+    # One thread sorts and writes the spill of every key of the range (in order per key).
+    pool = _spill_pool() if ids and spill is not None else None
     try:
         _read_into(out, task, policy, keep, account, count, ids, repeated, unique, users,
-                   max_job_bytes, refused, spill, spilled, progress, opener)
+                   max_job_bytes, refused, spill, spilled, progress, opener, pool)
         for key, writer in spilled.items():  # sorted and written while the range was read
             out.ids.extend((key, bucket, piece) for bucket, piece in writer.finish())
     finally:
         for writer in spilled.values():
             writer.close()
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
     out.read_ms = int(1000 * (time.perf_counter() - started))
     return out
 
 
 def _read_into(out: RangeRead, task: RangeTask, policy, keep, account, count, ids, repeated,
-               unique, users, max_job_bytes, refused, spill, spilled, progress, opener) -> None:
+               unique, users, max_job_bytes, refused, spill, spilled, progress, opener,
+               pool) -> None:
     """The body of :func:`read_range`: the range's chunks into ``out`` (and the id
     hashes into the range's :class:`IdSpill` writers, ``spilled``, by key)."""
     held = 0  # the memory of the keys this range counts (key_memory), within max_job_bytes
@@ -423,7 +430,7 @@ def _read_into(out: RangeRead, task: RangeTask, policy, keep, account, count, id
                 out.census[key] = out.census.get(key, 0) + len(batch)
             if ids and spill is not None:  # sorted and written on a thread as they come
                 if key not in spilled:
-                    spilled[key] = IdSpill(spill, task.index, key)
+                    spilled[key] = IdSpill(spill, task.index, key, pool)
                 spilled[key].add(batch.id_hashes)
             elif ids:
                 for bucket, rows in bucket_parts(batch.id_hashes, ID_BUCKET_BITS):
@@ -504,10 +511,11 @@ class IdSpill:
     thread (``LDPFLOW_THREADS``, :func:`ldpflow.core.parallel.threads`), the sort and the
     write run on a thread of their own while the range goes on being read and counted
     (NumPy's sort and the write release the interpreter lock); with one, in the caller.
-    :meth:`finish` gives the ``(bucket, SpilledIds)`` pieces, :meth:`close` stops the
-    thread (always call it)."""
+    ``pool``: a one-thread executor to share (the writers of one range's keys), else the
+    writer starts its own. :meth:`finish` gives the ``(bucket, SpilledIds)`` pieces,
+    :meth:`close` stops an own thread (always call it)."""
 
-    def __init__(self, folder: str, index: int, key) -> None:
+    def __init__(self, folder: str, index: int, key, pool=None) -> None:
         import os
 
         digest = hashlib.blake2b(_key_text(key).encode("utf-8"), digest_size=8).hexdigest()
@@ -515,16 +523,13 @@ class IdSpill:
         self._file = open(self.path, "wb")  # noqa: SIM115 - closed by finish/close
         self._rows = 0
         self._runs: list[np.ndarray] = []  # each run's edges, as rows of the file
-        self._pool = None
         self._pending: list[Any] = []
-        if parallel.threads() > 1:
-            import concurrent.futures
-
-            self._pool = concurrent.futures.ThreadPoolExecutor(1, "ldpflow-spill")
+        self._own = pool is None
+        self._pool = _spill_pool() if pool is None else pool
 
     def _write(self, hashes: np.ndarray) -> None:
         ordered, edges = _sorted_run(hashes)
-        self._file.write(memoryview(ordered.astype("<u8", copy=False)).cast("B"))
+        self._file.write(ordered.astype("<u8", copy=False).data.cast("B"))
         self._runs.append(edges + self._rows)
         self._rows += ordered.size
 
@@ -556,10 +561,20 @@ class IdSpill:
         return out
 
     def close(self) -> None:
-        if self._pool is not None:
+        if self._own and self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        self._pool = None
         self._file.close()
+
+
+def _spill_pool():
+    """A one-thread executor for :class:`IdSpill` (None with one thread,
+    ``LDPFLOW_THREADS=1``: the caller sorts and writes)."""
+    if parallel.threads() <= 1:
+        return None
+    import concurrent.futures
+
+    return concurrent.futures.ThreadPoolExecutor(1, "ldpflow-spill")
 
 
 def spill_ids(folder: str, index: int, key, parts: Sequence[np.ndarray]
@@ -576,41 +591,41 @@ def spill_ids(folder: str, index: int, key, parts: Sequence[np.ndarray]
         writer.close()
 
 
-def _read_pass(parts: Sequence[tuple[int, str, np.ndarray]]) -> list[tuple[int, np.ndarray]]:
+def _read_pass(parts: Sequence[tuple[int, str, tuple[int, int]]]
+               ) -> list[tuple[int, np.ndarray]]:
     """One pass's ``(range, hashes)``: the rows ``[start, stop)`` of ``(range, path,
     (start, stop) rows)`` read from the files into one buffer (the parts are views of it)."""
+    from ldpflow.plan.packed import SpillError
+
     rows = [int(b - a) for _, _, (a, b) in parts]
     buffer = np.empty(sum(rows), dtype=np.uint64)
-    out, at, handle, opened = [], 0, None, None
+    out: list[tuple[int, np.ndarray]] = []
+    at = 0
+    handles: dict[str, Any] = {}
     try:
         for (r, path, (start, _)), count in zip(parts, rows, strict=True):
-            if path != opened:
-                if handle is not None:
-                    handle.close()
+            handle = handles.get(path)
+            if handle is None:
                 try:
-                    handle, opened = open(path, "rb"), path  # noqa: SIM115 - closed below
+                    handle = handles[path] = open(path, "rb")  # noqa: SIM115 - closed below
                 except FileNotFoundError:
-                    from ldpflow.plan.packed import SpillError
-
                     raise SpillError(f"spill file {path} is missing (the run's temporary "
                                      "folder was changed)") from None
             handle.seek(8 * int(start))
             view = buffer[at:at + count]
-            if handle.readinto(memoryview(view).cast("B")) != 8 * count:
-                from ldpflow.plan.packed import SpillError
-
+            if handle.readinto(view.data.cast("B")) != 8 * count:
                 raise SpillError(f"spill file {path} is damaged: its id hashes end before "
                                  f"row {int(start) + count}")
             out.append((r, view))
             at += count
     finally:
-        if handle is not None:
+        for handle in handles.values():
             handle.close()
     return out
 
 
 def _spilled_passes(parts: list[tuple[int, SpilledIds]], pass_bytes: int, at_least: int = 1
-                    ) -> list[list[tuple[int, str, np.ndarray]]]:
+                    ) -> list[list[tuple[int, str, tuple[int, int]]]]:
     """The passes over one spilled group (the runs of one bucket): each a list of
     ``(range, path, (start, stop))`` row slices to read (:func:`_read_pass`), successive
     hash ranges of about ``pass_bytes`` together (at least ``at_least`` of them, for as
@@ -622,7 +637,7 @@ def _spilled_passes(parts: list[tuple[int, SpilledIds]], pass_bytes: int, at_lea
     passes = max(1, int(at_least), -(-total // max(int(pass_bytes), 8)))
     passes = min(passes, _CUTS)
     bounds = [(_CUTS * i) // passes for i in range(passes + 1)]
-    out: list[list[tuple[int, str, np.ndarray]]] = [[] for _ in range(passes)]
+    out: list[list[tuple[int, str, tuple[int, int]]]] = [[] for _ in range(passes)]
     for r, piece in parts:
         for marks in piece.marks:
             for i in range(passes):
@@ -632,7 +647,7 @@ def _spilled_passes(parts: list[tuple[int, SpilledIds]], pass_bytes: int, at_lea
     return out
 
 
-def _resolve_pass(slices: Sequence[tuple[int, str, np.ndarray]], ranges: bool
+def _resolve_pass(slices: Sequence[tuple[int, str, tuple[int, int]]], ranges: bool
                   ) -> tuple[np.ndarray, set[int]]:
     return _repeated_of(_read_pass(slices), ranges)
 
