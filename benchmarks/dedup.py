@@ -91,23 +91,20 @@ def breakdown(folder: str, spill_root: str | None) -> dict:
                     ids.validate(full=True)
                 with timed("keyed_hash"):
                     hashes = dedup.string_hashes(*offsets_and_data(ids), key)
-                with timed("bucket_parts"):
-                    parts = [(b, hashes if rows is None else hashes[rows])
-                             for b, rows in steps.bucket_parts(hashes, steps.ID_BUCKET_BITS)]
-                with timed("spill"):
-                    for b, part in parts:
-                        pieces.append((b, steps.spill_ids(spill, index, ("olh",), b, [part])))
+                with timed("sort_and_spill"):  # one sorted run, cut at the bucket edges
+                    pieces.extend((index, b, piece) for b, piece
+                                  in steps.spill_ids(spill, index, ("olh",), [hashes]))
                 with timed("user_hash"):
                     users = parquet.read_row_group(group, columns=["user_id"],
                                                    use_threads=False).column(0).combine_chunks()
                     dedup.string_hashes(*offsets_and_data(users))
         with timed("resolve_buckets"):
             for b in range(1 << steps.ID_BUCKET_BITS):
-                steps.repeated_ids([(("olh",), bb, r, path) for r, (bb, path)
-                                    in enumerate(pieces) if bb == b])
+                steps.repeated_ids([(("olh",), bb, r, piece) for r, bb, piece in pieces
+                                    if bb == b])
     finally:
         shutil.rmtree(spill, ignore_errors=True)
-    dedup_parts = ("read_report_id", "check_utf8", "keyed_hash", "bucket_parts", "spill",
+    dedup_parts = ("read_report_id", "check_utf8", "keyed_hash", "sort_and_spill",
                    "resolve_buckets")
     return {"input": folder, "reports": n, "files": len(files),
             "cpu_s": {k: round(v, 3) for k, v in cpu.items()},

@@ -34,7 +34,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
+import statistics
 import sys
 import tempfile
 
@@ -59,31 +61,52 @@ def _row(fmt: str, users: int, simulated: dict, read: dict, jobs: dict[str, dict
     return row
 
 
-def estimate_plan(fmt: str, folder: str, out: str, users: int, store: str | None) -> dict:
-    """``ldpflow estimate --engine local`` (process start to exit): ``--dedup none`` when
-    ``store`` is None, else the default dedup with ``--dedup_store STORE``."""
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def estimate_plan(fmt: str, folder: str, out: str, users: int, store: str | None,
+                  repeat: int = 1) -> dict:
+    """``ldpflow estimate --engine local`` (process start to exit), the median of
+    ``repeat`` runs (wall seconds, CPU seconds of user and system, peak memory, and the
+    load average at the start of each): ``--dedup none`` when ``store`` is None, else the
+    default dedup with ``--dedup_store STORE``."""
     flags = ["--dedup=none"] if store is None else ["--dedup=report_id",
                                                     f"--dedup_store={store}"]
-    seconds, peak, _ = run_timed([BIN, "estimate", f"--input={folder}/reports-*",
-                                  "--methods=base", f"--output={out}", "--engine=local",
-                                  *flags])
-    with open(os.path.join(out, "estimates.json"), encoding="utf-8") as f:
-        document = json.load(f)
-    if document["reports_estimated"] != users:
-        raise SystemExit(f"estimated {document['reports_estimated']} of {users} reports")
+    runs = []
+    for _ in range(max(1, repeat)):
+        load = os.getloadavg()[0]
+        cpu = _children_cpu()
+        seconds, peak, _ = run_timed([BIN, "estimate", f"--input={folder}/reports-*",
+                                      "--methods=base", f"--output={out}", "--engine=local",
+                                      *flags])
+        runs.append((seconds, _children_cpu() - cpu, peak, load))
+        with open(os.path.join(out, "estimates.json"), encoding="utf-8") as f:
+            document = json.load(f)
+        if document["reports_estimated"] != users:
+            raise SystemExit(f"estimated {document['reports_estimated']} of {users} reports")
+        shutil.rmtree(out, ignore_errors=True)
+    seconds = statistics.median(r[0] for r in runs)
     return emit(step="estimate_plan", engine="local", format=fmt, records=users,
                 dedup="none" if store is None else "report_id", dedup_store=store,
-                seconds=round(seconds, 2), peak_memory_mb=round(peak),
-                records_per_s=round(users / seconds))
+                seconds=round(seconds, 2),
+                cpu_s=round(statistics.median(r[1] for r in runs), 2),
+                peak_memory_mb=round(max(r[2] for r in runs)),
+                records_per_s=round(users / seconds),
+                runs=[{"seconds": round(w, 2), "cpu_s": round(c, 2), "load": round(lo, 2)}
+                      for w, c, _, lo in runs])
 
 
 def _plan_row(fmt: str, users: int, jobs: dict) -> dict:
     row = {"format": fmt, "reports": users, "engine": "local"}
     for name, job in jobs.items():
-        row[name] = {k: job[k] for k in ("seconds", "peak_memory_mb")}
-    none = jobs["dedup_none"]["seconds"]
+        row[name] = {k: job[k] for k in ("seconds", "cpu_s", "peak_memory_mb")}
+    none = jobs["dedup_none"]
     for store in ("memory", "disk"):
-        row[f"dedup_{store}_time_ratio"] = round(jobs[f"dedup_{store}"]["seconds"] / none, 2)
+        job = jobs[f"dedup_{store}"]
+        row[f"dedup_{store}_time_ratio"] = round(job["seconds"] / none["seconds"], 2)
+        row[f"dedup_{store}_cpu_ratio"] = round(job["cpu_s"] / max(none["cpu_s"], 1e-9), 2)
     return row
 
 
@@ -148,7 +171,7 @@ def main(argv=None):
                 for name, store in (("dedup_none", None), ("dedup_memory", "memory"),
                                     ("dedup_disk", "disk")):
                     out = os.path.join(workdir, f"plan-{fmt}-{users}-{name}")
-                    jobs[name] = estimate_plan(fmt, folder, out, users, store)
+                    jobs[name] = estimate_plan(fmt, folder, out, users, store, args.repeat)
                     shutil.rmtree(out, ignore_errors=True)
                 table.append(_plan_row(fmt, users, jobs))
             if not args.keep and folder.startswith(workdir):

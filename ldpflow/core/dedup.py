@@ -48,7 +48,7 @@ import numpy.typing as npt
 from ldpflow.core import hashing
 
 __all__ = ["ID_KEY_BYTES", "new_id_key", "string_hashes", "report_id_hashes", "packed_ids",
-           "packed_report_ids", "unpacked_ids", "first_copies", "SeenIds"]
+           "packed_report_ids", "unpacked_ids", "repeated_hashes", "first_copies", "SeenIds"]
 
 #: Length of the key of the keyed id hash (SipHash's 128 bits).
 ID_KEY_BYTES = 16
@@ -298,6 +298,28 @@ def unpacked_ids(packed: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDAr
     return offsets, table[np.arange(width)[None, :] < lengths[:, None]]
 
 
+def repeated_hashes(hashes: npt.ArrayLike, ordered: bool = False) -> npt.NDArray[np.uint64]:
+    """The hashes that occur more than once in ``hashes``, sorted, each once.
+
+    ``ordered``: ``hashes`` is sorted already (it is not sorted again). One sort of the
+    values (about twice as fast as an argsort) and a comparison of neighbours: what
+    :func:`first_copies` and the plan's id-hash shuffle
+    (:func:`ldpflow.plan.steps.repeated_ids`) find the candidate copies with.
+    """
+    hashes = np.asarray(hashes, dtype=np.uint64).reshape(-1)
+    if hashes.size < 2:
+        return np.zeros(0, dtype=np.uint64)
+    if not ordered:
+        hashes = np.sort(hashes)
+    same = hashes[1:] == hashes[:-1]
+    if not same.any():
+        return np.zeros(0, dtype=np.uint64)
+    picked = hashes[1:][same]  # sorted: the distinct ones are where the value changes
+    first = np.ones(picked.size, dtype=bool)
+    first[1:] = picked[1:] != picked[:-1]
+    return picked[first]
+
+
 def first_copies(hashes: npt.ArrayLike, columns: Iterable[np.ndarray] = (),
                  ids: npt.ArrayLike | None = None) -> tuple[npt.NDArray[np.bool_], int]:
     """Which rows to keep when rows of one report id are copies of one report.
@@ -323,13 +345,9 @@ def first_copies(hashes: npt.ArrayLike, columns: Iterable[np.ndarray] = (),
     columns = [np.asarray(c) for c in columns]
     n = hashes.size
     keep = np.ones(n, dtype=bool)
-    if n < 2:
+    repeated = repeated_hashes(hashes)
+    if repeated.size == 0:  # the common case: no copies at all
         return keep, 0
-    ordered = np.sort(hashes)  # values only: about twice as fast as an argsort
-    same = ordered[1:] == ordered[:-1]
-    if not same.any():  # the common case: no copies at all
-        return keep, 0
-    repeated = np.unique(ordered[1:][same])
     at = np.minimum(np.searchsorted(repeated, hashes), repeated.size - 1)
     rows = np.flatnonzero(repeated[at] == hashes)  # every row of a repeated hash
     if ids is None:

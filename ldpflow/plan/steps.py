@@ -29,6 +29,7 @@ away, the step has a ``keep_rows`` form (:func:`drop_copies`, :func:`cap_users`)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import re
 import time
@@ -37,8 +38,9 @@ from typing import Any
 
 import numpy as np
 
+from ldpflow.core import parallel
 from ldpflow.core.contribution import capped_rows, epsilon_per_user, payload_ranks, tie_breaks
-from ldpflow.core.dedup import first_copies
+from ldpflow.core.dedup import first_copies, repeated_hashes
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.oracles import Accumulator, registry
 from ldpflow.wire.envelope import ReportBatch
@@ -57,6 +59,9 @@ __all__ = [
     "scan_range",
     "read_range",
     "repeated_ids",
+    "SpilledIds",
+    "IdSpill",
+    "PASS_CUT_BITS",
     "spill_ids",
     "DEDUP_PASS_BYTES",
     "drop_copies",
@@ -82,8 +87,11 @@ ID_BUCKET_BITS = 4
 USER_BUCKET_BITS = 4
 #: The most id hashes (in bytes, 8 a report) one pass of the dedup on disk holds at once:
 #: a group of spilled hashes (one key, one bucket) is resolved in successive hash ranges of
-#: about this size, so the peak does not depend on the number of reports.
-DEDUP_PASS_BYTES = 32 << 20
+#: about this size, so the peak does not depend on the number of reports. 8 MiB: a pass's
+#: buffer and its sorted copy stay under glibc's largest mmap threshold (32 MiB), so they
+#: are reused from the heap instead of being mapped and faulted in afresh each pass (32 MiB
+#: passes cost 5 to 10 times the system time), and its sort runs in cache.
+DEDUP_PASS_BYTES = 8 << 20
 #: The envelope columns the batches keep for the contribution cap.
 CAP_KEEP = ("user_hashes", "event_times", "id_hashes", "report_ids")
 #: The most memory, in bytes, the parameter sets of one job may need together
@@ -233,8 +241,9 @@ class RangeRead:
 
     ``tallies``: key -> :class:`Tally` (the valid reports counted, and the key's dead
     letters); ``reasons``: dead letters by reason; ``letters``: source -> dead letters as
-    JSON lines; ``ids``: ``(key, bucket, hashes)`` pieces; ``repeats``: ``(key, bucket,
-    batch)`` pieces of the rows of repeated ids; ``users``: ``(bucket, key, batch)``
+    JSON lines; ``ids``: ``(key, bucket, hashes)`` pieces (an array, or a
+    :class:`SpilledIds` with a spill); ``repeats``: ``(key, bucket, batch)`` pieces of the
+    rows of repeated ids; ``users``: ``(bucket, key, batch)``
     pieces by user-hash bucket; ``census``: key -> the valid reports read (the accounting
     read); ``over``: the range's keys needed more than the job's budget, so it counted none
     (the driver reads it again for the keys admitted).
@@ -247,7 +256,8 @@ class RangeRead:
     tallies: dict[tuple, Tally] = dataclasses.field(default_factory=dict)
     reasons: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     letters: dict[str, list[str]] = dataclasses.field(default_factory=dict)
-    ids: list[tuple[tuple, int, np.ndarray]] = dataclasses.field(default_factory=list)
+    ids: list[tuple[tuple, int, np.ndarray | SpilledIds]] = dataclasses.field(
+        default_factory=list)
     repeats: list[tuple[tuple, int, ReportBatch]] = dataclasses.field(default_factory=list)
     users: list[tuple[int, tuple, ReportBatch]] = dataclasses.field(default_factory=list)
     read_ms: int = 0
@@ -365,9 +375,10 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
         Keys refused by :func:`admit_keys`: their reports are neither counted nor emitted.
     spill : str, optional
         With ``ids``: a folder (on a disk every worker of the job sees) where the range's id
-        hashes are written, one ``.npy`` file per key and bucket
-        (:func:`spill_ids`); the ``ids`` pieces then name the files instead of holding the
-        hashes, and :func:`repeated_ids` reads them in passes of bounded size.
+        hashes are written as they are read, one file per key of sorted runs
+        (:class:`IdSpill`); the ``ids`` pieces are then :class:`SpilledIds` (where each
+        bucket's hashes lie in the file) instead of the hashes, and :func:`repeated_ids`
+        reads them in passes of bounded size.
     progress : ProgressSpec, optional
         The job's progress (:mod:`ldpflow.plan.progress`), which the accounting read adds
         its records and bytes to.
@@ -377,7 +388,28 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
     started = time.perf_counter()
     out = RangeRead(task.index)
     refused = frozenset(tuple(key) for key in refused)
-    spilled: dict[tuple, list[np.ndarray]] = {}
+    spilled: dict[tuple, IdSpill] = {}
+    # One thread sorts and writes the spill of every key of the range (in order per key).
+    pool = _spill_pool() if ids and spill is not None else None
+    try:
+        _read_into(out, task, policy, keep, account, count, ids, repeated, unique, users,
+                   max_job_bytes, refused, spill, spilled, progress, opener, pool)
+        for key, writer in spilled.items():  # sorted and written while the range was read
+            out.ids.extend((key, bucket, piece) for bucket, piece in writer.finish())
+    finally:
+        for writer in spilled.values():
+            writer.close()
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    out.read_ms = int(1000 * (time.perf_counter() - started))
+    return out
+
+
+def _read_into(out: RangeRead, task: RangeTask, policy, keep, account, count, ids, repeated,
+               unique, users, max_job_bytes, refused, spill, spilled, progress, opener,
+               pool) -> None:
+    """The body of :func:`read_range`: the range's chunks into ``out`` (and the id
+    hashes into the range's :class:`IdSpill` writers, ``spilled``, by key)."""
     held = 0  # the memory of the keys this range counts (key_memory), within max_job_bytes
     for parsed in scan_range(task, policy, keep, progress=progress if account else None,
                              opener=opener):
@@ -396,13 +428,14 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
                 continue
             if account:
                 out.census[key] = out.census.get(key, 0) + len(batch)
-            if ids:
+            if ids and spill is not None:  # sorted and written on a thread as they come
+                if key not in spilled:
+                    spilled[key] = IdSpill(spill, task.index, key, pool)
+                spilled[key].add(batch.id_hashes)
+            elif ids:
                 for bucket, rows in bucket_parts(batch.id_hashes, ID_BUCKET_BITS):
-                    part = batch.id_hashes if rows is None else batch.id_hashes[rows]
-                    if spill is None:
-                        out.ids.append((key, bucket, part))
-                    else:  # gathered per key and bucket, written once at the end
-                        spilled.setdefault((key, bucket), []).append(part)
+                    out.ids.append((key, bucket, batch.id_hashes if rows is None
+                                    else batch.id_hashes[rows]))
             if repeated is not None:
                 rest, repeats = split_repeated(key, batch, repeated)
                 if repeats is not None:
@@ -428,49 +461,195 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
                                        for k, t in out.tallies.items()}
                         continue
                 out.tallies[key] = (have or Tally(None)) + Tally(count_batch(batch))
-    for (key, bucket), parts in spilled.items():
-        out.ids.append((key, bucket, spill_ids(spill, task.index, key, bucket, parts)))
-    out.read_ms = int(1000 * (time.perf_counter() - started))
+
+
+#: The hash ranges a spilled run is cut into within one id-hash bucket (2**7 = 128): a pass
+#: of the disk dedup takes whole ones, so a bucket is resolved in at most 128 passes, each
+#: read from the file by position (no map of the file, no search in it). With
+#: :data:`DEDUP_PASS_BYTES`, passes stay that size up to 16 GiB of one key's hashes
+#: (2 * 10^9 reports); the cut rows cost 1,032 bytes a run and bucket.
+PASS_CUT_BITS = 7
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SpilledIds:
+    """One range's id hashes of one key and one id-hash bucket, on disk, in the file
+    ``path`` (raw little-endian uint64, :class:`IdSpill`): ``marks[i]`` are the rows of
+    run ``i`` (each run sorted) where the bucket's ``2**PASS_CUT_BITS`` equal hash ranges
+    start, and its end. What the id-hash shuffle moves instead of the hashes."""
+
+    path: str
+    marks: np.ndarray  # int64, shape (runs, 2**PASS_CUT_BITS + 1)
+
+    @property
+    def size(self) -> int:
+        return int((self.marks[:, -1] - self.marks[:, 0]).sum())
+
+
+_CUTS = 1 << PASS_CUT_BITS
+#: The first hash of every cut of every id-hash bucket, and one past the last (2**64).
+_EDGES = [i << (64 - ID_BUCKET_BITS - PASS_CUT_BITS)
+          for i in range(1 << (ID_BUCKET_BITS + PASS_CUT_BITS))] + [1 << 64]
+_EDGE_VALUES = np.array(_EDGES[:-1], dtype=np.uint64)
+
+
+def _sorted_run(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``hashes`` sorted, and where each cut of each id-hash bucket starts in them (and
+    the end): one binary search for all of them."""
+    ordered = np.sort(hashes)
+    edges = np.empty(len(_EDGES), dtype=np.int64)
+    edges[:-1] = np.searchsorted(ordered, _EDGE_VALUES)
+    edges[-1] = ordered.size
+    return ordered, edges
+
+
+class IdSpill:
+    """Writes one range's id hashes of one key to ``folder`` as they are read: each
+    array given to :meth:`add` is sorted and appended to one file with one write (raw
+    uint64, no header), and its id-hash buckets (and their cuts for the passes) are slices
+    between edges found by one binary search (no per-bucket copy). With more than one
+    thread (``LDPFLOW_THREADS``, :func:`ldpflow.core.parallel.threads`), the sort and the
+    write run on a thread of their own while the range goes on being read and counted
+    (NumPy's sort and the write release the interpreter lock); with one, in the caller.
+    ``pool``: a one-thread executor to share (the writers of one range's keys), else the
+    writer starts its own. :meth:`finish` gives the ``(bucket, SpilledIds)`` pieces,
+    :meth:`close` stops an own thread (always call it)."""
+
+    def __init__(self, folder: str, index: int, key, pool=None) -> None:
+        import os
+
+        digest = hashlib.blake2b(_key_text(key).encode("utf-8"), digest_size=8).hexdigest()
+        self.path = os.path.join(folder, f"ids-{int(index):06d}-{digest}.u64")
+        self._file = open(self.path, "wb")  # noqa: SIM115 - closed by finish/close
+        self._rows = 0
+        self._runs: list[np.ndarray] = []  # each run's edges, as rows of the file
+        self._pending: list[Any] = []
+        self._own = pool is None
+        self._pool = _spill_pool() if pool is None else pool
+
+    def _write(self, hashes: np.ndarray) -> None:
+        ordered, edges = _sorted_run(hashes)
+        self._file.write(ordered.astype("<u8", copy=False).data.cast("B"))
+        self._runs.append(edges + self._rows)
+        self._rows += ordered.size
+
+    def add(self, hashes: np.ndarray) -> None:
+        """Spill one array of id hashes (taken as it is: the caller does not change it)."""
+        if not len(hashes):
+            return
+        if self._pool is None:
+            self._write(hashes)
+        else:  # one worker: the runs are written in order, one after the other
+            self._pending.append(self._pool.submit(self._write, hashes))
+
+    def finish(self) -> list[tuple[int, SpilledIds]]:
+        """Wait for the writes, close the file; the ``(bucket, SpilledIds)`` of every
+        bucket that has hashes."""
+        for pending in self._pending:
+            pending.result()  # raises what the write raised
+        self._pending = []
+        self.close()
+        if not self._runs:
+            return []
+        edges = np.stack(self._runs)
+        out = []
+        for bucket in range(1 << ID_BUCKET_BITS):
+            marks = edges[:, bucket * _CUTS:(bucket + 1) * _CUTS + 1]
+            marks = marks[marks[:, -1] > marks[:, 0]]  # the runs with hashes of the bucket
+            if marks.size:
+                out.append((bucket, SpilledIds(self.path, np.ascontiguousarray(marks))))
+        return out
+
+    def close(self) -> None:
+        if self._own and self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool = None
+        self._file.close()
+
+
+def _spill_pool():
+    """A one-thread executor for :class:`IdSpill` (None with one thread,
+    ``LDPFLOW_THREADS=1``: the caller sorts and writes)."""
+    if parallel.threads() <= 1:
+        return None
+    import concurrent.futures
+
+    return concurrent.futures.ThreadPoolExecutor(1, "ldpflow-spill")
+
+
+def spill_ids(folder: str, index: int, key, parts: Sequence[np.ndarray]
+              ) -> list[tuple[int, SpilledIds]]:
+    """Write one range's id hashes of one key (``parts``, arrays of any buckets) with an
+    :class:`IdSpill`; returns the ``(bucket, SpilledIds)`` pieces that the id-hash shuffle
+    moves instead of the hashes."""
+    writer = IdSpill(folder, index, key)
+    try:
+        for part in parts:
+            writer.add(np.asarray(part, dtype=np.uint64))
+        return writer.finish()
+    finally:
+        writer.close()
+
+
+def _read_pass(parts: Sequence[tuple[int, str, tuple[int, int]]]
+               ) -> list[tuple[int, np.ndarray]]:
+    """One pass's ``(range, hashes)``: the rows ``[start, stop)`` of ``(range, path,
+    (start, stop) rows)`` read from the files into one buffer (the parts are views of it)."""
+    from ldpflow.plan.packed import SpillError
+
+    rows = [int(b - a) for _, _, (a, b) in parts]
+    buffer = np.empty(sum(rows), dtype=np.uint64)
+    out: list[tuple[int, np.ndarray]] = []
+    at = 0
+    handles: dict[str, Any] = {}
+    try:
+        for (r, path, (start, _)), count in zip(parts, rows, strict=True):
+            handle = handles.get(path)
+            if handle is None:
+                try:
+                    handle = handles[path] = open(path, "rb")  # noqa: SIM115 - closed below
+                except FileNotFoundError:
+                    raise SpillError(f"spill file {path} is missing (the run's temporary "
+                                     "folder was changed)") from None
+            handle.seek(8 * int(start))
+            view = buffer[at:at + count]
+            if handle.readinto(view.data.cast("B")) != 8 * count:
+                raise SpillError(f"spill file {path} is damaged: its id hashes end before "
+                                 f"row {int(start) + count}")
+            out.append((r, view))
+            at += count
+    finally:
+        for handle in handles.values():
+            handle.close()
     return out
 
 
-def spill_ids(folder: str, index: int, key, bucket: int, parts: Sequence[np.ndarray]) -> str:
-    """Write one range's id hashes of one key and bucket as ``folder/NAME.npy``; returns
-    the path (which the id-hash shuffle moves instead of the hashes)."""
-    import os
+def _spilled_passes(parts: list[tuple[int, SpilledIds]], pass_bytes: int, at_least: int = 1
+                    ) -> list[list[tuple[int, str, tuple[int, int]]]]:
+    """The passes over one spilled group (the runs of one bucket): each a list of
+    ``(range, path, (start, stop))`` row slices to read (:func:`_read_pass`), successive
+    hash ranges of about ``pass_bytes`` together (at least ``at_least`` of them, for as
+    many threads; at most ``2**PASS_CUT_BITS``). A pass takes whole cuts of the bucket
+    (:data:`PASS_CUT_BITS`), whose rows in every run the spill recorded: each hash is read
+    once, and every copy of a hash falls in one pass (the cuts are hash values; the keyed
+    hashes are uniform, so the passes are even)."""
+    total = 8 * sum(piece.size for _, piece in parts)
+    passes = max(1, int(at_least), -(-total // max(int(pass_bytes), 8)))
+    passes = min(passes, _CUTS)
+    bounds = [(_CUTS * i) // passes for i in range(passes + 1)]
+    out: list[list[tuple[int, str, tuple[int, int]]]] = [[] for _ in range(passes)]
+    for r, piece in parts:
+        for marks in piece.marks:
+            for i in range(passes):
+                start, stop = int(marks[bounds[i]]), int(marks[bounds[i + 1]])
+                if stop > start:
+                    out[i].append((r, piece.path, (start, stop)))
+    return out
 
-    hashes = parts[0] if len(parts) == 1 else np.concatenate(parts)
-    digest = hashlib.blake2b(_key_text(key).encode("utf-8"), digest_size=8).hexdigest()
-    path = os.path.join(folder, f"ids-{index:06d}-{digest}-{int(bucket):03d}.npy")
-    np.save(path, hashes, allow_pickle=False)
-    return path
 
-
-def _spilled_passes(parts: list[tuple[int, str]], bucket: int, pass_bytes: int
-                    ) -> Iterable[list[tuple[int, np.ndarray]]]:
-    """The ``(range, hashes)`` parts of one spilled group (the files of one bucket), in
-    successive hash ranges of about ``pass_bytes`` together: each file is mapped, not read
-    whole, and only the hashes of the pass are taken from it (one file holds one range's
-    share of one bucket, so its mask is small). Every copy of a hash falls in one pass, as
-    the cuts are hash values (the keyed hashes are uniform: the passes are even)."""
-    files = [(r, np.load(path, mmap_mode="r")) for r, path in parts]
-    total = 8 * sum(int(m.size) for _, m in files)
-    passes = max(1, -(-total // max(int(pass_bytes), 8)))
-    if passes == 1:
-        yield [(r, np.array(mapped)) for r, mapped in files if mapped.size]
-        return
-    width = 1 << (64 - ID_BUCKET_BITS)
-    low = int(bucket) * width
-    cuts = [low + (width * i) // passes for i in range(passes + 1)]
-    for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
-        sub = []
-        for r, mapped in files:
-            inside = mapped >= np.uint64(lo)
-            if hi < 1 << 64:
-                inside &= mapped < np.uint64(hi)
-            if inside.any():
-                sub.append((r, np.asarray(mapped[inside])))
-        yield sub
+def _resolve_pass(slices: Sequence[tuple[int, str, tuple[int, int]]], ranges: bool
+                  ) -> tuple[np.ndarray, set[int]]:
+    return _repeated_of(_read_pass(slices), ranges)
 
 
 def _grouped(pieces: Iterable[tuple]) -> dict[tuple, list]:
@@ -484,43 +663,59 @@ def _grouped(pieces: Iterable[tuple]) -> dict[tuple, list]:
 def _repeated_of(parts: list[tuple[int, np.ndarray]], ranges: bool = True
                  ) -> tuple[np.ndarray, set[int]]:
     """The hashes seen more than once among ``(range, hashes)`` parts, and (``ranges``)
-    the ranges holding them. A thin call into :func:`ldpflow.core.dedup.first_copies`."""
+    the ranges holding them. A thin call into :func:`ldpflow.core.dedup.repeated_hashes`."""
     if not parts:
         return np.zeros(0, dtype=np.uint64), set()
-    hashes = parts[0][1] if len(parts) == 1 else np.concatenate([h for _, h in parts])
-    kept, _ = first_copies(hashes)
-    if kept.all():
-        return np.zeros(0, dtype=np.uint64), set()
-    repeated = np.unique(hashes[~kept])
-    if not ranges:
+    hashes = np.asarray(parts[0][1]) if len(parts) == 1 else \
+        np.concatenate([h for _, h in parts])
+    repeated = repeated_hashes(hashes)
+    if not repeated.size or not ranges:
         return repeated, set()
-    return repeated, {r for r, h in parts if np.isin(h, repeated).any()}
+    holding = set()
+    for r, h in parts:
+        if r not in holding:
+            at = np.minimum(np.searchsorted(repeated, h), repeated.size - 1)
+            if (repeated[at] == h).any():
+                holding.add(r)
+    return repeated, holding
 
 
-def repeated_ids(pieces: Iterable[tuple[tuple, int, int, np.ndarray | str]],
+def repeated_ids(pieces: Iterable[tuple[tuple, int, int, np.ndarray | SpilledIds]],
                  pass_bytes: int = DEDUP_PASS_BYTES, ranges: bool = True
                  ) -> list[tuple[str, np.ndarray, list[int]]]:
     """One id-hash shuffle group of ``(key, bucket, range index, hashes)`` pieces ->
     ``(key text, sorted hashes seen more than once, ranges holding them)`` per key and
-    bucket that has any. ``hashes`` is an array, or the path of a file of them
-    (:func:`spill_ids`): then the group is resolved in passes over hash ranges of about
-    ``pass_bytes`` (:data:`DEDUP_PASS_BYTES`), with the same result. ``ranges=False``:
-    the ranges are not looked for (an empty list; Beam's read takes every range's rows
-    of the repeated ids with a side input instead of reading those ranges again)."""
+    bucket that has any. ``hashes`` is an array, or a :class:`SpilledIds` (runs of a file
+    written by :func:`spill_ids`): then the group is resolved in passes over hash ranges
+    of about ``pass_bytes`` (:data:`DEDUP_PASS_BYTES`), with the same result; the passes
+    run on :func:`ldpflow.core.parallel.threads` threads (a large group is cut into at
+    least that many). ``ranges=False``: the ranges are not looked for (an empty list;
+    Beam's read takes every range's rows of the repeated ids with a side input instead of
+    reading those ranges again)."""
     out = []
-    for (key, bucket), parts in _grouped((k, b, (r, h)) for k, b, r, h in pieces).items():
-        on_disk = [(r, h) for r, h in parts if isinstance(h, str)]
-        in_memory = [(r, h) for r, h in parts if not isinstance(h, str)]
+    for (key, _), parts in _grouped((k, b, (r, h)) for k, b, r, h in pieces).items():
+        on_disk = [(r, h) for r, h in parts if isinstance(h, SpilledIds)]
+        in_memory = [(r, h) for r, h in parts if not isinstance(h, SpilledIds)]
         if on_disk and in_memory:
             raise ValueError("an id-hash group must be all on disk or all in memory")
-        passes = _spilled_passes(on_disk, bucket, pass_bytes) if on_disk else [in_memory]
-        found, holding = [], set()
-        for part in passes:
-            repeated, where = _repeated_of(part, ranges)
-            if repeated.size:
-                found.append(repeated)
-                holding |= where
+        if not on_disk:
+            results = [_repeated_of(in_memory, ranges)]
+        else:
+            workers = parallel.threads()
+            rows = sum(piece.size for _, piece in on_disk)
+            passes = _spilled_passes(on_disk, pass_bytes, min(workers, rows // parallel.MIN_ROWS))
+            workers = min(workers, len(passes))
+            resolve = functools.partial(_resolve_pass, ranges=ranges)
+            if workers > 1:  # each thread reads its pass when it starts it
+                import concurrent.futures
+
+                with concurrent.futures.ThreadPoolExecutor(workers, "ldpflow-ids") as pool:
+                    results = list(pool.map(resolve, passes))
+            else:
+                results = [resolve(part) for part in passes]
+        found = [repeated for repeated, _ in results if repeated.size]
         if found:
+            holding = set().union(*(where for _, where in results))
             out.append((_key_text(key), np.concatenate(found), sorted(holding)))
     return out
 

@@ -14,6 +14,7 @@ from ldpflow.core.dedup import (
     first_copies,
     packed_ids,
     packed_report_ids,
+    repeated_hashes,
     report_id_hashes,
     string_hashes,
     unpacked_ids,
@@ -281,3 +282,16 @@ def test_keyed_hash_follows_siphash_1_3(ids, key):
 def test_keyed_hash_refuses_a_bad_key():
     with pytest.raises(ValueError, match="16 bytes"):
         report_id_hashes(["a"], key=b"short")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 40), max_size=200))
+def test_repeated_hashes_are_the_values_seen_twice(values):
+    hashes = np.array(values, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    distinct, counts = np.unique(hashes, return_counts=True)
+    expected = distinct[counts > 1]
+    found = repeated_hashes(hashes)
+    assert found.dtype == np.uint64 and found.tolist() == expected.tolist()
+    assert repeated_hashes(np.sort(hashes), ordered=True).tolist() == expected.tolist()
+    kept, _ = first_copies(hashes)  # one row kept of every repeated hash, all of the others
+    assert int(kept.sum()) == distinct.size

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 import ldpflow
+from ldpflow.core import parallel
 from ldpflow.core.oracles import Accumulator
 from ldpflow.plan import outputs, steps
 from ldpflow.plan.backend import LocalBackend
 from ldpflow.plan.job import EstimateJob, count_reports, plan_ranges
+from ldpflow.plan.packed import SpillError
 from ldpflow.wire.parse import AcceptancePolicy
 from tests.plan import inputs
 
@@ -204,9 +206,13 @@ def test_read_range_over_the_job_budget_counts_nothing_and_takes_its_census(file
     assert again.tallies[olh].accumulator == whole.tallies[olh].accumulator
 
 
-def test_repeated_ids_on_disk_in_passes_equal_the_in_memory_shuffle(tmp_path):
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_repeated_ids_on_disk_in_passes_equal_the_in_memory_shuffle(tmp_path, monkeypatch,
+                                                                    threads):
     """Spilled id files resolved in many small passes give the same repeated hashes
-    and ranges as the arrays shuffled in memory."""
+    and ranges as the arrays shuffled in memory, whether the spill's sort and the passes
+    run on threads or not."""
+    monkeypatch.setenv("LDPFLOW_THREADS", threads)
     rng = np.random.default_rng(7)
     key = _grr_key(1.0)
     ranges = [rng.integers(0, 2**64, 5000, dtype=np.uint64) for _ in range(4)]
@@ -215,11 +221,18 @@ def test_repeated_ids_on_disk_in_passes_equal_the_in_memory_shuffle(tmp_path):
     in_memory, on_disk = [], []
     for index, hashes in enumerate(ranges):
         for bucket, rows in steps.bucket_parts(hashes, steps.ID_BUCKET_BITS):
-            part = hashes if rows is None else hashes[rows]
-            in_memory.append((key, bucket, index, part))
-            path = steps.spill_ids(str(tmp_path), index, key, bucket, [part[::2], part[1::2]])
-            assert np.array_equal(np.load(path), np.concatenate([part[::2], part[1::2]]))
-            on_disk.append((key, bucket, index, path))
+            in_memory.append((key, bucket, index, hashes if rows is None else hashes[rows]))
+        # Two runs a range (as two chunks), each sorted and cut at the bucket edges.
+        spilled = steps.spill_ids(str(tmp_path), index, key, [hashes[::2], hashes[1::2]])
+        on_disk.extend((key, bucket, index, piece) for bucket, piece in spilled)
+        written = np.fromfile(spilled[0][1].path, dtype="<u8")
+        assert np.array_equal(written, np.concatenate([np.sort(hashes[::2]),
+                                                       np.sort(hashes[1::2])]))
+        for bucket, piece in spilled:  # each run's slice holds exactly its bucket's hashes
+            assert 1 <= len(piece.marks) <= 2
+            mine = np.concatenate([written[m[0]:m[-1]] for m in piece.marks])
+            top = hashes >> np.uint64(64 - steps.ID_BUCKET_BITS)
+            assert np.array_equal(np.sort(mine), np.sort(hashes[top == bucket]))
 
     def resolved(pieces, **kw):
         groups: dict[int, list] = {}
@@ -235,8 +248,11 @@ def test_repeated_ids_on_disk_in_passes_equal_the_in_memory_shuffle(tmp_path):
         assert resolved(on_disk, pass_bytes=pass_bytes) == expected
 
 
+@pytest.mark.parametrize("threads", ["1", "2"])
 @pytest.mark.parametrize("cap", [None, 2])
-def test_count_reports_dedup_on_disk_equals_in_memory(files, tmp_path, cap):
+def test_count_reports_dedup_on_disk_equals_in_memory(files, tmp_path, monkeypatch, cap,
+                                                      threads):
+    monkeypatch.setenv("LDPFLOW_THREADS", threads)
     job = EstimateJob(input=files, output=str(tmp_path), methods=("base",),
                       policy=AcceptancePolicy(), max_reports_per_user=cap)
     memory = count_reports(LocalBackend(), job, str(tmp_path / "m"))
@@ -401,3 +417,44 @@ def test_cap_users_without_dedup_keeps_the_same_copies_whatever_the_order(files,
             assert other.accumulator == tally.accumulator
         tied += sum(len(batch) for _, batch in pieces)
     assert tied  # the fixture's users were capped at all
+
+
+def test_a_large_spilled_group_is_resolved_in_a_pass_a_thread(tmp_path, monkeypatch):
+    """A group of more than 2 * MIN_ROWS hashes is cut into at least one pass a thread
+    (each reads its slices of the sorted runs), with the result of one pass."""
+    rng = np.random.default_rng(11)
+    key = _grr_key(1.0)
+    hashes = rng.integers(0, 2**60, 3 * parallel.MIN_ROWS, dtype=np.uint64)  # bucket 0
+    hashes[-500:] = hashes[:500]
+    spilled = steps.spill_ids(str(tmp_path), 0, key, [hashes[:parallel.MIN_ROWS],
+                                                      hashes[parallel.MIN_ROWS:]])
+    assert [bucket for bucket, _ in spilled] == [0]
+    (bucket, piece), = spilled
+    assert piece.size == hashes.size and len(piece.marks) == 2
+    passes = steps._spilled_passes([(0, piece)], steps.DEDUP_PASS_BYTES, at_least=2)
+    assert len(passes) == 2
+    read = [steps._read_pass(p) for p in passes]
+    assert np.array_equal(np.sort(np.concatenate([h for p in read for _, h in p])),
+                          np.sort(hashes))
+    assert read[0][0][1].max() < read[1][0][1].min()  # the passes are hash ranges
+    expected = np.unique(hashes[:500])
+    for threads in ("1", "2"):
+        monkeypatch.setenv("LDPFLOW_THREADS", threads)
+        (text, found, where), = steps.repeated_ids([(key, bucket, 0, piece)])
+        assert found.tolist() == expected.tolist() and where == [0]
+
+
+def test_a_spill_file_cut_short_or_missing_is_a_clear_error(tmp_path):
+    key = _grr_key(1.0)
+    hashes = np.random.default_rng(3).integers(0, 2**64, 1000, dtype=np.uint64)
+    pieces = [(key, b, 0, piece) for b, piece in steps.spill_ids(str(tmp_path), 0, key,
+                                                                 [hashes])]
+    path = pieces[0][3].path
+    with open(path, "r+b") as f:
+        f.truncate(8 * 500)
+    with pytest.raises(SpillError, match="damaged"):
+        for piece in pieces:
+            steps.repeated_ids([piece])
+    os.remove(path)
+    with pytest.raises(SpillError, match="missing"):
+        steps.repeated_ids([pieces[0]])
