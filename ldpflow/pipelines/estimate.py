@@ -48,6 +48,7 @@ from ldpflow.pipelines.common import (
     check_output,
     job_options,
     parse_methods,
+    plan_failures,
     run_pipeline,
     start_backend,
     usage_error,
@@ -141,7 +142,8 @@ def _run_plan(args, methods: list[str], backend, labelling: dict) -> dict:
     if not tasks:
         raise usage_error(_PROG, f"--input {args.input!r} matched no files")
     policy = acceptance_policy(args, _PROG)
-    with start_backend(args, _PROG, backend) as engine:
+    check_output(args.output, _PROG)  # the last check, as on Beam (it creates the folder)
+    with plan_failures(args.output, _PROG), start_backend(args, _PROG, backend) as engine:
         return run_estimate(engine, _plan_job(args, methods, policy, tasks, engine, labelling))
 
 

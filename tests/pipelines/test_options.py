@@ -101,7 +101,7 @@ def test_a_misspelt_beam_flag_names_the_beam_flag():
 
 def test_beam_flags_are_refused_off_beam_saying_why():
     with pytest.raises(SystemExit, match="--runner is an Apache Beam flag: it applies with "
-                                         "--engine beam only, not --engine local"):
+                                         "--engine beam \\(or auto\\) only, not --engine local"):
         parse("estimate", ["--input=i", "--output=o", "--engine=local", "--runner=Direct"])
     with pytest.raises(SystemExit, match="unrecognized flag --runner"):
         parse("simulate", ["--oracle=olh", "--epsilon=1", "--output=o", "--runner=Direct"])
