@@ -33,7 +33,7 @@ def test_top_level_help_lists_every_command_with_one_line(capsys):
                                           ("--max_dead_letters=0.5",
                                            "--max_dead_letter_fraction")])
 def test_a_misspelt_flag_is_an_error_naming_the_closest(capsys, flag, closest):
-    status = cli.main(["estimate", "--input=x", "--output=y", flag])
+    status = cli.main(["estimate", "--engine=beam", "--input=x", "--output=y", flag])
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2
     assert err == [f"ldpflow estimate: error: unrecognized flag {flag.split('=')[0]}; "
