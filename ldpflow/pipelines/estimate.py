@@ -1,11 +1,14 @@
-"""``ldpflow estimate``: report files -> consistent frequency estimates, on Apache Beam.
+"""``ldpflow estimate``: report files -> consistent frequency estimates, on Apache Beam or
+the job plan.
 
-Local (the default runner is Beam's Python FnApiRunner: in-process, offline)::
+Local (``--engine auto``, the default: without Beam's flags, the job plan in this process,
+``--engine local``; ``--engine beam`` runs Beam's in-process FnApiRunner instead, with the
+same outputs)::
 
     ldpflow estimate --input '/tmp/reports/*.avro' --output /tmp/estimates \\
         --methods norm-sub,base-cut
 
-Both cores of this machine::
+Both cores of this machine, on Beam (its flags choose Beam)::
 
     ldpflow estimate --input ... --output ... \\
         --direct_num_workers=2 --direct_running_mode=multi_processing
@@ -16,8 +19,9 @@ Production (any Beam runner; see ``deploy/README.md``)::
         --runner=DataflowRunner --project=PROJECT --region=REGION \\
         --temp_location=gs://BUCKET/tmp --setup_file=./setup.py
 
-Other engines (``--engine dask|spark|local``; ``docs/engines.md``) run the same job as a
-Beam-free plan (``ldpflow.plan``), with the same counts, dead letters and outputs::
+Other engines (``--engine dask|spark|local``; ``docs/engines.md``, which also gives the
+rules of ``--engine auto``) run the same job as a Beam-free plan (``ldpflow.plan``), with the
+same counts, dead letters and outputs::
 
     ldpflow estimate --input ... --output ... --engine dask --workers 2
     ldpflow estimate --input ... --output ... --engine spark --spark_master 'local[2]'
