@@ -1103,11 +1103,13 @@ def _beam_tokens(command: Command, rest: Sequence[str]
     flag that is neither Beam's by those nor close to a known flag is asked of Beam
     itself, imported, as :func:`_check_rest` does on Beam; the flags Beam then gave are
     returned too (else None), so that it is asked once."""
+    flags = list(dict.fromkeys(token.split("=", 1)[0] for token in rest
+                               if token.startswith("--")))
+    if not flags:  # ldpflow's flags alone (the common case): nothing to read
+        return [], None
     from ldpflow.pipelines import beam_flags
 
     known = beam_flags.FLAGS | _beam_flags_from_source()
-    flags = list(dict.fromkeys(token.split("=", 1)[0] for token in rest
-                               if token.startswith("--")))
     found = [flag for flag in flags if flag in known]
     imported = None
     if _beam_flags_stored() is None and _installed_beam_version() is not None:
