@@ -139,6 +139,7 @@ def _run_plan(args, methods: list[str], backend, labelling: dict) -> dict:
     from ldpflow.plan.job import plan_ranges, run_estimate
 
     check_engine(args, _PROG)
+    check_inputs(args.input, args.input_format, _PROG, beam=False)  # Beam's messages, too
     try:
         tasks = plan_ranges(args.input, args.input_format)
     except (OSError, ValueError) as exc:

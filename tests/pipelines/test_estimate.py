@@ -132,12 +132,17 @@ def test_simulate_rejects_bad_flags(tmp_path, capsys):
     assert "epsilon must be in (0, inf)" in excinfo.value.code
 
 
-def test_inputs_are_checked_before_the_pipeline(tmp_path):
+@pytest.mark.parametrize("engine", ["beam", "local"])
+def test_inputs_are_checked_before_the_pipeline(tmp_path, engine):
     with pytest.raises(SystemExit, match="matched no files"):
-        estimate.run(["--engine=beam", f"--input={tmp_path}/none-*.avro", f"--output={tmp_path}/o"])
+        estimate.run([f"--engine={engine}", f"--input={tmp_path}/none-*.avro",
+                      f"--output={tmp_path}/o"])
     (tmp_path / "reports.txt").write_text("x")
-    with pytest.raises(SystemExit, match="cannot tell the format of .*reports.txt"):
-        estimate.run(["--engine=beam", f"--input={tmp_path}/*", f"--output={tmp_path}/o"])
+    with pytest.raises(SystemExit) as refused:
+        estimate.run([f"--engine={engine}", f"--input={tmp_path}/*", f"--output={tmp_path}/o"])
+    assert re.fullmatch(r"ldpflow estimate: error: cannot tell the format of .*reports.txt.* "
+                        r"\(--input_format\)", refused.value.code)  # the same line on both
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_truncated_avro_file_keeps_its_readable_records(tmp_path):
@@ -488,22 +493,18 @@ def test_poisoning_detect_flags_fake_reports_and_recovers_the_target(tmp_path):
 # -- the default engine (--engine auto: local without Beam's flags) ----------------------------
 @pytest.mark.parametrize("extra", [[], ["--max_reports_per_user=2"], ["--poisoning=detect"]],
                          ids=["dedup", "cap", "poisoning"])
-def test_the_default_run_writes_the_bytes_of_the_beam_run(tmp_path, caplog, extra):
+def test_the_default_run_writes_the_bytes_of_the_beam_run(tmp_path, engine_lines, extra):
     """No --engine and no Beam flag: the job plan in this process (one log line says so),
     whose outputs are the Beam job's byte for byte, but for the run's times and runner."""
-    import logging
-
     from tests.plan import inputs
     from tests.plan.test_engines import _outputs
 
     (tmp_path / "in").mkdir()
     files = inputs.write_inputs(tmp_path / "in")
     argv = [f"--input={files}", "--methods=base,norm-sub", *extra]
-    with caplog.at_level(logging.INFO, logger="ldpflow.pipelines.common"):
-        default = estimate.run([*argv, f"--output={tmp_path}/default"])
-    chosen = [r.getMessage() for r in caplog.records if " engine " in r.getMessage()]
-    assert chosen == ["ldpflow estimate: engine local (--engine auto: no Beam flag, runner or "
-                      "remote path given; the job plan in this process)"]
+    default = estimate.run([*argv, f"--output={tmp_path}/default"])
+    assert engine_lines() == ["ldpflow estimate: engine local (--engine auto: no Beam flag, "
+                              "runner or remote path given; the job plan in this process)"]
     beam = estimate.run([*argv, f"--output={tmp_path}/beam", "--engine=beam"])
     document, letters, records = _outputs(tmp_path / "default")
     assert json.loads(document)["run"]["runner"] is None  # nulled: "local" against Beam's

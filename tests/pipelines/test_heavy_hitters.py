@@ -375,23 +375,20 @@ def test_the_job_has_one_flag_per_protocol_parameter_naming_its_protocols():
 
 # -- the default engine (--engine auto: local without Beam's flags) ----------------------------
 @pytest.mark.parametrize("name", ["pem", "sfp"])
-def test_the_default_run_writes_the_bytes_of_the_beam_run(tmp_path, monkeypatch, caplog, name):
+def test_the_default_run_writes_the_bytes_of_the_beam_run(tmp_path, monkeypatch, engine_lines,
+                                                         name):
     """No --engine and no Beam flag: the job plan in this process (one log line says so),
     whose heavy_hitters.json and dead letters are the Beam job's byte for byte, but for
     ``elapsed_seconds``; the run's id-hash key is fixed so that ``batches`` are too."""
-    import logging
-
     from tests.plan.test_heavy_hitter_engines import _outputs, write_inputs
 
     monkeypatch.setattr("ldpflow.core.dedup.new_id_key", lambda: bytes(range(16)))
     (tmp_path / "in").mkdir()
     files = write_inputs(tmp_path / "in", name)
     argv = [f"--input={files}", f"--protocol={name}", "--quiet"]
-    with caplog.at_level(logging.INFO, logger="ldpflow.pipelines.common"):
-        default = heavy_hitters.run([*argv, f"--output={tmp_path}/default"])
-    chosen = [r.getMessage() for r in caplog.records if " engine " in r.getMessage()]
-    assert chosen == ["ldpflow heavy-hitters: engine local (--engine auto: no Beam flag, "
-                      "runner or remote path given; the job plan in this process)"]
+    default = heavy_hitters.run([*argv, f"--output={tmp_path}/default"])
+    assert engine_lines() == ["ldpflow heavy-hitters: engine local (--engine auto: no Beam "
+                              "flag, runner or remote path given; the job plan in this process)"]
     beam = heavy_hitters.run([*argv, f"--output={tmp_path}/beam", "--engine=beam"])
     document, letters = _outputs(tmp_path / "default")
     assert (document, letters) == _outputs(tmp_path / "beam") and len(letters) == 2
