@@ -796,8 +796,8 @@ COMMANDS: dict[str, Command] = {
     "simulate": Command("simulate", "Synthetic users -> perturbed report files (sharded) and "
                                     "truth.json; seeded, for evaluation.",
                         _simulate_groups, ("oracle", "epsilon", "output")),
-    "estimate": Command("estimate", "Report files -> consistent frequency estimates (Apache "
-                                    "Beam, or --engine dask|spark|local).",
+    "estimate": Command("estimate", "Report files -> consistent frequency estimates (in "
+                                    "process, or on Apache Beam, Dask or Spark: --engine).",
                         (INPUT, OUTPUT, METHODS, ESTIMATE, POISONING, VERDICT, CONTRIBUTION,
                          ACCEPTANCE, ENGINE, LABELS),
                         ("input", "output"), beam=True, epilog=_BEAM_EPILOG),
@@ -816,7 +816,8 @@ COMMANDS: dict[str, Command] = {
                       ("subscription",), beam=True, epilog=_BEAM_EPILOG),
     "heavy-hitters": Command("heavy-hitters", "Heavy-hitter reports (pem spm mcm treehist "
                                               "sfp) -> the most frequent values of a huge "
-                                              "domain (Apache Beam, or --engine dask|spark|local).",
+                                              "domain (in process, or on Apache Beam, Dask "
+                                              "or Spark: --engine).",
                              lambda: (INPUT, OUTPUT, _heavy_hitters_group(), POISONING,
                                       VERDICT, ESTIMATE.but("dedup", "max_job_bytes",
                                                             title="Progress"),
