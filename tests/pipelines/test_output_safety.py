@@ -233,3 +233,32 @@ def test_every_job_refuses_an_unwritable_output_in_one_line(
     assert status == 2 and len(err) == 1, err
     assert err[0].startswith(f"ldpflow {command[0]}: error: cannot create ")
     assert "Traceback" not in err[0]
+
+
+def test_a_full_disk_on_the_heavy_hitter_plan_is_one_line_and_leaves_no_staging(
+        tmp_path, capsys, monkeypatch):
+    """The default heavy-hitters run (the job plan) fails as the Beam job does: one line,
+    exit 1, the previous output as it was, no staging folder left."""
+    from ldpflow.plan import outputs
+
+    pem = tmp_path / "pem"
+    simulate.run(["--oracle=pem", "--bits=8", "--k=2", "--epsilon=4", "--domain_size=20",
+                  "--users=200", f"--output={pem}", "--shards=1"])
+    out = tmp_path / "hh"
+    argv = ["heavy-hitters", f"--input={pem}/*.avro", f"--output={out}", "--quiet"]
+    assert cli.main(argv) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    real = outputs.write_staged
+
+    def full(staging, name, data):
+        real(staging, name, data[:10])  # a partial file in the staging folder
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(outputs, "write_staged", full)
+    capsys.readouterr()
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("ldpflow heavy-hitters: error: the job failed, its output is "
+                       "unchanged: [Errno 28] No space left on device")
+    assert staging_left(out) == []
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
