@@ -141,7 +141,7 @@ def estimate(fmt: str, folder: str, out: str, users: int, reference: float, dedu
     """``ldpflow estimate`` end to end (process start to exit), the median of ``repeat``:
     the emitted step."""
     extra = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"] \
-        if workers == 2 else []
+        if workers == 2 else ["--engine=beam"]  # Beam's in-process runner, as before auto
     runs = []
     for _ in range(repeat):
         seconds, rss, _ = run_timed([BIN, "estimate", f"--input={folder}/reports-*",

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import logging
+import os
 import re
+import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -47,6 +50,7 @@ __all__ = [
     "detached",
     "batch_runner",
     "run_pipeline",
+    "plan_failures",
     "counters",
     "distributions",
 ]
@@ -70,6 +74,8 @@ def job_options(name: str, argv: Sequence[str] | Parsed | None
     options : PipelineOptions
         Beam's flags (those that are not ldpflow's, unchanged), for the pipeline and its
         runner; ``None`` when the job runs on another ``--engine`` (Beam is not imported).
+        ``--engine auto`` is resolved by then (``args.engine``: the engine that runs,
+        logged with the reason in one line).
     args : argparse.Namespace
         The job's own flags (those of its option groups), by name.
 
@@ -81,6 +87,9 @@ def job_options(name: str, argv: Sequence[str] | Parsed | None
         missing required flag.
     """
     parsed = argv if isinstance(argv, Parsed) else parse(name, list(argv or []))
+    if parsed.engine_reason is not None:  # the engine that runs, and why: one line
+        _LOGGER.info("%s: engine %s (%s)", parsed.command.prog, parsed.args.engine,
+                     parsed.engine_reason)
     if not parsed.command.on_beam(parsed.args):
         return None, parsed.args
     from apache_beam.options.pipeline_options import PipelineOptions
@@ -363,11 +372,40 @@ def run_pipeline(pipeline, options: PipelineOptions, prog: str) -> dict[str, Any
         result.wait_until_finish()
     except BaseException as exc:
         _remove_staging(staging, prog)
-        failure = _os_failure(exc)
-        if failure is None:
-            raise
-        print(f"{prog}: error: the job failed, its output is unchanged: {failure}",
-              file=sys.stderr)
-        raise SystemExit(1) from None
+        _exit_on_os_failure(exc, prog)
+        raise
     return {"state": str(result.state), "seconds": round(time.perf_counter() - started, 3),
             "counters": counters(result), "distributions": distributions(result)}
+
+
+def _exit_on_os_failure(exc: BaseException, prog: str) -> None:
+    """A failed run whose cause is the file system's (:func:`_os_failure`): one line on
+    stderr and exit status 1 (``SystemExit(1)``); any other failure returns, to go on."""
+    failure = _os_failure(exc)
+    if failure is None:
+        return
+    print(f"{prog}: error: the job failed, its output is unchanged: {failure}",
+          file=sys.stderr)
+    raise SystemExit(1) from None
+
+
+def _staging_in(output: str) -> set[str]:
+    return set(glob.glob(os.path.join(glob.escape(output.rstrip("/")), ".staging-*")))
+
+
+@contextlib.contextmanager
+def plan_failures(output: str, prog: str):
+    """A job plan's run (``--engine local|dask|spark``) failing as a Beam run does
+    (:func:`run_pipeline`): the staging folders it made under ``output`` (its partial
+    files) are removed, so the previous output stays as it was, and a failure of the file
+    system (a full disk, ...) is one line and exit status 1. The plan writes local paths
+    only (``docs/engines.md``)."""
+    before = _staging_in(output)
+    try:
+        yield
+    except BaseException as exc:
+        for folder in sorted(_staging_in(output) - before):
+            shutil.rmtree(folder, ignore_errors=True)
+            _LOGGER.info("%s: removed the failed run's staging folder %s", prog, folder)
+        _exit_on_os_failure(exc, prog)
+        raise

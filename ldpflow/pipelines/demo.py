@@ -1,7 +1,8 @@
 """``ldpflow demo``: the main job on built-in data.
 
 Simulates users on a Zipf(1.1) population, writes their perturbed reports as Avro files
-(``ldpflow simulate``), estimates on Beam (``ldpflow estimate``), prints the top values'
+(``ldpflow simulate``), estimates them (``ldpflow estimate`` on its default engine: the job
+plan in this process, no Beam, the Beam job's outputs), prints the top values'
 true and estimated frequencies per post-processing method and each method's 95% interval
 (``docs/uncertainty.md``), plots them with the intervals as bands
 (``OUTPUT/top_values.png``) and writes ``OUTPUT/report.html`` (``ldpflow report``)::
@@ -130,8 +131,6 @@ def _interval_cell(bounds: tuple[np.ndarray, np.ndarray] | None, v: int) -> str:
 
 def run(argv: list[str] | options.Parsed | None = None) -> int:
     args = (argv if isinstance(argv, options.Parsed) else options.parse("demo", argv)).args
-    import apache_beam  # noqa: F401 - the demo estimates on Beam: without it, stop before writing
-
     from ldpflow.pipelines import estimate, simulate
     labels = None
     if args.value_labels is not None:  # checked before anything runs

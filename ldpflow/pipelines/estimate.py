@@ -1,11 +1,14 @@
-"""``ldpflow estimate``: report files -> consistent frequency estimates, on Apache Beam.
+"""``ldpflow estimate``: report files -> consistent frequency estimates, on Apache Beam or
+the job plan.
 
-Local (the default runner is Beam's Python FnApiRunner: in-process, offline)::
+Local (``--engine auto``, the default: without Beam's flags, the job plan in this process,
+``--engine local``; ``--engine beam`` runs Beam's in-process FnApiRunner instead, with the
+same outputs)::
 
     ldpflow estimate --input '/tmp/reports/*.avro' --output /tmp/estimates \\
         --methods norm-sub,base-cut
 
-Both cores of this machine::
+Both cores of this machine, on Beam (its flags choose Beam)::
 
     ldpflow estimate --input ... --output ... \\
         --direct_num_workers=2 --direct_running_mode=multi_processing
@@ -16,8 +19,9 @@ Production (any Beam runner; see ``deploy/README.md``)::
         --runner=DataflowRunner --project=PROJECT --region=REGION \\
         --temp_location=gs://BUCKET/tmp --setup_file=./setup.py
 
-Other engines (``--engine dask|spark|local``; ``docs/engines.md``) run the same job as a
-Beam-free plan (``ldpflow.plan``), with the same counts, dead letters and outputs::
+Other engines (``--engine dask|spark|local``; ``docs/engines.md``, which also gives the
+rules of ``--engine auto``) run the same job as a Beam-free plan (``ldpflow.plan``), with the
+same counts, dead letters and outputs::
 
     ldpflow estimate --input ... --output ... --engine dask --workers 2
     ldpflow estimate --input ... --output ... --engine spark --spark_master 'local[2]'
@@ -48,6 +52,7 @@ from ldpflow.pipelines.common import (
     check_output,
     job_options,
     parse_methods,
+    plan_failures,
     run_pipeline,
     start_backend,
     usage_error,
@@ -134,6 +139,7 @@ def _run_plan(args, methods: list[str], backend, labelling: dict) -> dict:
     from ldpflow.plan.job import plan_ranges, run_estimate
 
     check_engine(args, _PROG)
+    check_inputs(args.input, args.input_format, _PROG, beam=False)  # Beam's messages, too
     try:
         tasks = plan_ranges(args.input, args.input_format)
     except (OSError, ValueError) as exc:
@@ -141,7 +147,8 @@ def _run_plan(args, methods: list[str], backend, labelling: dict) -> dict:
     if not tasks:
         raise usage_error(_PROG, f"--input {args.input!r} matched no files")
     policy = acceptance_policy(args, _PROG)
-    with start_backend(args, _PROG, backend) as engine:
+    check_output(args.output, _PROG)  # the last check, as on Beam (it creates the folder)
+    with plan_failures(args.output, _PROG), start_backend(args, _PROG, backend) as engine:
         return run_estimate(engine, _plan_job(args, methods, policy, tasks, engine, labelling))
 
 

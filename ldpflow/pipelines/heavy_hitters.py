@@ -1,8 +1,10 @@
 """``ldpflow heavy-hitters``: heavy-hitter report files -> the top-k values of a huge
-domain, on Beam, for every protocol of :mod:`ldpflow.core.heavy_hitters` (``--protocol pem``
-(default), ``spm``, ``mcm``, ``treehist``, ``sfp``).
+domain, on Beam or the job plan, for every protocol of :mod:`ldpflow.core.heavy_hitters`
+(``--protocol pem`` (default), ``spm``, ``mcm``, ``treehist``, ``sfp``).
 
-Local (the default runner is Beam's Python FnApiRunner: in-process, offline)::
+Local (``--engine auto``, the default: without Beam's flags, the job plan in this process,
+``--engine local``; ``--engine beam`` runs Beam's in-process FnApiRunner instead, with the
+same ``heavy_hitters.json``)::
 
     ldpflow simulate --oracle pem --bits 64 --k 32 --epsilon 4 --domain_size 100000 \\
         --users 1000000 --distribution zipf:1.1 --seed 7 --output /tmp/pem
@@ -15,7 +17,7 @@ Another protocol (its reports name it; ``--protocol`` says which to accept)::
         --users 1000000 --seed 7 --output /tmp/th
     ldpflow heavy-hitters --protocol treehist --input '/tmp/th/*.avro' --output /tmp/hh-th
 
-Both cores of this machine::
+Both cores of this machine, on Beam (its flags choose Beam)::
 
     ldpflow heavy-hitters ... --direct_num_workers=2 --direct_running_mode=multi_processing
 
@@ -93,6 +95,7 @@ from ldpflow.pipelines.common import (
     job_options,
     list_paths,
     open_path,
+    plan_failures,
     run_pipeline,
     start_backend,
     usage_error,
@@ -375,7 +378,7 @@ def _run_plan(opts, protocol: hh.HeavyHitterProtocol, expect: dict[str, Any],
                           progress=ProgressSpec(uuid.uuid4().hex, size),
                           rule=rule, fmt=opts.input_format,
                           started=started, input_bytes=size)
-    with start_backend(opts, _PROG, backend) as engine:
+    with plan_failures(opts.output, _PROG), start_backend(opts, _PROG, backend) as engine:
         summary = run_heavy_hitters(engine, job)
     for pass_index, by_key in enumerate(summary["passes"]):
         for key, figures in by_key.items():

@@ -14,10 +14,17 @@ imports Beam, nor the job's module: a usage error costs Python (and numpy, for a
 choices are the oracles); defaults that live elsewhere (the acceptance policy's, in the wire
 layer) are :class:`Lazy`, computed for ``--help`` and for a command line that parses.
 
-A Beam job (``Command.beam``: estimate, heavy-hitters and stream, when ``--engine`` is beam,
-the default) hands the flags that are not ldpflow's, unchanged and in order, to Beam's
+A Beam job (``Command.beam``: estimate, heavy-hitters and stream, when ``--engine`` is beam;
+stream always) hands the flags that are not ldpflow's, unchanged and in order, to Beam's
 ``PipelineOptions`` (``Parsed.beam_argv``), so every runner's flags keep working
 (``--runner``, ``--project``, ``--region``, ``--temp_location``, Flink's and Spark's, ...).
+``--engine auto``, the default of estimate and heavy-hitters, is resolved here, once, to the
+engine that runs (:func:`choose_engine`): beam when the command line names any of Beam's
+flags (a runner, a pipeline option) or a path on another file system (``gs://``, ...: read
+and written through Beam's file systems), the job plan's dask or spark when a flag of theirs
+is given (``--dask_scheduler``, ``--workers``; ``--spark_master``), otherwise local (the job
+plan in this process: the same outputs, byte for byte, at a third of Beam's fixed cost).
+``Parsed.engine_reason`` says why, for the job's first log line.
 A flag that is not ldpflow's is Beam's when a ``PipelineOptions`` class of Beam declares
 it: the table :mod:`ldpflow.pipelines.beam_flags`, generated from Beam's live parser, says
 so without importing Beam (about a second) when it was made for the installed Beam's
@@ -59,6 +66,7 @@ __all__ = [
     "Inferred",
     "Lazy",
     "parse",
+    "choose_engine",
     "help_parser",
     "beam_flag_table",
     "protocol_flag_specs",
@@ -195,7 +203,8 @@ class Command:
         return {flag.name: flag for group in self.groups for flag in group.flags}
 
     def on_beam(self, args: argparse.Namespace) -> bool:
-        """Whether this run is a Beam pipeline (so Beam's flags are accepted)."""
+        """Whether this run is a Beam pipeline (so Beam's flags are accepted): ``--engine``
+        beam once :func:`parse` has resolved auto (stream has no ``--engine``: always)."""
         return self.beam and getattr(args, "engine", "beam") == "beam"
 
 
@@ -203,12 +212,14 @@ class Command:
 class Parsed:
     """A parsed command line: ``args`` (ldpflow's flags, by name), ``beam_argv`` (the
     others, for Beam's ``PipelineOptions``), the ``command`` and its ``parser``, whose
-    ``error`` raises a one-line usage error."""
+    ``error`` raises a one-line usage error. ``engine_reason``: why ``args.engine`` is the
+    engine that runs (:func:`choose_engine`; None for a command without ``--engine``)."""
 
     command: Command
     args: argparse.Namespace
     beam_argv: list[str]
     parser: argparse.ArgumentParser
+    engine_reason: str | None = None
 
 
 # -- the protocol flags ------------------------------------------------------------------------
@@ -371,14 +382,20 @@ HEAVY_HITTER_LIMITS = ACCEPTANCE.but("expect_oracle", "expect_epsilon", "expect_
                                      "max_hash_range", "max_key_bytes",
                                      title="What the server accepts")
 
-#: The engines of ``--engine``: beam (the Beam job, any Beam runner) and the job plan's
-#: (``ldpflow.plan``; ``docs/engines.md``).
-ENGINES = ("beam", "dask", "spark", "local")
+#: The engines of ``--engine``: auto (the default: one of the others, :func:`choose_engine`),
+#: beam (the Beam job, any Beam runner) and the job plan's (``ldpflow.plan``;
+#: ``docs/engines.md``).
+ENGINES = ("auto", "beam", "dask", "spark", "local")
 
 ENGINE = Group("The engine that runs the job (docs/engines.md)", (
-    Flag("engine", choices=ENGINES, default="beam",
-         help="beam: Apache Beam (--runner and the Beam flags); dask: Dask distributed; "
-              "spark: PySpark; local: the job plan in this process (the fastest start)."),
+    Flag("engine", choices=ENGINES, default="auto",
+         help="auto: beam when the command line names any Apache Beam flag (--runner, "
+              "--project, --temp_location, --direct_num_workers, ...) or a path on another "
+              "file system (gs://, s3://, ...), dask or spark when a flag of theirs is "
+              "given, else local; the first log line says which and why. beam: Apache Beam "
+              "(--runner and the Beam flags; default runner: Beam's in-process "
+              "FnApiRunner); dask: Dask distributed; spark: PySpark; local: the job plan in "
+              "this process (the fastest start). Every engine writes the same outputs."),
     Flag("dask_scheduler",
          help="dask: the scheduler's address (tcp://HOST:8786); default: a LocalCluster of "
               "--workers worker processes."),
@@ -768,7 +785,8 @@ _PUBSUB = {
 
 _BEAM_EPILOG = ("Every Apache Beam pipeline option is accepted as well (--runner, --project, "
                 "--region, --temp_location, --setup_file, --direct_num_workers, ...; with "
-                "--engine beam); see deploy/README.md.")
+                "--engine beam, and any of them makes --engine auto choose beam); see "
+                "deploy/README.md.")
 
 
 # -- the commands ------------------------------------------------------------------------------
@@ -778,8 +796,8 @@ COMMANDS: dict[str, Command] = {
     "simulate": Command("simulate", "Synthetic users -> perturbed report files (sharded) and "
                                     "truth.json; seeded, for evaluation.",
                         _simulate_groups, ("oracle", "epsilon", "output")),
-    "estimate": Command("estimate", "Report files -> consistent frequency estimates (Apache "
-                                    "Beam, or --engine dask|spark|local).",
+    "estimate": Command("estimate", "Report files -> consistent frequency estimates (in "
+                                    "process, or on Apache Beam, Dask or Spark: --engine).",
                         (INPUT, OUTPUT, METHODS, ESTIMATE, POISONING, VERDICT, CONTRIBUTION,
                          ACCEPTANCE, ENGINE, LABELS),
                         ("input", "output"), beam=True, epilog=_BEAM_EPILOG),
@@ -798,7 +816,8 @@ COMMANDS: dict[str, Command] = {
                       ("subscription",), beam=True, epilog=_BEAM_EPILOG),
     "heavy-hitters": Command("heavy-hitters", "Heavy-hitter reports (pem spm mcm treehist "
                                               "sfp) -> the most frequent values of a huge "
-                                              "domain (Apache Beam, or --engine dask|spark|local).",
+                                              "domain (in process, or on Apache Beam, Dask "
+                                              "or Spark: --engine).",
                              lambda: (INPUT, OUTPUT, _heavy_hitters_group(), POISONING,
                                       VERDICT, ESTIMATE.but("dedup", "max_job_bytes",
                                                             title="Progress"),
@@ -1056,29 +1075,128 @@ def parse(name: str | Command, argv: Sequence[str] | None = None) -> Parsed:
     parser = help_parser(command, mark_required=False)
     argv = _undeprecate(command, argv)
     args, rest = parser.parse_known_args(argv)  # a bad value: a usage error
-    beam_argv = _check_rest(command, args, rest, parser)
+    reason = imported = None
+    if command.beam and hasattr(args, "engine"):
+        found: list[str] = []
+        if args.engine == "auto":
+            found, imported = _beam_tokens(command, rest)
+        args.engine, reason = choose_engine(args, found, parser)
+    beam_argv = _check_rest(command, args, rest, parser, imported)
     missing = [f"--{flag}" for flag in command.required if getattr(args, flag) in (None, "")]
     if missing:
         parser.error(f"the following flags are required: {', '.join(missing)}")
     _resolve_lazy(args)
-    return Parsed(command, args, beam_argv, parser)
+    return Parsed(command, args, beam_argv, parser, reason)
+
+
+#: The flags that belong to one engine of the job plan: under ``--engine auto`` they choose it.
+_PLAN_ENGINE_FLAGS = {"dask_scheduler": "dask", "workers": "dask", "spark_master": "spark"}
+#: The flags naming a path a batch job reads or writes.
+_PATH_FLAGS = ("input", "output", "truth", "value_labels")
+
+
+def _beam_tokens(command: Command, rest: Sequence[str]
+                 ) -> tuple[list[str], frozenset[str] | None]:
+    """The flags among ``rest`` (the tokens that are not ldpflow's) that are Beam's, for
+    ``--engine auto``: the stored table's or the installed Beam's source's (whatever its
+    version; without Beam installed too, so that a Beam flag makes the job say what to
+    install rather than call it unknown). When the table is not of the installed Beam, a
+    flag that is neither Beam's by those nor close to a known flag is asked of Beam
+    itself, imported, as :func:`_check_rest` does on Beam; the flags Beam then gave are
+    returned too (else None), so that it is asked once."""
+    flags = list(dict.fromkeys(token.split("=", 1)[0] for token in rest
+                               if token.startswith("--")))
+    if not flags:  # ldpflow's flags alone (the common case): nothing to read
+        return [], None
+    from ldpflow.pipelines import beam_flags
+
+    known = beam_flags.FLAGS | _beam_flags_from_source()
+    found = [flag for flag in flags if flag in known]
+    imported = None
+    if _beam_flags_stored() is None and _installed_beam_version() is not None:
+        ours = [f"--{flag}" for flag in command.flags()]
+        ask = [flag for flag in flags if flag not in known and not (
+            _closest(flag, ours, 0.75) or _closest(flag, sorted(known), 0.75))]
+        if ask:
+            imported = _beam_flags_imported(_beam_plugins(rest))
+            found += [flag for flag in ask if flag in imported]
+    return found, imported
+
+
+def _elsewhere(path: Any) -> bool:
+    """Whether ``path`` is on another file system than this machine's (``gs://``, ...)."""
+    if not isinstance(path, str) or "://" not in path:
+        return False
+    from ldpflow.wire.outputs import is_local  # the one definition (it imports the wire)
+
+    return not is_local(path)
+
+
+def choose_engine(args: argparse.Namespace, beam_flags: Sequence[str],
+                  parser: argparse.ArgumentParser | None = None) -> tuple[str, str]:
+    """The engine a batch job runs on, and why (one clause, for the log line).
+
+    An ``--engine`` other than auto is the engine. Under auto (the default), in this order:
+    any of Beam's flags in ``beam_flags`` (a runner, a pipeline option: only Beam reads
+    them) chooses beam; a flag of one job-plan engine (``--dask_scheduler``, ``--workers``:
+    dask; ``--spark_master``: spark) chooses that engine; a path (``--input``, ``--output``,
+    ``--truth``, ``--value_labels``) on another file system chooses beam (the job plan
+    writes local paths only, and a Beam job reads and writes them through Beam's file
+    systems, as before auto); otherwise local, the job plan in this process (no Beam
+    imported; the same outputs as Beam's, byte for byte, but the run block's ``runner``).
+
+    Raises
+    ------
+    SystemExit
+        A usage error (through ``parser``) when the flags name two engines.
+    """
+    engine = args.engine
+    if engine != "auto":
+        return engine, f"--engine {engine}"
+    plan = {}
+    for name, owner in _PLAN_ENGINE_FLAGS.items():
+        if getattr(args, name, None) is not None:
+            plan.setdefault(owner, f"--{name}")
+    named = ([f"beam ({beam_flags[0]})"] if beam_flags else []) + [
+        f"{owner} ({flag})" for owner, flag in plan.items()]
+    if len(named) > 1:
+        message = (f"the flags name two engines, {' and '.join(named)}: choose one with "
+                   "--engine")
+        if parser is None:
+            raise ValueError(message)
+        parser.error(message)
+    if beam_flags:
+        if len(beam_flags) == 1:
+            return "beam", f"--engine auto: {beam_flags[0]} is an Apache Beam flag"
+        shown = ", ".join(beam_flags[:3]) + (", ..." if len(beam_flags) > 3 else "")
+        return "beam", f"--engine auto: {shown} are Apache Beam flags"
+    if plan:
+        owner, flag = next(iter(plan.items()))
+        return owner, f"--engine auto: {flag} is {owner}'s flag"
+    for name in _PATH_FLAGS:
+        path = getattr(args, name, None)
+        if _elsewhere(path):
+            return "beam", (f"--engine auto: --{name} {path} is on another file system "
+                            "(Beam's file systems)")
+    return "local", ("--engine auto: no Beam flag, runner or remote path given; the job "
+                     "plan in this process")
 
 
 def _check_rest(command: Command, args: argparse.Namespace, rest: list[str],
-                parser: argparse.ArgumentParser) -> list[str]:
+                parser: argparse.ArgumentParser,
+                imported: frozenset[str] | None = None) -> list[str]:
     """The tokens that are not ldpflow's: Beam's flags (and their values) on a Beam run;
     anything else is a usage error.
 
     Beam's flags are the stored table's (:func:`_beam_flags_stored`) when it is of the
     installed Beam and no Beam plugin is named; otherwise those of Beam's source, and for a
     flag that is neither close to one of ldpflow's nor Beam's, Beam (and the plugins) are
-    imported and asked."""
+    imported and asked (``imported``: what ``--engine auto`` got from asking already)."""
     ours = [f"--{flag}" for flag in command.flags()]
     on_beam = command.on_beam(args)
     plugins = _beam_plugins(rest) if on_beam else []
     stored = None if plugins else _beam_flags_stored()
     beams = stored if stored is not None else _beam_flags_from_source()
-    imported: frozenset[str] | None = None
     after_flag = False
     for token in rest:
         if not token.startswith("-") or token == "-":
@@ -1093,10 +1211,11 @@ def _check_rest(command: Command, args: argparse.Namespace, rest: list[str],
                 continue
             if command.beam:
                 parser.error(f"{flag} is an Apache Beam flag: it applies with --engine beam "
-                             f"only, not --engine {args.engine}")
+                             f"(or auto) only, not --engine {args.engine}")
         close = _closest(flag, ours, 0.75) or (
             _closest(flag, sorted(beams), 0.75) if command.beam else None)
-        if close is None and on_beam and stored is None:  # ask Beam (and its plugins)
+        # Ask Beam (and its plugins), unless --engine auto asked already.
+        if close is None and stored is None and (on_beam or imported is not None):
             if imported is None:
                 imported = _beam_flags_imported(plugins)
             if flag in imported:

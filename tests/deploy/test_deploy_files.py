@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from ldpflow.pipelines import common
-from ldpflow.pipelines.options import JOBS
+from ldpflow.pipelines.options import JOBS, parse
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -210,6 +210,21 @@ def test_flag_files_name_flags_their_jobs_accept_and_document_their_variables(pa
     for job in flag_file_jobs(path):
         required = [f"--{name}={REQUIRED_VALUES[name]}" for name in JOBS[job].required]
         job_accepts(job, [*expanded, *required])
+        if job != "stream":  # the flags alone make the default --engine auto run Beam
+            local = [f"--{name}=/data/{name}" for name in JOBS[job].required]
+            assert parse(job, [*expanded, *local]).args.engine == "beam", path.name
+
+
+@pytest.mark.parametrize("job", ["estimate", "heavy-hitters"])
+def test_a_flex_template_launch_runs_the_beam_job(job):
+    """The launcher passes Beam's options (project, region, job name, staging) with the
+    template's parameters: --engine auto, the default, then runs the Beam job."""
+    launched = ["--project=p", "--region=europe-west1", "--job_name=ldpflow-job",
+                "--temp_location=gs://b/tmp", "--staging_location=gs://b/staging",
+                "--input=/mnt/reports/*.avro", "--output=/mnt/out"]
+    parsed = parse(job, launched)
+    assert parsed.args.engine == "beam"
+    assert parsed.engine_reason.startswith("--engine auto: --project, --region, --job_name")
 
 
 def launch(flag_file: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:

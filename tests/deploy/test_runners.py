@@ -66,7 +66,7 @@ def cli_env(**env: str) -> dict[str, str]:
 def in_process(reports, tmp_path_factory):
     output = str(tmp_path_factory.mktemp("in_process"))
     counts = estimate.run([f"--input={reports}/*/reports-*", f"--output={output}",
-                           f"--methods={METHODS}"])
+                           f"--methods={METHODS}", "--engine=beam"])  # Beam, in process
     return counts, output
 
 
@@ -117,7 +117,8 @@ def test_kubernetes_cronjob_default_flags_run_heavy_hitters(pem_reports, tmp_pat
     assert sdk_workers_started(proc.stderr) == workers > 1
     document = read_json(f"{tmp_path}/hh/dt={PEM_DAY}/heavy_hitters.json")
     heavy_hitters.run([f"--input={pem_reports}/dt={PEM_DAY}/*.avro", *PEM_FLAGS,
-                       "--expect_epsilon=4.0", f"--output={tmp_path}/in_process"])
+                       "--expect_epsilon=4.0", f"--output={tmp_path}/in_process",
+                       "--engine=beam"])  # Beam, in process
     expected = read_json(f"{tmp_path}/in_process/heavy_hitters.json")
     assert len(expected["top_k"]) == 8 and expected["records"] == 6000 + 300 + 2
     assert expected["dead_letters"]["total"] == 300 + 2

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.pipeline
 
 
 def estimate_document(argv):
-    """Run ``ldpflow estimate``; its ``estimates.json``, checked against the run's counts."""
-    summary = estimate.run(argv)
+    """Run ``ldpflow estimate`` on Beam (unless ``argv`` names an engine); its
+    ``estimates.json``, checked against the run's counts."""
+    summary = estimate.run(["--engine=beam", *argv])
     output = next(arg.split("=", 1)[1] for arg in argv if arg.startswith("--output="))
     with open(f"{output}/estimates.json", encoding="utf-8") as f:
         document = json.load(f)
@@ -131,12 +132,17 @@ def test_simulate_rejects_bad_flags(tmp_path, capsys):
     assert "epsilon must be in (0, inf)" in excinfo.value.code
 
 
-def test_inputs_are_checked_before_the_pipeline(tmp_path):
+@pytest.mark.parametrize("engine", ["beam", "local"])
+def test_inputs_are_checked_before_the_pipeline(tmp_path, engine):
     with pytest.raises(SystemExit, match="matched no files"):
-        estimate.run([f"--input={tmp_path}/none-*.avro", f"--output={tmp_path}/o"])
+        estimate.run([f"--engine={engine}", f"--input={tmp_path}/none-*.avro",
+                      f"--output={tmp_path}/o"])
     (tmp_path / "reports.txt").write_text("x")
-    with pytest.raises(SystemExit, match="cannot tell the format of .*reports.txt"):
-        estimate.run([f"--input={tmp_path}/*", f"--output={tmp_path}/o"])
+    with pytest.raises(SystemExit) as refused:
+        estimate.run([f"--engine={engine}", f"--input={tmp_path}/*", f"--output={tmp_path}/o"])
+    assert re.fullmatch(r"ldpflow estimate: error: cannot tell the format of .*reports.txt.* "
+                        r"\(--input_format\)", refused.value.code)  # the same line on both
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_truncated_avro_file_keeps_its_readable_records(tmp_path):
@@ -172,7 +178,7 @@ def test_job_help_lists_the_jobs_flags(command, flag, capsys):
 
 def test_no_wait_until_finish_returns_once_submitted(tmp_path):
     out, _ = simulate_to(tmp_path, "grr", 500)
-    doc = estimate.run([f"--input={out}/*.avro", f"--output={tmp_path}/est",
+    doc = estimate.run(["--engine=beam", f"--input={out}/*.avro", f"--output={tmp_path}/est",
                         "--no_wait_until_finish"])
     assert doc == {"submitted": True, "output": f"{tmp_path}/est"}
 
@@ -227,10 +233,10 @@ def test_exit_status_tells_whether_reports_were_estimated(tmp_path, capsys):
     from ldpflow.pipelines import cli
 
     out, _ = simulate_to(tmp_path, "grr", 600)
-    ok = cli.main(["estimate", f"--input={out}/reports-*", f"--output={tmp_path}/ok",
-                   "--methods=base"])
-    refused = cli.main(["estimate", f"--input={out}/reports-*", f"--output={tmp_path}/no",
-                        "--methods=base", "--expect_domain_size=32"])
+    ok = cli.main(["estimate", "--engine=beam", f"--input={out}/reports-*",
+                   f"--output={tmp_path}/ok", "--methods=base"])
+    refused = cli.main(["estimate", "--engine=beam", f"--input={out}/reports-*",
+                        f"--output={tmp_path}/no", "--methods=base", "--expect_domain_size=32"])
     err = capsys.readouterr().err
     assert ok == 0 and refused == 1
     assert "no valid report was estimated (600 records: 0 estimated" in err
@@ -253,7 +259,7 @@ def test_verdict_counts_the_dead_letter_fraction():
 def test_acceptance_flags_fail_before_the_pipeline(tmp_path, flag, message):
     out, _ = simulate_to(tmp_path, "grr", 100)
     with pytest.raises(SystemExit, match=re.escape(message)):
-        estimate.run([f"--input={out}/reports-*", f"--output={tmp_path}/o", flag])
+        estimate.run(["--engine=beam", f"--input={out}/reports-*", f"--output={tmp_path}/o", flag])
 
 
 def test_a_rerun_replaces_the_whole_output_and_is_byte_identical(tmp_path):
@@ -262,12 +268,14 @@ def test_a_rerun_replaces_the_whole_output_and_is_byte_identical(tmp_path):
     bad.mkdir()
     (bad / "junk.jsonl").write_text('{"oracle": "nope"}\n')
     target = tmp_path / "est"
-    estimate.run([f"--input={bad}/*", f"--output={target}", "--methods=base"])
+    estimate.run(["--engine=beam", f"--input={bad}/*", f"--output={target}", "--methods=base"])
     assert [p.name for p in (target / "dead_letters").iterdir()][0].startswith("junk.jsonl-")
-    estimate.run([f"--input={out}/reports-*", f"--output={target}", "--methods=base"])
+    estimate.run(["--engine=beam", f"--input={out}/reports-*", f"--output={target}",
+                  "--methods=base"])
     first = (target / "estimates.avro").read_bytes()
     assert list((target / "dead_letters").iterdir()) == []  # no stale dead letters
-    estimate.run([f"--input={out}/reports-*", f"--output={target}", "--methods=base"])
+    estimate.run(["--engine=beam", f"--input={out}/reports-*", f"--output={target}",
+                  "--methods=base"])
     assert (target / "estimates.avro").read_bytes() == first
     assert not [p for p in target.iterdir() if p.name.startswith(".staging-")]
 
@@ -275,7 +283,8 @@ def test_a_rerun_replaces_the_whole_output_and_is_byte_identical(tmp_path):
 def test_usage_errors_exit_2_with_one_line(tmp_path, capsys):
     from ldpflow.pipelines import cli
 
-    status = cli.main(["estimate", f"--input={tmp_path}/none-*.avro", f"--output={tmp_path}/o"])
+    status = cli.main(["estimate", "--engine=beam", f"--input={tmp_path}/none-*.avro",
+                       f"--output={tmp_path}/o"])
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and err == [f"ldpflow estimate: error: --input "
                                    f"'{tmp_path}/none-*.avro' matched no files"]
@@ -479,3 +488,27 @@ def test_poisoning_detect_flags_fake_reports_and_recovers_the_target(tmp_path):
     raw_gain = plain["results"][0]["estimates"]["base"][target] - truth
     recovered = np.asarray(section["recovered_estimates"])[target] - truth
     assert raw_gain > 0.03 and abs(recovered) < raw_gain / 10
+
+
+# -- the default engine (--engine auto: local without Beam's flags) ----------------------------
+@pytest.mark.parametrize("extra", [[], ["--max_reports_per_user=2"], ["--poisoning=detect"]],
+                         ids=["dedup", "cap", "poisoning"])
+def test_the_default_run_writes_the_bytes_of_the_beam_run(tmp_path, engine_lines, extra):
+    """No --engine and no Beam flag: the job plan in this process (one log line says so),
+    whose outputs are the Beam job's byte for byte, but for the run's times and runner."""
+    from tests.plan import inputs
+    from tests.plan.test_engines import _outputs
+
+    (tmp_path / "in").mkdir()
+    files = inputs.write_inputs(tmp_path / "in")
+    argv = [f"--input={files}", "--methods=base,norm-sub", *extra]
+    default = estimate.run([*argv, f"--output={tmp_path}/default"])
+    assert engine_lines() == ["ldpflow estimate: engine local (--engine auto: no Beam flag, "
+                              "runner or remote path given; the job plan in this process)"]
+    beam = estimate.run([*argv, f"--output={tmp_path}/beam", "--engine=beam"])
+    document, letters, records = _outputs(tmp_path / "default")
+    assert json.loads(document)["run"]["runner"] is None  # nulled: "local" against Beam's
+    assert (document, letters, records) == _outputs(tmp_path / "beam")
+    assert len(letters) == 2 and records
+    for name in ("records", "reports_estimated", "duplicates", "capped", "dead_letters"):
+        assert default[name] == beam[name], name

@@ -25,7 +25,7 @@ def reports(tmp_path_factory):
 
 
 def _run(root, name, *extra):
-    estimate.run([f"--input={root}/reports/*.avro", f"--output={root}/{name}",
+    estimate.run(["--engine=beam", f"--input={root}/reports/*.avro", f"--output={root}/{name}",
                   "--methods=base,norm-sub", f"--value_labels={root}/labels.csv",
                   "--format=csv", *extra])
     return root / name
@@ -65,7 +65,7 @@ def test_a_bad_label_file_or_format_is_a_usage_error(reports, tmp_path, capsys, 
         path.write_bytes(b"0,caf\xe9\n")
     else:
         path.write_text(content, encoding="utf-8")
-    code = cli.main(["estimate", f"--input={reports}/reports/*.avro",
+    code = cli.main(["estimate", "--engine=beam", f"--input={reports}/reports/*.avro",
                      f"--output={tmp_path}/out", f"--value_labels={path}", *extra])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and message in err[-1], err
@@ -82,7 +82,7 @@ def test_simulate_draws_values_by_label_and_estimate_names_them_back(tmp_path, c
                           str(tmp_path / "labels.csv"), "--output", str(tmp_path / "r"),
                           "--shards", "1"])
     assert truth["counts"][:6] == [300, 100, 0, 0, 0, 200]
-    estimate.run([f"--input={tmp_path}/r/*.avro", f"--output={tmp_path}/est",
+    estimate.run(["--engine=beam", f"--input={tmp_path}/r/*.avro", f"--output={tmp_path}/est",
                   "--methods=base", f"--value_labels={tmp_path}/labels.csv",
                   f"--expect_value_labels={truth['value_labels']}"])
     document = json.loads((tmp_path / "est" / "estimates.json").read_text(encoding="utf-8"))

@@ -29,8 +29,9 @@ def simulate_pem(out, users=20_000, epsilon=4.0, seed=11, extra=()):
 
 
 def run_job(argv):
-    """Run the job; its heavy_hitters.json document, with the run's summary under "run"."""
-    summary = heavy_hitters.run(argv)
+    """Run the job on Beam (unless ``argv`` names an engine); its heavy_hitters.json
+    document, with the run's summary under "run"."""
+    summary = heavy_hitters.run(["--engine=beam", *argv])
     output = next(a.split("=", 1)[1] for a in argv if a.startswith("--output="))
     with open(f"{output}/heavy_hitters.json") as f:
         return {**json.load(f), "run": summary}
@@ -370,3 +371,26 @@ def test_the_job_has_one_flag_per_protocol_parameter_naming_its_protocols():
     specs = protocol_flag_specs()  # what every command's help shows
     assert set(specs.heavy_hitters) == set(hh.PROTOCOLS)
     assert {f.name: f.help for f in specs.flags} == {f.name: f.text for f in flags}
+
+
+# -- the default engine (--engine auto: local without Beam's flags) ----------------------------
+@pytest.mark.parametrize("name", ["pem", "sfp"])
+def test_the_default_run_writes_the_bytes_of_the_beam_run(tmp_path, monkeypatch, engine_lines,
+                                                         name):
+    """No --engine and no Beam flag: the job plan in this process (one log line says so),
+    whose heavy_hitters.json and dead letters are the Beam job's byte for byte, but for
+    ``elapsed_seconds``; the run's id-hash key is fixed so that ``batches`` are too."""
+    from tests.plan.test_heavy_hitter_engines import _outputs, write_inputs
+
+    monkeypatch.setattr("ldpflow.core.dedup.new_id_key", lambda: bytes(range(16)))
+    (tmp_path / "in").mkdir()
+    files = write_inputs(tmp_path / "in", name)
+    argv = [f"--input={files}", f"--protocol={name}", "--quiet"]
+    default = heavy_hitters.run([*argv, f"--output={tmp_path}/default"])
+    assert engine_lines() == ["ldpflow heavy-hitters: engine local (--engine auto: no Beam "
+                              "flag, runner or remote path given; the job plan in this process)"]
+    beam = heavy_hitters.run([*argv, f"--output={tmp_path}/beam", "--engine=beam"])
+    document, letters = _outputs(tmp_path / "default")
+    assert (document, letters) == _outputs(tmp_path / "beam") and len(letters) == 2
+    for field in ("records", "reports", "duplicates", "dead_letters"):
+        assert default[field] == beam[field], field

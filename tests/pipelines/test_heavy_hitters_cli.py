@@ -114,6 +114,6 @@ def test_pass_store_reread_finds_what_the_spill_finds_and_is_the_plans_alone(
         assert not [p for p in out.iterdir() if p.name.startswith(".ldpflow-passes-")]
     assert documents[0] == documents[1]
     capsys.readouterr()
-    assert main(["heavy-hitters", f"--input={reports}/*.avro", f"--output={tmp_path}/b",
-                 "--pass_store=reread"]) == 2
+    assert main(["heavy-hitters", "--engine=beam", f"--input={reports}/*.avro",
+                 f"--output={tmp_path}/b", "--pass_store=reread"]) == 2
     assert "--pass_store is the job plan's" in capsys.readouterr().err

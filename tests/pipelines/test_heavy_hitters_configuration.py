@@ -60,7 +60,7 @@ def test_a_stated_parameter_that_differs_is_one_line_exit_1(tmp_path, capsys, fl
         _resolve(tmp_path, "pem", flags)
     assert all(name in str(failed.value) for name in names)
     assert f"--start_bits {truth['parameters']['start_bits']}" in str(failed.value)
-    status = cli.main(["heavy-hitters", f"--input={tmp_path}/r/*.avro",
+    status = cli.main(["heavy-hitters", "--engine=beam", f"--input={tmp_path}/r/*.avro",
                        f"--output={tmp_path}/hh", *flags])
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 1
@@ -73,7 +73,7 @@ def test_simulate_then_heavy_hitters_with_the_same_flags_finds_the_heavy_hitters
     _simulate(tmp_path / "r", "pem", users=100_000)
     docs = []
     for name, flags in (("flags", ["--k", str(K), "--bits", str(BITS)]), ("input", [])):
-        summary = heavy_hitters.run([f"--input={tmp_path}/r/*.avro",
+        summary = heavy_hitters.run(["--engine=beam", f"--input={tmp_path}/r/*.avro",
                                      f"--output={tmp_path}/{name}", *flags])
         assert summary["dead_letters"] == 0 and summary["reports"] == 100_000
         with open(tmp_path / name / "heavy_hitters.json") as f:
@@ -87,7 +87,7 @@ def test_fewer_heavy_hitters_than_asked_are_a_warning_that_says_why(tmp_path, ca
     simulate.run(["--oracle", "mcm", "--k", "32", "--bits", "16", "--epsilon", "2",
                   "--domain_size", "5000", "--distribution", "uniform", "--users", "4000",
                   "--seed", "5", "--output", str(tmp_path / "r"), "--shards", "1"])
-    heavy_hitters.run([f"--input={tmp_path}/r/*.avro", f"--output={tmp_path}/hh",
+    heavy_hitters.run(["--engine=beam", f"--input={tmp_path}/r/*.avro", f"--output={tmp_path}/hh",
                        "--protocol", "mcm"])
     with open(tmp_path / "hh" / "heavy_hitters.json") as f:
         doc = json.load(f)

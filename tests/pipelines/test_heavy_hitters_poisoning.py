@@ -68,7 +68,8 @@ def core_section(records):
 
 def run_job(tmp_path, name, records_path, *extra):
     output = tmp_path / name
-    summary = heavy_hitters.run([f"--input={records_path}", f"--output={output}", *extra])
+    summary = heavy_hitters.run(["--engine=beam", f"--input={records_path}", f"--output={output}",
+                                 *extra])
     with open(output / "heavy_hitters.json") as f:
         return json.load(f), summary
 

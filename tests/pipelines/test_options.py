@@ -101,7 +101,7 @@ def test_a_misspelt_beam_flag_names_the_beam_flag():
 
 def test_beam_flags_are_refused_off_beam_saying_why():
     with pytest.raises(SystemExit, match="--runner is an Apache Beam flag: it applies with "
-                                         "--engine beam only, not --engine local"):
+                                         "--engine beam \\(or auto\\) only, not --engine local"):
         parse("estimate", ["--input=i", "--output=o", "--engine=local", "--runner=Direct"])
     with pytest.raises(SystemExit, match="unrecognized flag --runner"):
         parse("simulate", ["--oracle=olh", "--epsilon=1", "--output=o", "--runner=Direct"])
@@ -326,3 +326,90 @@ def test_estimate_on_the_local_engine_runs_without_beam(tmp_path):
     assert done.returncode == 0, done.stderr
     document = json.loads((tmp_path / "e" / "estimates.json").read_text())
     assert [result["n"] for result in document["results"]] == [200]
+
+
+# -- --engine auto: the engine a batch job runs on, and why ------------------------------------
+#: (command, flags beyond --input=i --output=o, the engine chosen, a part of the reason).
+ENGINE_CHOICES = [
+    ("estimate", [], "local", "no Beam flag, runner or remote path given"),
+    ("heavy-hitters", [], "local", "no Beam flag, runner or remote path given"),
+    ("estimate", ["--runner=DirectRunner"], "beam", "--runner is an Apache Beam flag"),
+    ("estimate", ["--runner", "FnApiRunner"], "beam", "--runner is an Apache Beam flag"),
+    ("heavy-hitters", ["--runner=DataflowRunner"], "beam", "--runner is an Apache Beam flag"),
+    ("estimate", ["--project=p", "--region=r", "--temp_location=gs://b/t", "--setup_file=s"],
+     "beam", "--project, --region, --temp_location, ... are Apache Beam flags"),
+    ("estimate", ["--direct_num_workers=2", "--direct_running_mode=multi_processing"], "beam",
+     "--direct_num_workers, --direct_running_mode are Apache Beam flags"),
+    ("heavy-hitters", ["--direct_num_workers", "2"], "beam", "--direct_num_workers is an"),
+    ("estimate", ["--no_wait_until_finish"], "beam", "--no_wait_until_finish is an Apache"),
+    ("estimate", ["--job_name=j"], "beam", "--job_name is an Apache Beam flag"),
+    ("estimate", ["--sdk_container_image=i"], "beam", "--sdk_container_image is an Apache"),
+    ("estimate", ["--input=gs://b/r/*.avro"], "beam",
+     "--input gs://b/r/*.avro is on another file system (Beam's file systems)"),
+    ("heavy-hitters", ["--input=s3://b/r/*.avro"], "beam", "--input s3://b/r/*.avro is on"),
+    ("estimate", ["--output=gs://b/e"], "beam", "--output gs://b/e is on another file system"),
+    ("heavy-hitters", ["--truth=gs://b/truth.json"], "beam", "--truth gs://b/truth.json is"),
+    ("estimate", ["--value_labels=gs://b/l.csv"], "beam", "--value_labels gs://b/l.csv is on"),
+    ("estimate", ["--input=file:///tmp/r/*.avro"], "local", "no Beam flag"),
+    ("estimate", ["--dedup_store=disk"], "local", "no Beam flag"),
+    ("heavy-hitters", ["--pass_store=reread"], "local", "no Beam flag"),
+    ("estimate", ["--workers=2"], "dask", "--workers is dask's flag"),
+    ("estimate", ["--dask_scheduler=tcp://h:8786"], "dask", "--dask_scheduler is dask's flag"),
+    ("heavy-hitters", ["--spark_master=local[2]"], "spark", "--spark_master is spark's flag"),
+    ("estimate", ["--engine=beam"], "beam", "--engine beam"),
+    ("estimate", ["--engine=local", "--input=gs://b/r/*.avro"], "local", "--engine local"),
+    ("heavy-hitters", ["--engine=dask"], "dask", "--engine dask"),
+    ("estimate", ["--engine=spark"], "spark", "--engine spark"),
+    ("estimate", ["--engine=beam", "--workers=2"], "beam", "--engine beam"),
+]
+
+
+@pytest.mark.parametrize("command,flags,engine,reason", ENGINE_CHOICES,
+                         ids=[" ".join([c, *f]) for c, f, _, _ in ENGINE_CHOICES])
+def test_engine_auto_chooses_beam_only_for_what_only_beam_does(command, flags, engine, reason):
+    parsed = parse(command, ["--input=i", "--output=o", *flags])
+    assert parsed.args.engine == engine
+    assert reason in parsed.engine_reason
+    ours = COMMANDS[command].flags()
+    beams = [flag for flag in flags if flag.split("=", 1)[0].lstrip("-") not in ours]
+    assert parsed.beam_argv == (beams if engine == "beam" else [])
+
+
+def test_engine_auto_is_the_default_of_the_batch_jobs_and_stream_stays_on_beam():
+    for command in ("estimate", "heavy-hitters"):
+        assert COMMANDS[command].flags()["engine"].default == "auto"
+    parsed = parse("stream", ["--subscription=projects/p/subscriptions/s", "--runner=X"])
+    assert parsed.engine_reason is None and parsed.beam_argv == ["--runner=X"]
+    assert COMMANDS["stream"].on_beam(parsed.args)
+
+
+@pytest.mark.parametrize("flags", [["--runner=DirectRunner", "--workers=2"],
+                                   ["--project=p", "--spark_master=local"],
+                                   ["--dask_scheduler=tcp://h:1", "--spark_master=local"]])
+def test_engine_auto_refuses_flags_of_two_engines_in_one_line(flags):
+    with pytest.raises(SystemExit, match=r"the flags name two engines, \w+ \(--\w+\) and \w+ "
+                                         r"\(--\w+\): choose one with --engine"):
+        parse("estimate", ["--input=i", "--output=o", *flags])
+
+
+def test_engine_auto_knows_beams_flags_without_beam_installed():
+    """A Beam flag chooses beam where Beam is missing (the job then says what to install),
+    and the choice imports no Beam where it is installed."""
+    code = ("import sys\nsys.modules['apache_beam'] = None\n"
+            "from ldpflow.pipelines import options\n"
+            "assert options._installed_beam_version() is None\n"
+            "p = options.parse('estimate', ['--input=i', '--output=o'])\n"
+            "assert p.args.engine == 'local', p.engine_reason\n"
+            "from ldpflow.pipelines.cli import main\n"
+            "sys.exit(main(['estimate', '--input=i', '--output=o', '--runner=X']))\n")
+    done = _fresh(code)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "ldpflow estimate: needs the Python module 'apache_beam', which is not installed: "
+        "pip install 'ldpflow[beam]'")
+    code = ("import sys\nfrom ldpflow.pipelines import options\n"
+            "options.parse('estimate', ['--input=i', '--output=o', '--temp_location=t'])\n"
+            "options.parse('heavy-hitters', ['--input=gs://b/i', '--output=o'])\n"
+            "sys.exit('apache_beam' in sys.modules)")
+    done = _fresh(code)
+    assert done.returncode == 0, done.stderr

@@ -24,9 +24,16 @@ def reports(tmp_path_factory):
     return out
 
 
-def run_estimate(capsys, inputs, output):
-    status = cli.main(["estimate", f"--input={inputs}", f"--output={output}", "--methods=base"])
-    return status, capsys.readouterr().err.strip().splitlines()
+@pytest.fixture(params=["beam", "local"])
+def run_estimate(request):
+    """``ldpflow estimate`` on each engine: what it may do to its output is the same."""
+
+    def run(capsys, inputs, output):
+        status = cli.main(["estimate", f"--input={inputs}", f"--output={output}",
+                           "--methods=base", f"--engine={request.param}"])
+        return status, capsys.readouterr().err.strip().splitlines()
+
+    return run
 
 
 def staging_left(output) -> list[str]:
@@ -44,7 +51,7 @@ def with_dead_letters(tmp_path, reports):
 
 # -- item 8: never through a link, never a file ldpflow did not write --------------------------
 def test_a_dead_letters_link_is_refused_and_the_folder_it_points_to_is_untouched(
-        tmp_path, reports, capsys):
+        run_estimate, tmp_path, reports, capsys):
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "precious.jsonl").write_text("keep me\n")
@@ -59,7 +66,8 @@ def test_a_dead_letters_link_is_refused_and_the_folder_it_points_to_is_untouched
     assert sorted(p.name for p in out.iterdir()) == ["dead_letters"]  # nothing ran
 
 
-def test_the_commit_itself_never_follows_a_dead_letters_link(tmp_path, reports, capsys):
+def test_the_commit_itself_never_follows_a_dead_letters_link(run_estimate, tmp_path, reports,
+                                                             capsys):
     """Past the check (the link made after it): the commit refuses, removes nothing."""
     import apache_beam as beam
 
@@ -86,7 +94,7 @@ def test_the_commit_itself_never_follows_a_dead_letters_link(tmp_path, reports, 
 
 
 def test_input_files_in_the_outputs_dead_letters_are_refused_not_deleted(
-        tmp_path, reports, capsys):
+        run_estimate, tmp_path, reports, capsys):
     out = tmp_path / "out"
     (out / "dead_letters").mkdir(parents=True)
     mine = out / "dead_letters" / "reports.avro"
@@ -97,7 +105,8 @@ def test_input_files_in_the_outputs_dead_letters_are_refused_not_deleted(
     assert "dead_letters/ holds 1 entry ldpflow did not write (reports.avro)" in err[0]
 
 
-def test_a_rerun_removes_exactly_the_stale_dead_letters_ldpflow_wrote(tmp_path, reports, capsys):
+def test_a_rerun_removes_exactly_the_stale_dead_letters_ldpflow_wrote(
+        run_estimate, tmp_path, reports, capsys):
     mixed = with_dead_letters(tmp_path, reports)
     out = tmp_path / "out"
     assert run_estimate(capsys, f"{mixed}/*", out)[0] == 0
@@ -111,7 +120,7 @@ def test_a_rerun_removes_exactly_the_stale_dead_letters_ldpflow_wrote(tmp_path, 
 
 
 def test_an_output_without_a_manifest_keeps_its_own_dead_letters_removable_only(
-        tmp_path, reports, capsys):
+        run_estimate, tmp_path, reports, capsys):
     """An output of an earlier version (no manifest): its dead-letter files are known by
     their content; a file of the same form whose content names another source is not."""
     mixed = with_dead_letters(tmp_path, reports)
@@ -130,7 +139,7 @@ def test_an_output_without_a_manifest_keeps_its_own_dead_letters_removable_only(
 
 # -- item 9: a full disk leaves no staging folder; the rerun succeeds ---------------------------
 def test_a_full_disk_leaves_the_output_as_it_was_and_a_rerun_succeeds(
-        tmp_path, reports, capsys, monkeypatch):
+        run_estimate, tmp_path, reports, capsys, monkeypatch):
     from ldpflow.wire import formats
 
     out = tmp_path / "out"
@@ -163,7 +172,7 @@ def blocked(tmp_path):
 
 
 def test_an_output_that_cannot_be_created_is_one_line_before_the_job(
-        tmp_path, reports, blocked, capsys, monkeypatch):
+        run_estimate, tmp_path, reports, blocked, capsys, monkeypatch):
     def never(*args, **kwargs):
         raise AssertionError("the pipeline was built")
 
@@ -175,7 +184,7 @@ def test_an_output_that_cannot_be_created_is_one_line_before_the_job(
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes in read-only folders")
-def test_a_read_only_output_is_one_line_before_the_job(tmp_path, reports, capsys):
+def test_a_read_only_output_is_one_line_before_the_job(run_estimate, tmp_path, reports, capsys):
     out = tmp_path / "ro"
     out.mkdir()
     out.chmod(0o500)
@@ -187,7 +196,7 @@ def test_a_read_only_output_is_one_line_before_the_job(tmp_path, reports, capsys
                                    "writable: Permission denied"]
 
 
-def test_an_output_that_is_a_file_is_refused(tmp_path, reports, capsys):
+def test_an_output_that_is_a_file_is_refused(run_estimate, tmp_path, reports, capsys):
     target = tmp_path / "a-file"
     target.write_text("x")
     status, err = run_estimate(capsys, f"{reports}/*.avro", target)
@@ -198,6 +207,7 @@ def test_an_output_that_is_a_file_is_refused(tmp_path, reports, capsys):
 
 @pytest.mark.parametrize("command", [
     ["heavy-hitters", "--input={pem}/*", "--output={blocked}"],
+    ["heavy-hitters", "--input={pem}/*", "--output={blocked}", "--engine=beam"],
     ["simulate", "--oracle=grr", "--epsilon=1", "--domain_size=8", "--users=10",
      "--output={blocked}"],
     ["report", "--input={estimates}", "--output={blocked}/page.html"],
@@ -207,7 +217,7 @@ def test_an_output_that_is_a_file_is_refused(tmp_path, reports, capsys):
      "--output_topic=projects/ldpflow-dev/topics/t", "--dead_letter_output={blocked}"],
 ])
 def test_every_job_refuses_an_unwritable_output_in_one_line(
-        command, tmp_path, reports, blocked, capsys, monkeypatch):
+        run_estimate, command, tmp_path, reports, blocked, capsys, monkeypatch):
     if command[0] == "stream":  # no Pub/Sub: the output is checked before it would be used
         from ldpflow.pipelines import stream
 
@@ -223,3 +233,32 @@ def test_every_job_refuses_an_unwritable_output_in_one_line(
     assert status == 2 and len(err) == 1, err
     assert err[0].startswith(f"ldpflow {command[0]}: error: cannot create ")
     assert "Traceback" not in err[0]
+
+
+def test_a_full_disk_on_the_heavy_hitter_plan_is_one_line_and_leaves_no_staging(
+        tmp_path, capsys, monkeypatch):
+    """The default heavy-hitters run (the job plan) fails as the Beam job does: one line,
+    exit 1, the previous output as it was, no staging folder left."""
+    from ldpflow.plan import outputs
+
+    pem = tmp_path / "pem"
+    simulate.run(["--oracle=pem", "--bits=8", "--k=2", "--epsilon=4", "--domain_size=20",
+                  "--users=200", f"--output={pem}", "--shards=1"])
+    out = tmp_path / "hh"
+    argv = ["heavy-hitters", f"--input={pem}/*.avro", f"--output={out}", "--quiet"]
+    assert cli.main(argv) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    real = outputs.write_staged
+
+    def full(staging, name, data):
+        real(staging, name, data[:10])  # a partial file in the staging folder
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(outputs, "write_staged", full)
+    capsys.readouterr()
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("ldpflow heavy-hitters: error: the job failed, its output is "
+                       "unchanged: [Errno 28] No space left on device")
+    assert staging_left(out) == []
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before

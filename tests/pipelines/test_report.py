@@ -24,7 +24,7 @@ def estimated(tmp_path_factory):
     junk = {"report_id": "j", "user_id": "u", "event_time": 0, "oracle": HOSTILE,
             "epsilon": 1.0, "domain_size": 64}
     (root / "reports" / "junk.jsonl").write_text(json.dumps(junk) + "\n")
-    estimate.run([f"--input={root}/reports/*.*", f"--output={root}/est",
+    estimate.run(["--engine=beam", f"--input={root}/reports/*.*", f"--output={root}/est",
                   "--methods=base,norm-sub,base-cut"])
     return root
 

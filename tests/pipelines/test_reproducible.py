@@ -38,10 +38,12 @@ ok("simulate", "--oracle=pem", "--bits=12", "--k=4", "--epsilon=4", "--domain_si
 with open(f"{work}/reports/junk.jsonl", "w") as f:
     f.write('{"oracle": "nope"}\\n{"oracle": "grr", "epsilon": 1}\\n')
 ok("estimate", f"--input={work}/reports/*.*[lo]", "--methods=base,norm-sub",
-   f"--output={work}/estimates")
+   f"--output={work}/estimates", "--engine=beam")
 ok("estimate", f"--input={work}/more/*.parquet", "--methods=base",
-   f"--output={work}/estimates-parquet")
-ok("heavy-hitters", f"--input={work}/pem/*.avro", f"--output={work}/hh")
+   f"--output={work}/estimates-parquet", "--engine=beam")
+ok("estimate", f"--input={work}/more/*.parquet", "--methods=base",
+   f"--output={work}/estimates-default")
+ok("heavy-hitters", f"--input={work}/pem/*.avro", f"--output={work}/hh", "--engine=beam")
 ok("report", f"--input={work}/estimates", f"--heavy_hitters={work}/hh",
    f"--output={work}/report.html")
 """

@@ -149,7 +149,7 @@ def test_pem_reports_round_trip_through_parquet(tmp_path):
                   "--output", str(out), "--format", "parquet", "--shards", "2"])
     assert sorted(p.name for p in out.iterdir())[:2] == ["reports-00000-of-00002.parquet",
                                                           "reports-00001-of-00002.parquet"]
-    heavy_hitters.run([f"--input={out}/*.parquet", f"--output={tmp_path}/hh"])
+    heavy_hitters.run(["--engine=beam", f"--input={out}/*.parquet", f"--output={tmp_path}/hh"])
     doc = json.loads((tmp_path / "hh" / "heavy_hitters.json").read_text())
     assert doc["dead_letters"]["total"] == 0
     assert doc["n"] == doc["records"] == 4000

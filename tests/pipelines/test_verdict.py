@@ -52,8 +52,8 @@ def _letters(output) -> list[dict]:
 
 
 def _estimate(tmp_path, capsys, *extra):
-    status = cli.main(["estimate", f"--input={tmp_path}/in/*", f"--output={tmp_path}/out",
-                       "--methods=base", "--dedup=none", *extra])
+    status = cli.main(["estimate", "--engine=beam", f"--input={tmp_path}/in/*",
+                       f"--output={tmp_path}/out", "--methods=base", "--dedup=none", *extra])
     return status, capsys.readouterr().err
 
 
@@ -130,7 +130,7 @@ def test_heavy_hitters_exits_non_zero_when_every_record_is_refused(tmp_path, cap
     simulate.run(["--oracle", "pem", *flags, "--epsilon", "4.0", "--domain_size", "100",
                   "--users", "2000", "--seed", "3", "--output", str(tmp_path / "r"),
                   "--shards", "1"])
-    status = cli.main(["heavy-hitters", f"--input={tmp_path}/r/*.avro",
+    status = cli.main(["heavy-hitters", "--engine=beam", f"--input={tmp_path}/r/*.avro",
                        f"--output={tmp_path}/hh", *flags, "--expect_epsilon", "3.0"])
     err = capsys.readouterr().err
     assert status == 1
@@ -138,7 +138,7 @@ def test_heavy_hitters_exits_non_zero_when_every_record_is_refused(tmp_path, cap
     assert line.startswith("ldpflow heavy-hitters: no valid report was estimated (2000 "
                            "records: 0 estimated, 0 duplicates, 2000 dead letters; top "
                            "reasons: parameter mismatch: epsilon #, expected #")
-    status = cli.main(["heavy-hitters", f"--input={tmp_path}/r/*.avro",
+    status = cli.main(["heavy-hitters", "--engine=beam", f"--input={tmp_path}/r/*.avro",
                        f"--output={tmp_path}/hh2", *flags,
                        "--max_dead_letter_fraction=1.5"])
     assert status == 2 and "--max_dead_letter_fraction must be in [0, 1]" in \
