@@ -119,6 +119,48 @@ def test_stream_from_the_emulator_equals_a_batch_run(emulator, tmp_path):
     assert final["estimates"]["norm-sub"] == expected["estimates"]["norm-sub"]
 
 
+def test_a_backlog_of_many_bundles_arrives_whole_and_exact(emulator):
+    """A backlog of 800 small messages (several of the reader's bundles, each pulled while
+    the one before is decoded; one message twice) gives the estimate of the reports
+    themselves, exactly: nothing pulled ahead is lost or counted twice."""
+    from google.cloud import pubsub_v1
+
+    from ldpflow.pipelines import stream
+    from ldpflow.pipelines.pubsub_client import READER_BUNDLE_MESSAGES
+
+    subscription, estimates_sub = stream_topics(emulator, "backlog", "backlog-estimates")
+    oracle = ldpflow.oracle("grr", epsilon=1.0, domain_size=64)
+    rng = np.random.default_rng(7)
+    per_message, messages = 10, 800
+    assert messages > 2 * READER_BUNDLE_MESSAGES
+    n = per_message * messages
+    window_ms = 60_000
+    start = (int(time.time() * 1000) // window_ms - 5) * window_ms
+    reports = oracle.perturb(rng.integers(0, 64, n), rng=rng)
+    records = reports_to_records(oracle, reports, [f"r{i}" for i in range(n)],
+                                 [f"u{i}" for i in range(n)],
+                                 start + rng.integers(0, window_ms, n))
+    publisher = pubsub_v1.PublisherClient()
+    topic = emulator.topic("backlog")
+    bodies = [formats.encode_message(records[lo:lo + per_message])
+              for lo in range(0, n, per_message)]
+    futures = [publisher.publish(topic, body) for body in bodies + [bodies[123]]]
+    for future in futures:
+        future.result(timeout=60)
+    result = stream.start([
+        f"--subscription={subscription}", f"--output_topic={emulator.topic('backlog-estimates')}",
+        "--window_size=60", "--allowed_lateness=3600", "--methods=base"])
+    try:
+        panes = pull_until(estimates_sub, lambda got: any(p["n"] >= n for p in got))
+    finally:
+        cancel_streaming(result, topic)
+    assert panes, "no estimates arrived from the streaming job"
+    final = max(panes, key=lambda p: p["n"])
+    assert final["n"] == n
+    expected = oracle.estimate(oracle.aggregate(reports)).frequencies.tolist()
+    assert final["estimates"]["base"] == expected
+
+
 # -- the local recipe: ldpflow pubsub create / stream / pubsub publish / pubsub pull -----------
 #: Fields of a pane that a batch result does not have (or has with run-time values).
 PANE_FIELDS = {"window_start", "window_end", "pane", "pane_index"}
