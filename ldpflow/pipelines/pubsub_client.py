@@ -87,6 +87,8 @@ READER_BUNDLE_MESSAGES = 300
 #: Pub/Sub (``modify_ack_deadline`` 0, so they are delivered again at once): the reader was
 #: cancelled meanwhile.
 UNCLAIMED_SECONDS = 5.0
+#: Whether the reader pulls its next bundle ahead (False: each pull when Beam asks, as
+#: before; for measuring what pulling ahead gains).
 PULL_AHEAD = True
 
 
@@ -125,6 +127,11 @@ class _PullAhead:
                 self._hand_back(self._response)
             except Exception:  # noqa: BLE001 - they are delivered again at their deadline
                 _LOGGER.debug("could not hand back messages pulled ahead", exc_info=True)
+
+    @property
+    def handed_back(self) -> bool:
+        """Whether its messages went back to Pub/Sub untaken."""
+        return self._abandoned
 
     def take(self, timeout: float | None):
         """The response, or None while the pull has not answered in ``timeout`` s (or its
@@ -174,7 +181,7 @@ def _reader_subscriber_class(base):
             else:
                 response = ahead.take(kwargs.get("timeout"))
                 if response is None:  # not answered yet (an idle subscription)
-                    if not ahead._abandoned:
+                    if not ahead.handed_back:
                         self._ahead[subscription] = ahead
                         return type(self)._empty_response()
                     response = self._bundle(kwargs)
