@@ -3,22 +3,30 @@ deduplication on and off.
 
     python benchmarks/streaming.py [--reports 200000] [--per_message 1000]
         [--paths pubsub_emulator,pubsub_backlog,teststream,stages] [--dedup on,off]
-        [--repeats 3] [--stage_bundle 100]
+        [--repeats 3] [--stage_bundle 300] [--teststream_bundle 1]
+        [--publish_batch_bytes 9000000]
 
 ``pubsub_emulator`` (live): starts the emulator, starts ``ldpflow stream``
 (BundleBasedDirectRunner, one worker), publishes the reports as Avro batches of
 ``--per_message`` (event times in one past window, allowed lateness on) from this process,
 and times from the first publish until a pane holding every report arrives on the output
-topic, so the publishing is inside the figure. ``pubsub_backlog``: the same job started on a
-subscription that already holds every message (published before, timed apart), timed from
-the job's start (``pipeline.run()``; the pipeline's construction is ``build_s``) until the
-full pane: what one worker drains. ``teststream``: the same ``EstimateStream`` over a
-TestStream of the same messages, one message a bundle. ``stages``: the transform's steps on
+topic, so the publishing is inside the figure (the publisher sends batches of up to
+``--publish_batch_bytes``; the client library's default is 1 MB, about 20 messages of 1,000
+reports). ``pubsub_backlog``: the same job started on a subscription that already holds
+every message (published before, timed apart), timed from the moment ``pipeline.run()`` has
+returned (the runner is up; the pipeline's construction and start are ``build_s``, outside
+the figure) until the full pane: what one worker drains. Both end when the check subscriber
+pulls the pane, so the pane's publishing and that pull are inside the figure, and neither
+includes the job's start-up. ``teststream``: the same ``EstimateStream`` over a
+TestStream of the same messages, ``--teststream_bundle`` messages a bundle (1: each message a
+bundle of its own, as before; the reader's bundles hold up to
+``pubsub_client.READER_BUNDLE_MESSAGES``). ``stages``: the transform's steps on
 the same messages in this process, without Beam (decode, in bundles of ``--stage_bundle``
 messages as the job joins them; deduplicate; count), in microseconds a report of wall time
 and of this process's CPU time (``cpu_*``, which a busy machine inflates less), to show what
 limits the others. The emulator paths also give this process's CPU seconds over the timed
-span (``cpu_s``: the job, and in the live path the publisher; not the emulator's JVM).
+span (``cpu_s``: the job, and in the live path the publisher) and the emulator's JVM's
+(``emulator_cpu_s``): on two cores the three share the machine.
 With ``--dedup off`` the job counts every copy (``build(..., deduplicate=False)``; the job
 itself always deduplicates).
 
@@ -40,6 +48,7 @@ import time
 import numpy as np
 
 import ldpflow
+from ldpflow.pipelines.pubsub_client import READER_BUNDLE_MESSAGES
 from ldpflow.wire import formats
 
 
@@ -93,7 +102,8 @@ def _await_pane(check, total, timeout=600):
     return best
 
 
-def emulator_path(total, per_message, deduplicate=True, backlog=False):
+def emulator_path(total, per_message, deduplicate=True, backlog=False,
+                  batch_bytes=9_000_000):
     from google.cloud import pubsub_v1
 
     from ldpflow.testing.pubsub import PubSubEmulator, cancel_streaming
@@ -109,7 +119,8 @@ def emulator_path(total, per_message, deduplicate=True, backlog=False):
         argv = [f"--subscription={subscription}",
                 f"--output_topic={emulator.topic('estimates')}",
                 "--window_size=60", "--allowed_lateness=3600", "--methods=base"]
-        publisher = pubsub_v1.PublisherClient()
+        publisher = pubsub_v1.PublisherClient(pubsub_v1.types.BatchSettings(
+            max_bytes=batch_bytes, max_latency=0.01, max_messages=1000))
 
         def publish():
             began = time.perf_counter()
@@ -121,24 +132,30 @@ def emulator_path(total, per_message, deduplicate=True, backlog=False):
             published = publish()
             result, built = _start_job(argv, deduplicate)
             began, cpu = time.perf_counter(), time.process_time()
+            jvm = emulator.cpu_seconds()
         else:
             result, built = _start_job(argv, deduplicate)
             began, cpu = time.perf_counter(), time.process_time()
+            jvm = emulator.cpu_seconds()
             published = publish()
         best = _await_pane(check, total)
         elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
+        jvm = emulator.cpu_seconds() - jvm
         cancel_streaming(result, emulator.topic("reports"))
     return {"path": "pubsub_backlog" if backlog else "pubsub_emulator", "reports": total,
-            "per_message": per_message, "estimated": best, "publish_s": round(published, 2),
+            "per_message": per_message, "publish_batch_bytes": batch_bytes, "estimated": best,
+            "publish_s": round(published, 2),
             "build_s": round(built, 2), "seconds": round(elapsed, 2),
-            "cpu_s": round(cpu, 2), "reports_per_s": round(best / elapsed)}
+            "cpu_s": round(cpu, 2), "emulator_cpu_s": round(jvm, 2),
+            "reports_per_s": round(best / elapsed)}
 
 
-def backlog_path(total, per_message, deduplicate=True):
-    return emulator_path(total, per_message, deduplicate, backlog=True)
+def backlog_path(total, per_message, deduplicate=True, batch_bytes=9_000_000):
+    return emulator_path(total, per_message, deduplicate, backlog=True,
+                         batch_bytes=batch_bytes)
 
 
-def teststream_path(total, per_message, deduplicate=True):
+def teststream_path(total, per_message, deduplicate=True, bundle=1):
     import apache_beam as beam
     from apache_beam.io.gcp.pubsub import PubsubMessage
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -150,8 +167,9 @@ def teststream_path(total, per_message, deduplicate=True):
 
     messages = make_messages(total, per_message, 0, 60_000)
     stream = TestStream().advance_watermark_to(0)
-    for i, body in enumerate(messages):
-        stream = stream.add_elements([TimestampedValue(PubsubMessage(body, {}), i * 0.001)])
+    for lo in range(0, len(messages), bundle):  # one bundle each
+        stream = stream.add_elements([TimestampedValue(PubsubMessage(body, {}), i * 0.001)
+                                      for i, body in enumerate(messages[lo:lo + bundle], lo)])
     stream = stream.advance_watermark_to(120).advance_watermark_to_infinity()
     options = PipelineOptions([])
     options.view_as(StandardOptions).streaming = True
@@ -168,11 +186,12 @@ def teststream_path(total, per_message, deduplicate=True):
     elapsed = time.perf_counter() - began
     query = result.metrics().query(MetricsFilter().with_name("estimated"))["distributions"]
     return {"path": "teststream", "reports": total, "per_message": per_message,
+            "bundle_messages": bundle,
             "estimated": max((d.committed.max for d in query), default=0),
             "seconds": round(elapsed, 2), "reports_per_s": round(total / elapsed)}
 
 
-def stages_path(total, per_message, deduplicate=True, bundle=100):
+def stages_path(total, per_message, deduplicate=True, bundle=READER_BUNDLE_MESSAGES):
     """The streaming steps without Beam: microseconds a report for each."""
     from ldpflow.transforms.combine import FrequencyOracleCombineFn
     from ldpflow.transforms.streaming import (
@@ -238,12 +257,20 @@ def main(argv=None):
     parser.add_argument("--paths", default="pubsub_emulator,pubsub_backlog,teststream,stages")
     parser.add_argument("--dedup", default="on,off", help="on, off or on,off")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--stage_bundle", type=int, default=100,
-                        help="messages a bundle in the stages path")
+    parser.add_argument("--stage_bundle", type=int, default=READER_BUNDLE_MESSAGES,
+                        help="messages a bundle in the stages path (the reader's largest "
+                             "bundle)")
+    parser.add_argument("--publish_batch_bytes", type=int, default=9_000_000,
+                        help="largest publish request of the emulator paths' publisher "
+                             "(Pub/Sub's limit is 10 MB; the client's default 1 MB)")
+    parser.add_argument("--teststream_bundle", type=int, default=1,
+                        help="messages a bundle (one add_elements) in the teststream path")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    paths = {"pubsub_emulator": emulator_path, "pubsub_backlog": backlog_path,
-             "teststream": teststream_path,
+    paths = {"pubsub_emulator": lambda n, m, d: emulator_path(
+                 n, m, d, batch_bytes=args.publish_batch_bytes),
+             "pubsub_backlog": lambda n, m, d: backlog_path(n, m, d, args.publish_batch_bytes),
+             "teststream": lambda n, m, d: teststream_path(n, m, d, args.teststream_bundle),
              "stages": lambda n, m, d: stages_path(n, m, d, args.stage_bundle)}
     for path in args.paths.split(","):
         for setting in args.dedup.split(","):

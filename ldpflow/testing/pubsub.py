@@ -115,6 +115,25 @@ class PubSubEmulator:
         else:
             os.environ["PUBSUB_EMULATOR_HOST"] = self._previous_host
 
+    def cpu_seconds(self) -> float:
+        """CPU seconds (user + system) the emulator's processes have used so far (Linux
+        ``/proc``; 0.0 elsewhere): benchmarks report the JVM's share of a run with it."""
+        if self._process is None:
+            return 0.0
+        group, total = os.getpgid(self._process.pid), 0.0
+        tick = os.sysconf("SC_CLK_TCK")
+        for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:  # gone meanwhile
+                continue
+            if int(fields[2]) == group:  # pgrp; then utime and stime at 11 and 12
+                total += (int(fields[11]) + int(fields[12])) / tick
+        return total
+
     def topic(self, name: str) -> str:
         return f"projects/{self.project}/topics/{name}"
 

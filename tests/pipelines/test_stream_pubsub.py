@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
+import types
 
 import numpy as np
 import pytest
@@ -115,6 +117,48 @@ def test_stream_from_the_emulator_equals_a_batch_run(emulator, tmp_path):
     assert expected["n"] == n
     assert final["estimates"]["base"] == expected["estimates"]["base"]  # exact: same counts
     assert final["estimates"]["norm-sub"] == expected["estimates"]["norm-sub"]
+
+
+def test_a_backlog_of_many_bundles_arrives_whole_and_exact(emulator):
+    """A backlog of 800 small messages (several of the reader's bundles, each pulled while
+    the one before is decoded; one message twice) gives the estimate of the reports
+    themselves, exactly: nothing pulled ahead is lost or counted twice."""
+    from google.cloud import pubsub_v1
+
+    from ldpflow.pipelines import stream
+    from ldpflow.pipelines.pubsub_client import READER_BUNDLE_MESSAGES
+
+    subscription, estimates_sub = stream_topics(emulator, "backlog", "backlog-estimates")
+    oracle = ldpflow.oracle("grr", epsilon=1.0, domain_size=64)
+    rng = np.random.default_rng(7)
+    per_message, messages = 10, 800
+    assert messages > 2 * READER_BUNDLE_MESSAGES
+    n = per_message * messages
+    window_ms = 60_000
+    start = (int(time.time() * 1000) // window_ms - 5) * window_ms
+    reports = oracle.perturb(rng.integers(0, 64, n), rng=rng)
+    records = reports_to_records(oracle, reports, [f"r{i}" for i in range(n)],
+                                 [f"u{i}" for i in range(n)],
+                                 start + rng.integers(0, window_ms, n))
+    publisher = pubsub_v1.PublisherClient()
+    topic = emulator.topic("backlog")
+    bodies = [formats.encode_message(records[lo:lo + per_message])
+              for lo in range(0, n, per_message)]
+    futures = [publisher.publish(topic, body) for body in bodies + [bodies[123]]]
+    for future in futures:
+        future.result(timeout=60)
+    result = stream.start([
+        f"--subscription={subscription}", f"--output_topic={emulator.topic('backlog-estimates')}",
+        "--window_size=60", "--allowed_lateness=3600", "--methods=base"])
+    try:
+        panes = pull_until(estimates_sub, lambda got: any(p["n"] >= n for p in got))
+    finally:
+        cancel_streaming(result, topic)
+    assert panes, "no estimates arrived from the streaming job"
+    final = max(panes, key=lambda p: p["n"])
+    assert final["n"] == n
+    expected = oracle.estimate(oracle.aggregate(reports)).frequencies.tolist()
+    assert final["estimates"]["base"] == expected
 
 
 # -- the local recipe: ldpflow pubsub create / stream / pubsub publish / pubsub pull -----------
@@ -306,3 +350,115 @@ def test_the_direct_runners_reader_pulls_many_messages_at_a_time():
     assert client.pull(subscription="s", max_messages=10)["max_messages"] == 1000
     assert client.pull(subscription="s", max_messages=5000)["max_messages"] == 5000
     assert "max_messages" not in client.pull(request={"subscription": "s"})
+
+
+class FakeSubscription:
+    """A subscription's pulls as the emulator answers them (at most ``cap`` messages a
+    pull); records every call."""
+
+    def __init__(self, count, cap=100):
+        self.waiting = [types.SimpleNamespace(ack_id=f"a{i}", message=i) for i in range(count)]
+        self.cap, self.calls, self.handed_back = cap, [], []
+        self.lock = threading.Lock()
+
+    def client(self):
+        fake = self
+
+        class Base:
+            def pull(self, **kwargs):
+                fake.calls.append(kwargs)
+                with fake.lock:
+                    n = min(kwargs["max_messages"], fake.cap)
+                    taken, fake.waiting[:n] = fake.waiting[:n], []
+                return types.SimpleNamespace(received_messages=taken)
+
+            def modify_ack_deadline(self, subscription, ack_ids, ack_deadline_seconds):
+                assert ack_deadline_seconds == 0
+                fake.handed_back += ack_ids
+
+        return _reader_subscriber_class_for(Base)()
+
+
+def _reader_subscriber_class_for(base):
+    from ldpflow.pipelines.pubsub_client import _reader_subscriber_class
+
+    return _reader_subscriber_class(base)
+
+
+def _drain(client, pulls):
+    got = []
+    for _ in range(pulls):
+        got += [m.message for m in client.pull(subscription="s", max_messages=10,
+                                               timeout=5).received_messages]
+    return got
+
+
+def test_the_reader_gathers_a_bundle_from_the_messages_waiting():
+    """The emulator answers 100 messages a pull: the reader's bundle takes what is waiting
+    by pulls that return at once, up to READER_BUNDLE_MESSAGES, and stops at an empty one."""
+    from ldpflow.pipelines import pubsub_client
+
+    fake = FakeSubscription(pubsub_client.READER_BUNDLE_MESSAGES + 50)
+    client = fake.client()
+    first = client.pull(subscription="s", max_messages=10, timeout=5).received_messages
+    assert [m.message for m in first] == list(range(pubsub_client.READER_BUNDLE_MESSAGES))
+    assert fake.calls[0] == {"subscription": "s", "max_messages": 1000, "timeout": 5}
+    assert all(c["return_immediately"] for c in fake.calls[1:pubsub_client.
+                                                          READER_BUNDLE_MESSAGES // 100])
+    rest = client.pull(subscription="s", max_messages=10, timeout=5).received_messages
+    assert [m.message for m in rest] == list(range(pubsub_client.READER_BUNDLE_MESSAGES,
+                                                   pubsub_client.READER_BUNDLE_MESSAGES + 50))
+
+
+def test_the_reader_pulls_the_next_bundle_ahead_and_loses_nothing():
+    """After a bundle with messages the next is pulled on a thread while the job works:
+    every message arrives once, in order, and an idle subscription gives empty bundles."""
+    fake = FakeSubscription(2_345)
+    client = fake.client()
+    got = _drain(client, 12)
+    assert got == list(range(2_345))
+    assert fake.handed_back == []
+
+
+def test_a_bundle_pulled_ahead_and_not_taken_is_handed_back(monkeypatch):
+    """A cancelled reader takes no more bundles: what it pulled ahead goes back to Pub/Sub
+    (ack deadline 0, delivered again at once), and a later pull starts afresh."""
+    from ldpflow.pipelines import pubsub_client
+
+    monkeypatch.setattr(pubsub_client, "UNCLAIMED_SECONDS", 0.05)
+    fake = FakeSubscription(450, cap=100)
+    client = fake.client()
+    first = client.pull(subscription="s", max_messages=10, timeout=5).received_messages
+    assert len(first) == 300
+    deadline = time.monotonic() + 10
+    while len(fake.handed_back) < 150 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert fake.handed_back == [f"a{i}" for i in range(300, 450)]
+    fake.waiting = [types.SimpleNamespace(ack_id=f"b{i}", message=i) for i in range(300, 450)]
+    again = client.pull(subscription="s", max_messages=10, timeout=5).received_messages
+    assert [m.message for m in again] == list(range(300, 450))
+
+
+def test_a_failed_pull_ahead_raises_in_the_reader():
+    """A Pub/Sub failure of a pull made ahead (on its thread) is raised by the reader's
+    next pull."""
+
+    class Refused(RuntimeError):
+        pass
+
+    fake = FakeSubscription(150)
+    client = fake.client()
+    pull = type(client).__mro__[1].pull
+
+    def pull_or_refuse(self, **kwargs):
+        if len(fake.calls) == 3:  # 100, then 50 and none at once: the fourth is ahead
+            fake.calls.append(kwargs)
+            raise Refused("no")
+        return pull(self, **kwargs)
+
+    type(client).__mro__[1].pull = pull_or_refuse
+    assert len(client.pull(subscription="s", max_messages=10,
+                           timeout=5).received_messages) == 150
+    with pytest.raises(Refused):
+        client.pull(subscription="s", max_messages=10, timeout=5)
+    assert len(fake.calls) == 4
