@@ -25,6 +25,7 @@ MIN_ROWS = 1 << 18
 _POOL: concurrent.futures.ThreadPoolExecutor | None = None
 _LOCK = threading.Lock()
 T = TypeVar("T")
+S = TypeVar("S")
 
 
 def threads() -> int:
@@ -57,9 +58,7 @@ def map_slices(function: Callable[[slice], T], rows: int) -> Sequence[T]:
     workers = min(threads(), max(1, rows // MIN_ROWS))
     if workers <= 1:
         return [function(slice(0, rows))]
-    bounds = [rows * i // workers for i in range(workers + 1)]
-    parts = [slice(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False)]
-    return list(_pool(workers).map(function, parts))
+    return _run_all(function, [slice(lo, hi) for lo, hi in _bounds(rows, workers)])
 
 
 def map_items(function: Callable[[Sequence[T]], object], items: Sequence[T],
@@ -72,8 +71,20 @@ def map_items(function: Callable[[Sequence[T]], object], items: Sequence[T],
     if workers <= 1:
         function(items)
         return
-    bounds = [len(items) * i // workers for i in range(workers + 1)]
-    runs = [items[lo:hi] for lo, hi in zip(bounds, bounds[1:], strict=False)]
-    pool = _pool(workers)
-    for done in [pool.submit(function, run) for run in runs]:
-        done.result()
+    _run_all(function, [items[lo:hi] for lo, hi in _bounds(len(items), workers)])
+
+
+def _bounds(size: int, workers: int) -> list[tuple[int, int]]:
+    """``workers`` consecutive ``(lo, hi)`` parts of ``range(size)``, as even as can be."""
+    cuts = [size * i // workers for i in range(workers + 1)]
+    return list(zip(cuts, cuts[1:], strict=False))
+
+
+def _run_all(function: Callable[[S], T], parts: Sequence[S]) -> list[T]:
+    """``function`` of each part on the pool, the results in order. Every part has ended
+    (returned or raised) before this returns or raises the first part's error: no thread
+    still writes when the caller sees a failure."""
+    pool = _pool(len(parts))
+    futures = [pool.submit(function, part) for part in parts]
+    concurrent.futures.wait(futures)
+    return [done.result() for done in futures]

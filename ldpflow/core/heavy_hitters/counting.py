@@ -23,6 +23,7 @@ Small candidate sets are counted by evaluating the hash (:func:`hashed_support`,
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -30,7 +31,6 @@ import numpy.typing as npt
 from ldpflow.core import hashing, parallel
 
 __all__ = [
-    "signed_scatter",
     "prefix_scatter",
     "full_domain_support",
     "hashed_support",
@@ -49,7 +49,7 @@ MAX_BATCH_INDEX_BITS = 21
 _GRID_ENTRIES = 1 << 23
 
 
-def signed_scatter(index_rows: np.ndarray, index_bits: int,
+def _subset_counts(index_rows: np.ndarray, index_bits: int,
                    work: np.ndarray | None = None) -> np.ndarray:
     """The counts ``C`` (length ``2**index_bits``) of the XORs of every subset of each report's
     rows.
@@ -112,8 +112,9 @@ def _unit_rows(counts: np.ndarray, d: int, eta: int) -> np.ndarray:
 
 
 def _byte_indices(high: np.ndarray, width: int) -> list[np.ndarray]:
-    """The bytes of ``high`` (values of ``width`` bits), low first, as table indices."""
-    return [((high >> _U64(8 * q)) & _U64(255)).astype(np.intp)
+    """The bytes of ``high`` (values of ``width`` bits), low first, as table indices (uint8:
+    one byte of memory per row entry and byte)."""
+    return [((high >> _U64(8 * q)) & _U64(255)).astype(np.uint8)
             for q in range(max(1, -(-width // 8)))]
 
 
@@ -128,15 +129,11 @@ def _projection_word(byte_index: list[np.ndarray], prefixes: np.ndarray) -> np.n
     """
     values = np.arange(256, dtype=_U64)
     shifts = np.arange(prefixes.size, dtype=_U64)
-    word = None
+    word = np.zeros(byte_index[0].shape, dtype=_U64)
     for q, index in enumerate(byte_index):
         cbytes = (prefixes >> _U64(8 * q)) & _U64(255)
         parity = (np.bitwise_count(values[:, None] & cbytes[None, :]) & np.uint8(1)).astype(_U64)
-        table = np.bitwise_or.reduce(parity << shifts[None, :], axis=1)
-        if word is None:
-            word = table[index]
-        else:
-            word ^= table[index]
+        word ^= np.take(np.bitwise_or.reduce(parity << shifts[None, :], axis=1), index)
     return word
 
 
@@ -196,7 +193,7 @@ def prefix_scatter(seeds: np.ndarray, buckets: np.ndarray, prefixes: np.ndarray,
     if prefix_bits == eta:
         sign <<= eta
         sign |= low
-        counts = signed_scatter(sign, eta + 1)
+        counts = _subset_counts(sign, eta + 1)
         out[0] = counts[: 1 << eta] - counts[1 << eta :]
         return out
     batch = batch_size(prefixes.size, seeds.size, b, eta)
@@ -206,23 +203,25 @@ def prefix_scatter(seeds: np.ndarray, buckets: np.ndarray, prefixes: np.ndarray,
     byte_index = _byte_indices(rows, prefix_bits - eta)
     del rows
     prefixes = np.asarray(prefixes, dtype=_U64)
-    words = [_projection_word(byte_index, prefixes[first : first + per]).view(np.int64)
-             for first in range(0, prefixes.size, per)]
-    del byte_index
     batches = [(first, min(batch, prefixes.size - first))
                for first in range(0, prefixes.size, batch)]
 
-    def count(run: list[tuple[int, int]]) -> None:
+    def count(run: Sequence[tuple[int, int]]) -> None:
         index = np.empty(low.shape, dtype=np.int64)
         work = np.empty(((1 << b) - 1, min(seeds.size, max(1, _SCATTER_ENTRIES >> b))),
                         dtype=np.intp)
+        group, word = -1, index  # the projection word of the batches' group, made when met
         for first, d in run:
-            np.right_shift(words[first // per], first % per, out=index)
+            if first // per != group:  # memory: one word per thread, whatever the prefixes
+                group = first // per
+                word = _projection_word(byte_index, prefixes[group * per : (group + 1) * per]
+                                        ).view(np.int64)
+            np.right_shift(word, first % per, out=index)
             index ^= sign
             index &= (1 << d) - 1
             index <<= eta
             index |= low
-            out[first : first + d] = _unit_rows(signed_scatter(index, d + eta, work), d, eta)
+            out[first : first + d] = _unit_rows(_subset_counts(index, d + eta, work), d, eta)
 
     # batches write disjoint rows of out: in threads when there is enough of them
     parallel.map_items(count, batches, len(batches) * (seeds.size << b))

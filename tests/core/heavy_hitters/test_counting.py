@@ -160,3 +160,44 @@ def test_batches_counted_in_threads_equal_one_thread(threads, monkeypatch):
     np.testing.assert_array_equal(hashing.support_counts(one, 8),
                                   _naive(seeds, buckets, prefixes, 17, 5, 8))
 
+
+
+def test_a_failing_thread_ends_after_the_others(monkeypatch):
+    """map_items raises a part's error only once every part has ended: no thread still
+    writes when the caller sees the failure."""
+    import threading
+    import time
+
+    from ldpflow.core import parallel
+
+    monkeypatch.setenv("LDPFLOW_THREADS", "2")
+    ended = []
+    started = threading.Barrier(2)
+
+    def part(run):
+        started.wait(timeout=10)
+        if run[0] == 0:
+            raise RuntimeError("part 0 failed")
+        time.sleep(0.2)
+        ended.append(run[0])
+
+    with pytest.raises(RuntimeError, match="part 0 failed"):
+        parallel.map_items(part, [0, 1], 4 * parallel.MIN_ROWS)
+    assert ended == [1]
+
+
+def test_projection_memory_does_not_grow_with_the_prefixes(monkeypatch):
+    """The projection words are made per batch group in each thread: counting 40 times
+    more prefixes holds no more memory (tracemalloc peak, one thread)."""
+    import tracemalloc
+
+    monkeypatch.setenv("LDPFLOW_THREADS", "1")
+    seeds, buckets, rng = _reports(20_000, 16, 7)
+    peaks = []
+    for count in (60, 2_400):
+        prefixes = np.unique(rng.integers(0, 1 << 30, size=count, dtype=np.uint64))
+        tracemalloc.start()
+        counting.prefix_scatter(seeds, buckets, prefixes, 36, 6, 16)
+        peaks.append(tracemalloc.get_traced_memory()[1] - prefixes.size * 8 * (1 << 6))
+        tracemalloc.stop()
+    assert peaks[1] < 1.25 * peaks[0], peaks
