@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ldpflow.core import parallel
 from ldpflow.wire import reading
 from ldpflow.wire.buffers import offsets_and_data
 from ldpflow.wire.envelope import DeadLetter, field_kind, json_safe
@@ -61,9 +62,10 @@ def read_chunks(stream, source, start, end, policy, keep):
     ``pyarrow.json`` (:func:`_tried`), chunk i checked (:func:`_json_chunk`), while the
     caller counts chunk i - 1. The chunks, dead letters and errors are those of a read in
     the caller's thread, in the same order: every stage takes its chunks in order, and an
-    error is raised where its chunk would have come.
+    error is raised where its chunk would have come. With ``LDPFLOW_THREADS=1`` (Dask and
+    Spark workers, whose other cores are the other workers') no thread is started.
     """
-    if not _several_chunks(stream, start, end):
+    if parallel.threads() <= 1 or not _several_chunks(stream, start, end):
         return _parsed_chunks(stream, source, start, end, policy, keep)
     return read_ahead(_parsed_chunks(stream, source, start, end, policy, keep, ahead=True))
 
@@ -83,6 +85,7 @@ def _parsed_chunks(stream, source, start, end, policy, keep, ahead=False):
             yield from _json_chunk(chunk, number, source, policy, keep, cache)
             if number:
                 number += chunk.lines
+            del chunk  # not held while the next one is awaited
     finally:
         tried.close()
 
@@ -152,7 +155,7 @@ def _several_chunks(stream, start: int, end: int | None) -> bool:
     import os
 
     if isinstance(stream, io.BytesIO):
-        size = stream.getbuffer().nbytes
+        size = _memory_size(stream)
     elif isinstance(stream, (io.BufferedReader, io.FileIO)) and not hasattr(stream, "compressed"):
         try:
             size = os.fstat(stream.fileno()).st_size
@@ -288,6 +291,15 @@ def _read_up_to(stream, size: int, carry: bytes | bytearray = b""
     return bytearray().join(parts), got  # one copy, cut in place by _head
 
 
+def _memory_size(stream: io.BytesIO) -> int:
+    """The size of a stream in memory, without ``getbuffer()`` (which copies a buffer the
+    stream shares with the bytes it was made from) and where it stands unchanged."""
+    here = stream.tell()
+    size = stream.seek(0, io.SEEK_END)
+    stream.seek(here)
+    return size
+
+
 def _bytes_left(stream) -> int | None:
     """The bytes left to read in a plain stream (bytes in memory, a regular file), or None
     when its size cannot be told (a pipe: then the buffer is of a whole chunk)."""
@@ -296,8 +308,7 @@ def _bytes_left(stream) -> int | None:
 
     try:
         if isinstance(stream, io.BytesIO):
-            with stream.getbuffer() as view:
-                size = view.nbytes
+            size = _memory_size(stream)
         else:
             status = os.fstat(stream.fileno())
             if not stat.S_ISREG(status.st_mode):

@@ -220,3 +220,31 @@ def test_newlines_and_empty_lines_measured_in_slices_are_those_of_the_bytes(part
             assert jsonl._has_empty_line_inside(chunk) == (b"\n\n" in data)
             expected = sum(1 for line in data.split(b"\n") if line)
             assert jsonl._nonblank_lines(chunk) == expected
+
+
+def test_one_thread_configured_reads_in_the_callers_thread(monkeypatch):
+    """LDPFLOW_THREADS=1 (Dask and Spark workers) starts no stage, whatever the range."""
+    data = _hostile_file()
+    monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(jsonl, "_JSON_CHUNK_BYTES", 40_000)
+    in_caller = _read_all(data, ())
+    started = _spy_threads(monkeypatch)
+    reading_started = _spy_threads(monkeypatch, reading)
+    monkeypatch.setenv("LDPFLOW_THREADS", "1")
+    assert _read_all(data, ()) == in_caller
+    assert started == [] and reading_started == []
+
+
+def test_the_size_of_a_stream_in_memory_is_told_without_a_copy():
+    import tracemalloc
+
+    data = b"x" * (8 << 20)  # held here too, as a message's bytes are: the stream shares them
+    stream = io.BytesIO(data)
+    stream.seek(5)
+    tracemalloc.start()
+    assert jsonl._bytes_left(stream) == (8 << 20) - 5
+    assert jsonl._several_chunks(stream, 0, None) is False
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert stream.tell() == 5
+    assert peak < 1 << 20, peak
