@@ -100,10 +100,21 @@ class DaskBackend(Backend):
             import dask
 
             logging.getLogger("distributed").setLevel(logging.WARNING)
-            with dask.config.set({f"distributed.nanny.pre-spawn-environ.{name}": value
-                                  for name, value in worker_environment().items()}):
-                self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1,
-                                             processes=True, dashboard_address=None)
+            environ = worker_environment()
+            # The nanny sets its pre-spawn environment in this process's os.environ too:
+            # put back what was here, or this process would count in one thread after.
+            kept = {name: os.environ.get(name) for name in environ}
+            try:
+                with dask.config.set({f"distributed.nanny.pre-spawn-environ.{name}": value
+                                      for name, value in environ.items()}):
+                    self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1,
+                                                 processes=True, dashboard_address=None)
+            finally:
+                for name, value in kept.items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
             self.client = Client(self._cluster)
         if ship_package if ship_package is not None else bool(scheduler):
             from ldpflow.engines.package import package_zip

@@ -61,3 +61,21 @@ def test_worker_environment_sets_the_allocator_and_one_counting_thread(backend):
     for found in backend.client.run(read).values():
         assert found == {**WORKER_MALLOC,
                          "LDPFLOW_THREADS": os.environ.get("LDPFLOW_THREADS", "1")}
+
+
+def test_starting_a_local_cluster_leaves_this_process_environment_as_it_was(monkeypatch):
+    """Dask's nanny writes the workers' pre-spawn environment into the parent's os.environ:
+    the backend puts it back (else the parent counts in one thread after a Dask job)."""
+    pytest.importorskip("distributed", reason="needs the dask extra: pip install 'ldpflow[dask]'")
+    import os
+
+    from ldpflow.engines.dask_backend import DaskBackend, worker_environment
+
+    monkeypatch.delenv("LDPFLOW_THREADS", raising=False)
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "4096")
+    before = {name: os.environ.get(name) for name in worker_environment()}
+    with DaskBackend(workers=1) as backend:
+        assert {name: os.environ.get(name) for name in worker_environment()} == before
+        found = next(iter(backend.client.run(lambda: os.environ.get("LDPFLOW_THREADS")).values()))
+        assert found == "1"
+    assert before["LDPFLOW_THREADS"] is None and before["MALLOC_MMAP_THRESHOLD_"] == "4096"

@@ -59,6 +59,13 @@ def test_closing_early_stops_the_thread_and_closes_the_items():
     assert not any(t.name == "ldpflow-read-ahead" for t in threading.enumerate())
 
 
+@pytest.fixture(autouse=True)
+def _two_threads(monkeypatch):
+    """The stages run on threads when this process may use more than one
+    (``LDPFLOW_THREADS``): two here, whatever the environment the tests run in."""
+    monkeypatch.setenv("LDPFLOW_THREADS", "2")
+
+
 def _spy_threads(monkeypatch, module=jsonl) -> list:
     """The read-aheads started through ``module.read_ahead`` (``jsonl``: the check stage;
     ``reading``: the read and parse stages)."""
