@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-__all__ = ["threads", "MIN_ROWS", "map_slices", "map_items"]
+__all__ = ["threads", "MIN_ROWS", "map_slices", "map_items", "map_parts"]
 
 #: Below this many rows, one thread counts the batch (thread start-up would cost more).
 MIN_ROWS = 1 << 18
@@ -74,17 +74,27 @@ def map_items(function: Callable[[Sequence[T]], object], items: Sequence[T],
     _run_all(function, [items[lo:hi] for lo, hi in _bounds(len(items), workers)])
 
 
+def map_parts(function: Callable[[S], T], parts: Sequence[S], workers: int) -> list[T]:
+    """``function`` of each of ``parts`` (the results in order), on ``workers`` threads of
+    the pool when more than one (the caller has judged the work worth it); every part has
+    ended before an error is raised."""
+    if workers <= 1 or len(parts) <= 1:
+        return [function(part) for part in parts]
+    return _run_all(function, parts, workers)
+
+
 def _bounds(size: int, workers: int) -> list[tuple[int, int]]:
     """``workers`` consecutive ``(lo, hi)`` parts of ``range(size)``, as even as can be."""
     cuts = [size * i // workers for i in range(workers + 1)]
     return list(zip(cuts, cuts[1:], strict=False))
 
 
-def _run_all(function: Callable[[S], T], parts: Sequence[S]) -> list[T]:
+def _run_all(function: Callable[[S], T], parts: Sequence[S], workers: int | None = None
+             ) -> list[T]:
     """``function`` of each part on the pool, the results in order. Every part has ended
     (returned or raised) before this returns or raises the first part's error: no thread
     still writes when the caller sees a failure."""
-    pool = _pool(len(parts))
+    pool = _pool(workers or len(parts))
     futures = [pool.submit(function, part) for part in parts]
     concurrent.futures.wait(futures)
     return [done.result() for done in futures]

@@ -748,9 +748,7 @@ def read_spilled(pieces: Sequence[SpillPiece], pass_index: int,
             if tally is not None:
                 tallies[key] = tallies[key].merge(tally) if key in tallies else tally
     finally:
-        close = getattr(read, "close", None)
-        if close is not None:
-            close()
+        read.close()  # a generator, or the read-ahead over it: either stops here
     return HeavyHittersPart(tallies, [])
 
 

@@ -706,13 +706,8 @@ def repeated_ids(pieces: Iterable[tuple[tuple, int, int, np.ndarray | SpilledIds
             passes = _spilled_passes(on_disk, pass_bytes, min(workers, rows // parallel.MIN_ROWS))
             workers = min(workers, len(passes))
             resolve = functools.partial(_resolve_pass, ranges=ranges)
-            if workers > 1:  # each thread reads its pass when it starts it
-                import concurrent.futures
-
-                with concurrent.futures.ThreadPoolExecutor(workers, "ldpflow-ids") as pool:
-                    results = list(pool.map(resolve, passes))
-            else:
-                results = [resolve(part) for part in passes]
+            # each thread reads its pass when it starts it
+            results = parallel.map_parts(resolve, passes, workers)
         found = [repeated for repeated, _ in results if repeated.size]
         if found:
             holding = set().union(*(where for _, where in results))
