@@ -4,13 +4,15 @@ deduplication on and off.
     python benchmarks/streaming.py [--reports 200000] [--per_message 1000]
         [--paths pubsub_emulator,pubsub_backlog,teststream,stages] [--dedup on,off]
         [--repeats 3] [--stage_bundle 300] [--teststream_bundle 1]
-        [--publish_batch_bytes 9000000]
+        [--publish_batch_bytes 9000000] [--publisher process]
 
 ``pubsub_emulator`` (live): starts the emulator, starts ``ldpflow stream``
 (BundleBasedDirectRunner, one worker), publishes the reports as Avro batches of
-``--per_message`` (event times in one past window, allowed lateness on) from this process,
-and times from the first publish until a pane holding every report arrives on the output
-topic, so the publishing is inside the figure (the publisher sends batches of up to
+``--per_message`` (event times in one past window, allowed lateness on), and times from the first publish until a pane holding every report arrives on the output
+topic, so the publishing is inside the figure (``--publisher process``, the default: a
+process of its own, started and loaded before the timing, as a job's publishers are
+elsewhere; ``thread``: this process, whose threads then share the job's interpreter lock
+and CPU; the publisher sends batches of up to
 ``--publish_batch_bytes``; the client library's default is 1 MB, about 20 messages of 1,000
 reports). ``pubsub_backlog``: the same job started on a subscription that already holds
 every message (published before, timed apart), timed from the moment ``pipeline.run()`` has
@@ -26,7 +28,10 @@ messages as the job joins them; deduplicate; count), in microseconds a report of
 and of this process's CPU time (``cpu_*``, which a busy machine inflates less), to show what
 limits the others. The emulator paths also give this process's CPU seconds over the timed
 span (``cpu_s``: the job, and in the live path the publisher) and the emulator's JVM's
-(``emulator_cpu_s``): on two cores the three share the machine.
+(``emulator_cpu_s``): on two cores the three share the machine. With the publisher in a
+process of its own (and in the backlog path) this process's CPU is the job's alone, and
+``reports_per_job_cpu_s`` is the reports over it (``publisher_cpu_s``: the publisher's): on
+a loaded machine the figure that compares.
 With ``--dedup off`` the job counts every copy (``build(..., deduplicate=False)``; the job
 itself always deduplicates).
 
@@ -42,7 +47,11 @@ import argparse
 import json
 import logging
 import os
+import pickle
 import resource
+import subprocess
+import sys
+import tempfile
 import time
 
 import numpy as np
@@ -102,9 +111,62 @@ def _await_pane(check, total, timeout=600):
     return best
 
 
-def emulator_path(total, per_message, deduplicate=True, backlog=False,
-                  batch_bytes=9_000_000):
+def _publisher(batch_bytes):
     from google.cloud import pubsub_v1
+
+    return pubsub_v1.PublisherClient(pubsub_v1.types.BatchSettings(
+        max_bytes=batch_bytes, max_latency=0.01, max_messages=1000))
+
+
+def _publish_all(publisher, topic, messages):
+    for future in [publisher.publish(topic, m) for m in messages]:
+        future.result(timeout=60)
+
+
+def publish_child(path, topic, batch_bytes):
+    """The live path's publisher in a process of its own (``--publisher process``): loads
+    the messages pickled at ``path``, says ``ready``, publishes them all when a line arrives
+    on stdin, then prints its wall and CPU seconds of publishing as JSON."""
+    with open(path, "rb") as f:
+        messages = pickle.load(f)
+    publisher = _publisher(batch_bytes)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    began, cpu = time.perf_counter(), time.process_time()
+    _publish_all(publisher, topic, messages)
+    print(json.dumps({"publish_s": time.perf_counter() - began,
+                      "cpu_s": time.process_time() - cpu}), flush=True)
+
+
+class _PublisherProcess:
+    """A started :func:`publish_child`, waiting to publish ``messages`` to ``topic``."""
+
+    def __init__(self, topic, messages, batch_bytes):
+        with tempfile.NamedTemporaryFile("wb", suffix=".pickle", delete=False) as f:
+            pickle.dump(messages, f)
+            self._path = f.name
+        self._process = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--publish_from", self._path,
+             "--publish_topic", topic, "--publish_batch_bytes", str(batch_bytes)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        if self._process.stdout.readline().strip() != "ready":
+            raise RuntimeError("the publisher process did not start")
+
+    def start(self):
+        self._process.stdin.write("go\n")
+        self._process.stdin.flush()
+
+    def result(self):
+        """``(publish seconds, publisher CPU seconds)`` once it has published."""
+        line = self._process.stdout.readline()
+        self._process.wait(timeout=60)
+        os.unlink(self._path)
+        done = json.loads(line)
+        return done["publish_s"], done["cpu_s"]
+
+
+def emulator_path(total, per_message, deduplicate=True, backlog=False,
+                  batch_bytes=9_000_000, publisher_process=True):
 
     from ldpflow.testing.pubsub import PubSubEmulator, cancel_streaming
 
@@ -119,13 +181,13 @@ def emulator_path(total, per_message, deduplicate=True, backlog=False,
         argv = [f"--subscription={subscription}",
                 f"--output_topic={emulator.topic('estimates')}",
                 "--window_size=60", "--allowed_lateness=3600", "--methods=base"]
-        publisher = pubsub_v1.PublisherClient(pubsub_v1.types.BatchSettings(
-            max_bytes=batch_bytes, max_latency=0.01, max_messages=1000))
+        separate = publisher_process and not backlog
+        publisher = None if separate else _publisher(batch_bytes)
+        publisher_cpu = None
 
         def publish():
             began = time.perf_counter()
-            for future in [publisher.publish(emulator.topic("reports"), m) for m in messages]:
-                future.result(timeout=60)
+            _publish_all(publisher, emulator.topic("reports"), messages)
             return time.perf_counter() - began
 
         if backlog:
@@ -133,6 +195,12 @@ def emulator_path(total, per_message, deduplicate=True, backlog=False,
             result, built = _start_job(argv, deduplicate)
             began, cpu = time.perf_counter(), time.process_time()
             jvm = emulator.cpu_seconds()
+        elif separate:
+            child = _PublisherProcess(emulator.topic("reports"), messages, batch_bytes)
+            result, built = _start_job(argv, deduplicate)
+            began, cpu = time.perf_counter(), time.process_time()
+            jvm = emulator.cpu_seconds()
+            child.start()
         else:
             result, built = _start_job(argv, deduplicate)
             began, cpu = time.perf_counter(), time.process_time()
@@ -141,13 +209,21 @@ def emulator_path(total, per_message, deduplicate=True, backlog=False,
         best = _await_pane(check, total)
         elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
         jvm = emulator.cpu_seconds() - jvm
+        if separate:
+            published, publisher_cpu = child.result()
         cancel_streaming(result, emulator.topic("reports"))
-    return {"path": "pubsub_backlog" if backlog else "pubsub_emulator", "reports": total,
-            "per_message": per_message, "publish_batch_bytes": batch_bytes, "estimated": best,
-            "publish_s": round(published, 2),
-            "build_s": round(built, 2), "seconds": round(elapsed, 2),
-            "cpu_s": round(cpu, 2), "emulator_cpu_s": round(jvm, 2),
-            "reports_per_s": round(best / elapsed)}
+    figures = {"path": "pubsub_backlog" if backlog else "pubsub_emulator", "reports": total,
+               "per_message": per_message, "publish_batch_bytes": batch_bytes,
+               "publisher": "process" if separate else "this process", "estimated": best,
+               "publish_s": round(published, 2),
+               "build_s": round(built, 2), "seconds": round(elapsed, 2),
+               "cpu_s": round(cpu, 2), "emulator_cpu_s": round(jvm, 2),
+               "reports_per_s": round(best / elapsed)}
+    if separate or backlog:  # this process's CPU is the job's alone
+        figures["reports_per_job_cpu_s"] = round(best / cpu)
+    if publisher_cpu is not None:
+        figures["publisher_cpu_s"] = round(publisher_cpu, 2)
+    return figures
 
 
 def backlog_path(total, per_message, deduplicate=True, batch_bytes=9_000_000):
@@ -263,12 +339,21 @@ def main(argv=None):
     parser.add_argument("--publish_batch_bytes", type=int, default=9_000_000,
                         help="largest publish request of the emulator paths' publisher "
                              "(Pub/Sub's limit is 10 MB; the client's default 1 MB)")
+    parser.add_argument("--publisher", choices=("process", "thread"), default="process",
+                        help="the live path's publisher: a process of its own (this "
+                             "process's CPU is then the job's alone), or this process")
+    parser.add_argument("--publish_from", help=argparse.SUPPRESS)
+    parser.add_argument("--publish_topic", help=argparse.SUPPRESS)
     parser.add_argument("--teststream_bundle", type=int, default=1,
                         help="messages a bundle (one add_elements) in the teststream path")
     args = parser.parse_args(argv)
+    if args.publish_from:  # the live path's publisher process
+        publish_child(args.publish_from, args.publish_topic, args.publish_batch_bytes)
+        return
     logging.basicConfig(level=logging.WARNING)
     paths = {"pubsub_emulator": lambda n, m, d: emulator_path(
-                 n, m, d, batch_bytes=args.publish_batch_bytes),
+                 n, m, d, batch_bytes=args.publish_batch_bytes,
+                 publisher_process=args.publisher == "process"),
              "pubsub_backlog": lambda n, m, d: backlog_path(n, m, d, args.publish_batch_bytes),
              "teststream": lambda n, m, d: teststream_path(n, m, d, args.teststream_bundle),
              "stages": lambda n, m, d: stages_path(n, m, d, args.stage_bundle)}

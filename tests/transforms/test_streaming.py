@@ -490,3 +490,36 @@ def test_a_joined_run_is_cut_at_join_bytes(monkeypatch):
     per_message, _ = _decoded(good, join=False)
     assert len(joined) < len(cut) < len(per_message)
     assert sorted(i for c in cut for i in c[2]) == sorted(i for c in joined for i in c[2])
+
+
+def test_hash_order_is_the_stable_argsort():
+    from ldpflow.transforms.streaming import _hash_order
+
+    rng = np.random.default_rng(5)
+    cases = [np.array([], np.uint64), np.array([7], np.uint64),
+             rng.integers(0, 2**63, 1000).astype(np.uint64),  # distinct
+             rng.integers(0, 50, 2000).astype(np.uint64),  # many ties
+             np.zeros(5, np.uint64), np.array([3, 1, 3, 2, 1], np.uint64),
+             np.array([9, 8, 7, 7], np.uint64)]  # one tie, at the end
+    for hashes in cases:
+        order, ordered = _hash_order(hashes)
+        want = np.argsort(hashes, kind="stable")
+        np.testing.assert_array_equal(order, want)
+        np.testing.assert_array_equal(ordered, hashes[want])
+
+
+def test_a_copy_within_one_message_keeps_the_first_to_arrive():
+    reports, records = make_reports("w", [5] * 4, seed=31)
+    # A later copy of report 0 with another payload, in the same message and cell.
+    records[2] = dict(records[2], report_id=records[0]["report_id"])
+    stream = (TestStream().advance_watermark_to(0)
+              .add_elements([TimestampedValue(message(records), 1)])
+              .advance_watermark_to_infinity())
+    kept = reports[[0, 1, 3]]
+    expected = ORACLE.estimate(ORACLE.aggregate(kept)).frequencies.tolist()
+
+    def checks(out):
+        assert_that(out["estimates"] | beam.Map(lambda r: (r["n"], r["estimates"]["base"])),
+                    equal_to([(3, expected)]))
+
+    run_stream(stream, WindowSpec(60), checks=checks)
