@@ -8,18 +8,18 @@ deduplication on and off.
 
 ``pubsub_emulator`` (live): starts the emulator, starts ``ldpflow stream``
 (BundleBasedDirectRunner, one worker), publishes the reports as Avro batches of
-``--per_message`` (event times in one past window, allowed lateness on), and times from the first publish until a pane holding every report arrives on the output
-topic, so the publishing is inside the figure (``--publisher process``, the default: a
-process of its own, started and loaded before the timing, as a job's publishers are
-elsewhere; ``thread``: this process, whose threads then share the job's interpreter lock
-and CPU; the publisher sends batches of up to
-``--publish_batch_bytes``; the client library's default is 1 MB, about 20 messages of 1,000
-reports). ``pubsub_backlog``: the same job started on a subscription that already holds
-every message (published before, timed apart), timed from the moment ``pipeline.run()`` has
-returned (the runner is up; the pipeline's construction and start are ``build_s``, outside
-the figure) until the full pane: what one worker drains. Both end when the check subscriber
-pulls the pane, so the pane's publishing and that pull are inside the figure, and neither
-includes the job's start-up. ``teststream``: the same ``EstimateStream`` over a
+``--per_message`` (event times in one past window, allowed lateness on), and times from the
+first publish until a pane holding every report arrives on the output topic, so the
+publishing is inside the figure (``--publisher process``, the default: a process of its own,
+started and loaded before the timing, as a job's publishers are elsewhere; ``thread``: this
+process, whose threads then share the job's interpreter lock and CPU; the publisher sends
+batches of up to ``--publish_batch_bytes``; the client library's default is 1 MB, about 20
+messages of 1,000 reports). ``pubsub_backlog``: the same job started on a subscription that
+already holds every message (published before, timed apart), timed from the moment
+``pipeline.run()`` has returned (the runner is up; the pipeline's construction and start are
+``build_s``, outside the figure) until the full pane: what one worker drains. Both end when
+the check subscriber pulls the pane, so the pane's publishing and that pull are inside the
+figure, and neither includes the job's start-up. ``teststream``: the same ``EstimateStream`` over a
 TestStream of the same messages, ``--teststream_bundle`` messages a bundle (1: each message a
 bundle of its own, as before; the reader's bundles hold up to
 ``pubsub_client.READER_BUNDLE_MESSAGES``). ``stages``: the transform's steps on
@@ -27,7 +27,7 @@ the same messages in this process, without Beam (decode, in bundles of ``--stage
 messages as the job joins them; deduplicate; count), in microseconds a report of wall time
 and of this process's CPU time (``cpu_*``, which a busy machine inflates less), to show what
 limits the others. The emulator paths also give this process's CPU seconds over the timed
-span (``cpu_s``: the job, and in the live path the publisher) and the emulator's JVM's
+span (``cpu_s``: the job, and with ``--publisher thread`` the publisher) and the emulator's JVM's
 (``emulator_cpu_s``): on two cores the three share the machine. With the publisher in a
 process of its own (and in the backlog path) this process's CPU is the job's alone, and
 ``reports_per_job_cpu_s`` is the reports over it (``publisher_cpu_s``: the publisher's): on

@@ -205,12 +205,10 @@ class DecodeMessagesFn(beam.DoFn):
         self._records = Metrics.counter("ldpflow", "records")
         self._reports = Metrics.counter("ldpflow", "reports")
         self._dead = Metrics.counter("ldpflow", "dead_letters")
+        _import_avro_reader()  # where the pipeline is built: part of a job's start
 
     def setup(self):
-        try:  # the Avro decode's reader, imported once here rather than in the first bundle
-            import polars  # noqa: F401
-        except ImportError:  # pragma: no cover - messages then decode record by record
-            pass
+        _import_avro_reader()
 
     def start_bundle(self):
         self._pending = []
@@ -314,6 +312,15 @@ class DecodeMessagesFn(beam.DoFn):
             for cell in split_cells(ProtocolKey.coerce(key).to_json(), batch, self._cell_ms,
                                     self._bucket_bits):
                 yield None, cell.value, cell.timestamp
+
+
+def _import_avro_reader() -> None:
+    """Import the Avro decode's reader (polars, about a second on a busy machine) when the
+    decode is made and set up, rather than inside the first bundle of reports."""
+    try:
+        import polars  # noqa: F401
+    except ImportError:  # pragma: no cover - messages then decode record by record
+        pass
 
 
 _KEEP = ("id_hashes", "report_ids", "event_times")
