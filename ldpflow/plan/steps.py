@@ -44,6 +44,7 @@ from ldpflow.core.dedup import first_copies, repeated_hashes
 from ldpflow.core.keys import ProtocolKey
 from ldpflow.core.oracles import Accumulator, registry
 from ldpflow.wire.envelope import ReportBatch
+from ldpflow.wire.parse import ID_COLUMN, id_column_hashes
 
 __all__ = [
     "Tally",
@@ -391,6 +392,10 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
     spilled: dict[tuple, IdSpill] = {}
     # One thread sorts and writes the spill of every key of the range (in order per key).
     pool = _spill_pool() if ids and spill is not None else None
+    if pool is not None and repeated is None and not users and "id_hashes" in keep:
+        # The id hashes are only spilled: the spill thread computes them too (from the
+        # report_id column), while this thread counts.
+        keep = (*keep, ID_COLUMN)
     try:
         _read_into(out, task, policy, keep, account, count, ids, repeated, unique, users,
                    max_job_bytes, refused, spill, spilled, progress, opener, pool)
@@ -431,7 +436,11 @@ def _read_into(out: RangeRead, task: RangeTask, policy, keep, account, count, id
             if ids and spill is not None:  # sorted and written on a thread as they come
                 if key not in spilled:
                     spilled[key] = IdSpill(spill, task.index, key, pool)
-                spilled[key].add(batch.id_hashes)
+                if batch.id_hashes is not None:
+                    spilled[key].add(batch.id_hashes)
+                else:  # hashed on the spill thread (keep has ID_COLUMN)
+                    column, rows = parsed.id_columns[batch.key]
+                    spilled[key].add_column(column, rows, policy.id_key)
             elif ids:
                 for bucket, rows in bucket_parts(batch.id_hashes, ID_BUCKET_BITS):
                     out.ids.append((key, bucket, batch.id_hashes if rows is None
@@ -523,7 +532,7 @@ class IdSpill:
         self._file = open(self.path, "wb")  # noqa: SIM115 - closed by finish/close
         self._rows = 0
         self._runs: list[np.ndarray] = []  # each run's edges, as rows of the file
-        self._pending: list[Any] = []
+        self._pending: list[Any] = []  # the writes submitted and not yet waited for
         self._own = pool is None
         self._pool = _spill_pool() if pool is None else pool
 
@@ -540,7 +549,33 @@ class IdSpill:
         if self._pool is None:
             self._write(hashes)
         else:  # one worker: the runs are written in order, one after the other
-            self._pending.append(self._pool.submit(self._write, hashes))
+            self._submit(self._write, hashes)
+
+    def add_column(self, column, rows: np.ndarray, key: bytes | None) -> None:
+        """Spill the id hashes of ``rows`` of a ``report_id`` column (a parse's
+        ``id_columns``; ``key``: the run's id key), computed on the writer's thread
+        (:func:`ldpflow.wire.parse.id_column_hashes`): the same hashes, the same file."""
+        if not len(rows):
+            return
+        if self._pool is None:
+            self._write(id_column_hashes(column, rows, key, threads=False))
+        else:
+            self._submit(lambda: self._write(id_column_hashes(column, rows, key,
+                                                              threads=False)))
+
+    def _submit(self, function, *args) -> None:
+        """Queue one write; at most :data:`_SPILL_AHEAD` wait on the thread (the memory of
+        as many chunks' ids), else the caller waits for the oldest."""
+        waiting = []
+        for pending in self._pending:
+            if pending.done():
+                pending.result()  # raises what the write raised
+            else:
+                waiting.append(pending)
+        waiting.append(self._pool.submit(function, *args))
+        self._pending = waiting
+        while len(self._pending) > _SPILL_AHEAD:
+            self._pending.pop(0).result()
 
     def finish(self) -> list[tuple[int, SpilledIds]]:
         """Wait for the writes, close the file; the ``(bucket, SpilledIds)`` of every
@@ -565,6 +600,10 @@ class IdSpill:
             self._pool.shutdown(wait=True, cancel_futures=True)
         self._pool = None
         self._file.close()
+
+
+#: The chunks' id hashes (or id columns) that may wait for the spill thread.
+_SPILL_AHEAD = 2
 
 
 def _spill_pool():

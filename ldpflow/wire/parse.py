@@ -58,10 +58,13 @@ from ldpflow.wire.envelope import (
 from ldpflow.wire.protocols import build_protocol
 
 __all__ = ["AcceptancePolicy", "Parsed", "KEEP_FIELDS", "parse_table", "records_to_table",
-           "arrow_schema", "accepts_kind", "key_bytes", "RESULT_BYTES_PER_VALUE"]
+           "arrow_schema", "accepts_kind", "key_bytes", "id_column_hashes",
+           "ID_COLUMN", "RESULT_BYTES_PER_VALUE"]
 
 #: What a parse can keep of the envelope besides the payload.
 KEEP_FIELDS = ("id_hashes", "user_ids", "event_times", "user_hashes", "report_ids")
+#: With ``id_hashes`` in ``keep``: the id hashes are left to the caller (``Parsed.id_columns``).
+ID_COLUMN = "id_column"
 _INT64_MAX = 2**63 - 1
 #: The memory one domain value of a key costs once estimated: a key's result holds about ten
 #: vectors of the domain's length (one per post-processing method, standard errors,
@@ -205,6 +208,12 @@ class Parsed:
     batches: dict[ProtocolKey, ReportBatch]
     dead_letters: list[DeadLetter]
     records: int
+    #: With ``keep`` holding ``id_hashes`` and ``id_column``: key -> the ``report_id``
+    #: column of the chunk and the rows of the key's batch in it, in the batch's order,
+    #: whose id hashes the caller computes (:func:`id_column_hashes`; the batches' own
+    #: ``id_hashes`` are then None), on a thread of its own while it counts.
+    id_columns: dict[ProtocolKey, tuple[pa.Array, np.ndarray]] = dataclasses.field(
+        default_factory=dict)
 
     @property
     def reports(self) -> int:
@@ -592,6 +601,17 @@ def _column_values(array: pa.Array, column: WireColumn, rows: np.ndarray) -> np.
     return values.astype(column.dtype, copy=False)
 
 
+def id_column_hashes(array: pa.Array, rows: np.ndarray, key: bytes | None,
+                     threads: bool = True) -> np.ndarray:
+    """The id hashes of ``rows`` of a ``report_id`` column (``Parsed.id_columns``), with
+    the run's key (``AcceptancePolicy.id_key``): what the batch's ``id_hashes`` would have
+    been. ``threads=False``: in the calling thread alone."""
+    if not threads:
+        picked = array if rows.size == len(array) else array.take(pa.array(rows))
+        return dedup.string_hashes(*offsets_and_data(picked), key)
+    return _id_hashes(array, rows, key)
+
+
 def _id_hashes(array: pa.Array, rows: np.ndarray, key: bytes | None = None) -> np.ndarray:
     picked = array if rows.size == len(array) else array.take(pa.array(rows))
     offsets, data_array = offsets_and_data(picked)
@@ -625,7 +645,9 @@ def parse_table(
     policy : AcceptancePolicy, optional
         What to accept (default: :class:`AcceptancePolicy` with its limits, nothing expected).
     keep : iterable of str
-        Envelope columns to keep in the batches (:data:`KEEP_FIELDS`).
+        Envelope columns to keep in the batches (:data:`KEEP_FIELDS`). ``id_column`` with
+        ``id_hashes``: the id hashes are not computed here but left to the caller, as
+        ``Parsed.id_columns`` (the column and the rows; :func:`id_column_hashes`).
     known_null, known_present : iterable of str
         Field paths the reader has proven all null, or free of nulls, without reading them
         (from the file's schema or statistics), so they need not be columns of ``table``.
@@ -637,9 +659,10 @@ def parse_table(
     """
     policy = policy or AcceptancePolicy()
     keep = set(keep)
-    unknown = keep - set(KEEP_FIELDS)
+    unknown = keep - set(KEEP_FIELDS) - {ID_COLUMN}
     if unknown:
-        raise ValueError(f"keep must name fields among {', '.join(KEEP_FIELDS)}, "
+        raise ValueError(f"keep must name fields among {', '.join(KEEP_FIELDS)} (and "
+                         f"{ID_COLUMN}), "
                          f"got {sorted(unknown)}")
     constants = dict(constants or {})
     cols = _Table(table, known_null, known_present, constants)
@@ -663,6 +686,8 @@ def parse_table(
                         refusals)
     params = [(name,) for name in PARAMETER_FIELDS]
     batches: dict[ProtocolKey, ReportBatch] = {}
+    id_rows: dict[ProtocolKey, list[np.ndarray]] | None = \
+        {} if {"id_hashes", ID_COLUMN} <= keep else None
     budget = _Budget(keys=policy.max_keys, counters=policy.max_counters)
     for values, rows in _within_budget(_groups(cols, params, np.flatnonzero(refusals.alive)),
                                        budget, policy, refusals):
@@ -691,11 +716,17 @@ def parse_table(
             for sub, members in _within_budget(_groups(cols, nested, live), budget, policy,
                                                refusals):
                 _collect(cols, values + sub, params + nested, members, policy, cache,
-                         refusals, keep, batches, budget)
+                         refusals, keep, batches, budget, id_rows)
         else:
-            _collect(cols, values, params, rows, policy, cache, refusals, keep, batches, budget)
+            _collect(cols, values, params, rows, policy, cache, refusals, keep, batches, budget,
+                     id_rows)
+    id_columns = {}
+    if id_rows:
+        column = cols.get(("report_id",))
+        id_columns = {key: (column, parts[0] if len(parts) == 1 else np.concatenate(parts))
+                      for key, parts in id_rows.items()}
     return Parsed(batches, refusals.letters(table, source, constants, policy.max_dead_records),
-                  cols.n)
+                  cols.n, id_columns)
 
 
 def _group_mismatches(cols: _Table, protocol: Any, reports: Reports, kept: np.ndarray,
@@ -760,7 +791,7 @@ def _np_lengths(array: pa.Array) -> np.ndarray:
 
 def _collect(cols: _Table, values: tuple, paths: list, rows: np.ndarray,
              policy: AcceptancePolicy, cache: dict, refusals: _Refusals, keep: set,
-             batches: dict, budget: _Budget) -> None:
+             batches: dict, budget: _Budget, id_rows: dict | None = None) -> None:
     found = _protocol_for(values, paths, policy, cache)
     if isinstance(found, str):  # no protocol: no key
         refusals.refuse_rows(rows, found)
@@ -803,7 +834,9 @@ def _collect(cols: _Table, values: tuple, paths: list, rows: np.ndarray,
         if kept.size == 0:
             return
     envelope: dict[str, np.ndarray] = {}
-    if "id_hashes" in keep:
+    if id_rows is not None:  # hashed by the caller (Parsed.id_columns)
+        id_rows.setdefault(key, []).append(kept)
+    elif "id_hashes" in keep:
         envelope["id_hashes"] = _id_hashes(cols.get(("report_id",)), kept, policy.id_key)
     if "report_ids" in keep:  # the full ids, to confirm the rows of repeated hashes
         picked = cols.get(("report_id",)).take(pa.array(kept))

@@ -458,3 +458,57 @@ def test_a_spill_file_cut_short_or_missing_is_a_clear_error(tmp_path):
     os.remove(path)
     with pytest.raises(SpillError, match="missing"):
         steps.repeated_ids([pieces[0]])
+
+
+def _spilled_hashes(read) -> dict[tuple, np.ndarray]:
+    """key and bucket -> the sorted hashes one range's spill holds."""
+    out = {}
+    for key, bucket, piece in read.ids:
+        slices = [(0, piece.path, (int(m[0]), int(m[-1]))) for m in piece.marks]
+        out[(key, bucket)] = np.sort(np.concatenate([h for _, h in steps._read_pass(slices)]))
+    return out
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_the_spill_thread_hashes_the_ids_as_the_parse_would(files, tmp_path, monkeypatch,
+                                                            threads):
+    # With threads, the read leaves the id hashes to the spill thread (keep id_column):
+    # the spills hold exactly the hashes of the in-memory read (dead letters, copies and
+    # every format included), and the counts do not change.
+    monkeypatch.setenv("LDPFLOW_THREADS", threads)
+    policy = AcceptancePolicy(id_key=bytes(range(16)))
+    columns = []
+    add_column = steps.IdSpill.add_column
+    monkeypatch.setattr(steps.IdSpill, "add_column",
+                        lambda self, *a: (columns.append(a), add_column(self, *a)))
+    for index, task in enumerate(plan_ranges(files)):
+        folder = tmp_path / f"{threads}-{index}"
+        folder.mkdir()
+        memory = steps.read_range(task, policy, ("id_hashes",), ids=True)
+        disk = steps.read_range(task, policy, ("id_hashes",), ids=True, spill=str(folder))
+        expected: dict[tuple, list] = {}
+        for key, bucket, hashes in memory.ids:
+            expected.setdefault((key, bucket), []).append(hashes)
+        found = _spilled_hashes(disk)
+        assert found.keys() == expected.keys() and found
+        for where, parts in expected.items():
+            assert np.array_equal(found[where], np.sort(np.concatenate(parts)))
+        assert disk.tallies.keys() == memory.tallies.keys() and disk.records == memory.records
+        for key, tally in memory.tallies.items():
+            assert disk.tallies[key].accumulator == tally.accumulator
+            assert disk.tallies[key].dead_letters == tally.dead_letters
+        assert disk.reasons == memory.reasons
+    assert bool(columns) == (threads == "2")  # hashed on the spill thread with threads
+
+
+def test_a_spill_write_that_fails_is_raised_by_the_read(files, tmp_path, monkeypatch):
+    monkeypatch.setenv("LDPFLOW_THREADS", "2")
+
+    def broken(*args, **kwargs):
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(steps.IdSpill, "_write", broken)
+    task = plan_ranges(files)[2]  # Parquet
+    with pytest.raises(OSError, match="no space left"):
+        steps.read_range(task, AcceptancePolicy(), ("id_hashes",), ids=True,
+                         spill=str(tmp_path))

@@ -110,3 +110,45 @@ def test_report_batches_slice_and_concatenate():
     joined = ReportBatch.concat([batch[:3], batch[3:]])
     assert joined.id_hashes.tolist() == batch.id_hashes.tolist()
     np.testing.assert_array_equal(joined.reports.value, batch.reports.value)
+
+
+def test_the_id_column_gives_the_rows_whose_hashes_the_batches_would_hold():
+    # keep with id_column: the batches leave their id hashes to the caller, who gets the
+    # report_id column and each key's rows, in the batch's order (bad rows left out).
+    from ldpflow.wire.parse import (
+        ID_COLUMN,
+        AcceptancePolicy,
+        id_column_hashes,
+        parse_table,
+        records_to_table,
+    )
+
+    grr = ldpflow.oracle("grr", epsilon=1.0, domain_size=8)
+    olh = ldpflow.oracle("olh", epsilon=1.0, domain_size=64)
+    rng = np.random.default_rng(3)
+    records = []
+    for oracle, tag in ((grr, "g"), (olh, "o")):
+        reports = oracle.perturb(rng.integers(0, oracle.domain_size, 300), rng=rng)
+        records += reports_to_records(oracle, reports, [f"{tag}-{i}" * (1 + i % 3)
+                                                        for i in range(300)],
+                                      [f"u{i}" for i in range(300)], range(300))
+    records[5]["epsilon"] = -1.0  # dead letters in the middle
+    records[400]["report_id"] = None
+    order = rng.permutation(len(records))  # the keys' rows interleaved
+    table, dead = records_to_table([records[i] for i in order])
+    assert not dead
+    policy = AcceptancePolicy(id_key=bytes(range(16)))
+    plain = parse_table(table, policy=policy, keep=("id_hashes",))
+    deferred = parse_table(table, policy=policy, keep=("id_hashes", ID_COLUMN))
+    assert plain.id_columns == {} and len(deferred.dead_letters) == len(plain.dead_letters) == 2
+    assert deferred.batches.keys() == plain.batches.keys() == deferred.id_columns.keys()
+    for key, batch in plain.batches.items():
+        column, rows = deferred.id_columns[key]
+        assert deferred.batches[key].id_hashes is None
+        for threads in (True, False):
+            assert np.array_equal(id_column_hashes(column, rows, policy.id_key, threads),
+                                  batch.id_hashes)
+    empty = parse_table(table.slice(0, 0), policy=policy, keep=("id_hashes", ID_COLUMN))
+    assert empty.batches == {} and empty.id_columns == {}
+    with pytest.raises(ValueError, match="keep must name"):
+        parse_table(table, policy=policy, keep=("id_hash",))
