@@ -357,22 +357,46 @@ def heavy_hitters_file(results: list[Mapping[str, Any]], dead_letters: Mapping[s
     return document, json.dumps(document, indent=1).encode("utf-8")
 
 
+#: The byte ranges :func:`first_configuration` reads a file in, one after the other, until
+#: one holds a valid report (the last runs to the file's end): a few blocks, not the whole
+#: first chunk (up to ``2**19`` reports) of the file, are decoded to find the
+#: configuration.
+PROBE_BYTES = (1 << 16, 1 << 20)
+
+
 def first_configuration(paths: Iterable[str], fmt: str | None, protocol: str,
                         opener: Callable[[str], IO[bytes]] = open_file
                         ) -> hh.HeavyHitterProtocol | None:
     """The configuration of the first valid ``protocol`` report of the first of ``paths``
     (in path order) that holds one, None when none does: what the clients used, read
-    before any job runs."""
+    before any job runs.
+
+    An uncompressed Avro or JSON-lines file is read in consecutive byte ranges
+    (:data:`PROBE_BYTES`; each reader starts at the first block or line that begins in its
+    range, so the ranges read the file's records in order, each once) and the reading
+    stops at the first range with a valid report; other files are read whole."""
     from ldpflow.wire import formats
     from ldpflow.wire.parse import AcceptancePolicy
 
     policy = AcceptancePolicy(expect={"oracle": protocol})
     for path in sorted(paths):
         kind = fmt or formats.detect_format(path)
-        with opener(path) as stream:
-            for parsed in formats.read_reports(stream, kind, source=path, policy=policy):
-                for key in parsed.batches:
-                    return key.protocol
+        bounds: list[tuple[int, int | None]] = [(0, None)]
+        if kind in ("avro", "json") and not formats.is_compressed(path):
+            edges = (0, *PROBE_BYTES)
+            bounds = [*zip(edges[:-1], edges[1:], strict=True), (edges[-1], None)]
+        for start, end in bounds:
+            with opener(path) as stream:
+                chunks = formats.read_reports(stream, kind, source=path, start=start, end=end,
+                                              policy=policy)
+                try:
+                    for parsed in chunks:
+                        for key in parsed.batches:
+                            return key.protocol
+                finally:
+                    close = getattr(chunks, "close", None)  # a generator: a reader left
+                    if close is not None:  # early stops here (and its stages)
+                        close()
     return None
 
 
