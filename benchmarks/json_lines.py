@@ -15,7 +15,8 @@ the machine's load touches all three alike), the median reported:
 * ``read_one_thread``: the same read with its stages (read and measure, parse, check) run
   one after the other in the caller's thread, as a loop (what the stages on threads gain);
 * ``estimate``: ``ldpflow estimate --dedup none --engine ENGINE`` end to end (start to
-  exit; ``--engine``: beam, the default, on its in-process runner, or local).
+  exit; ``--engine``: auto, the job's default, which runs these files on the local engine;
+  or beam, on its in-process runner).
 
 Each prints one JSON object, with ``ratio_to_reference`` (records/s over the reference's)
 and ``cpu_ratio_to_reference`` (the same of CPU seconds, all threads: steadier than wall
@@ -66,7 +67,8 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--skip", default="",
                         help="comma-separated: read,read_one_thread,estimate")
-    parser.add_argument("--engine", default="beam", choices=("beam", "local", "dask", "spark"))
+    parser.add_argument("--engine", default="auto",
+                        choices=("auto", "beam", "local", "dask", "spark"))
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     workdir = args.workdir or tempfile.mkdtemp(prefix="ldpflow-bench-json-")

@@ -18,6 +18,7 @@ import functools
 import io
 import json
 import re
+import threading
 import zlib
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
@@ -85,7 +86,10 @@ def _parsed_chunks(stream, source, start, end, policy, keep, ahead=False):
             yield from _json_chunk(chunk, number, source, policy, keep, cache)
             if number:
                 number += chunk.lines
+            data = chunk.data
             del chunk  # not held while the next one is awaited
+            _give_back(data)
+            del data
     finally:
         tried.close()
 
@@ -262,7 +266,7 @@ def _read_up_to(stream, size: int, carry: bytes | bytearray = b""
     """
     if isinstance(stream, (io.BufferedReader, io.BytesIO, io.FileIO)):
         left = _bytes_left(stream)
-        buffer = bytearray(len(carry) + (size if left is None else min(size, left)))
+        buffer = _buffer(len(carry) + (size if left is None else min(size, left)))
         buffer[: len(carry)] = carry
         view, got = memoryview(buffer), len(carry)
         try:
@@ -289,6 +293,52 @@ def _read_up_to(stream, size: int, carry: bytes | bytearray = b""
         parts.append(part)
         got += len(part)
     return bytearray().join(parts), got  # one copy, cut in place by _head
+
+
+#: Chunk buffers done with, kept for the next chunk's read (at most :data:`_SPARE_BUFFERS`,
+#: of at least half a chunk each: as many as the stages hold at once, so a read never holds
+#: more buffers than before, and at most four stay, unused, once it ends). A buffer of
+#: 32 MiB and more is above glibc's largest mmap threshold: made afresh, each chunk's
+#: buffer is new pages, faulted in one by one as it is read into; a spare one is mapped.
+_SPARE: list[bytearray] = []
+_SPARE_BUFFERS = 4
+_SPARE_LOCK = threading.Lock()
+
+
+def _buffer(size: int) -> bytearray:
+    """A bytearray of ``size`` bytes, whose contents are to be overwritten: a spare one
+    (:func:`_give_back`) where there is one and ``size`` is of a chunk, else a new one."""
+    if size < _JSON_CHUNK_BYTES // 2:
+        return bytearray(size)
+    with _SPARE_LOCK:
+        buffer = _SPARE.pop() if _SPARE else None
+    if buffer is None:
+        return bytearray(size)
+    if len(buffer) >= size:
+        del buffer[size:]
+    else:  # a few bytes more than the last chunk held (what its cut left off)
+        buffer.extend(bytes(size - len(buffer)))
+    return buffer
+
+
+def _give_back(data: bytes | bytearray) -> None:
+    """Keep a chunk's buffer for the next read, once nothing holds a view of it.
+
+    Only a chunk's own bytearray read by :func:`_read_up_to` is given back, after its
+    chunk was checked and its batches made (what they hold was copied out of it by the
+    parse). Anything that still holds a view of the buffer (an Arrow buffer, a numpy
+    array) forbids its resizing, so a buffer still viewed is never reused: the trial
+    resize raises and the buffer is left to be freed."""
+    if not isinstance(data, bytearray) or len(data) < _JSON_CHUNK_BYTES // 2:
+        return
+    try:
+        data.append(0)  # BufferError while a view of it is held
+    except BufferError:
+        return
+    del data[-1]
+    with _SPARE_LOCK:
+        if len(_SPARE) < _SPARE_BUFFERS:
+            _SPARE.append(data)
 
 
 def _memory_size(stream: io.BytesIO) -> int:
