@@ -289,18 +289,28 @@ def fwht(x: np.ndarray) -> np.ndarray:
     ``H_N[i, j] = (-1)**popcount(i & j)`` (Sylvester order); ``N`` a power of two. Integer
     input stays integer (exact). Returns a new array.
     """
-    x = np.array(x, copy=True)
+    x = np.array(x, copy=True, order="C")  # C order: the reshapes below are views
     size = x.shape[-1]
     if size & (size - 1):
         raise ValueError(f"fwht length must be a power of two, got {size}")
-    lead = x.shape[:-1]
+    if size <= 1:
+        return x
+    rows = x.reshape(-1, size)  # a view: the levels work in place
     h = 1
-    while h < size:
-        y = x.reshape(*lead, size // (2 * h), 2, h)
-        a = y[..., 0, :].copy()
-        y[..., 0, :] += y[..., 1, :]
-        y[..., 1, :] = a - y[..., 1, :]
-        h *= 2
+    while 4 * h <= size:  # two levels at once (H_4 = H_2 (x) H_2): half the passes
+        y = rows.reshape(rows.shape[0], size // (4 * h), 4, h)
+        a, b, c, d = y[:, :, 0], y[:, :, 1], y[:, :, 2], y[:, :, 3]
+        s0, s1, s2, s3 = a + b, a - b, c + d, c - d
+        np.add(s0, s2, out=a)
+        np.add(s1, s3, out=b)
+        np.subtract(s0, s2, out=c)
+        np.subtract(s1, s3, out=d)
+        h *= 4
+    if h < size:  # an odd number of levels: the last alone
+        y = rows.reshape(rows.shape[0], size // (2 * h), 2, h)
+        a = y[:, :, 0].copy()
+        y[:, :, 0] += y[:, :, 1]
+        y[:, :, 1] = a - y[:, :, 1]
     return x
 
 

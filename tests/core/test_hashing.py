@@ -56,3 +56,36 @@ def test_bad_key_is_named(key):
 def test_bad_offsets_are_refused():
     with pytest.raises(ValueError, match="offsets must be non-decreasing"):
         hashing.keyed_string_hashes(np.array([0, 3]), np.array([65], np.uint8), 1)
+
+
+def _sylvester(size: int) -> np.ndarray:
+    """``H_N[i, j] = (-1)**popcount(i & j)``, built entry by entry."""
+    i, j = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
+    parity = np.array([[bin(v).count("1") & 1 for v in row] for row in (i & j)])
+    return 1 - 2 * parity
+
+
+@pytest.mark.parametrize("size", [1, 2, 4, 8, 16, 32, 64, 128])  # odd and even level counts
+@pytest.mark.parametrize("lead", [(), (3,), (2, 5)])
+def test_fwht_is_the_sylvester_matrix_product(size, lead):
+    rng = np.random.default_rng(size * 7 + len(lead))
+    x = rng.integers(-10**6, 10**6, size=(*lead, size))
+    before = x.copy()
+    got = hashing.fwht(x)
+    assert got.dtype == x.dtype
+    np.testing.assert_array_equal(got, x @ _sylvester(size).T)
+    np.testing.assert_array_equal(x, before)  # the input is left as it was
+
+
+def test_fwht_of_a_fortran_ordered_or_strided_input():
+    rng = np.random.default_rng(3)
+    x = rng.integers(-100, 100, size=(2, 3, 16))
+    expected = x @ _sylvester(16).T
+    np.testing.assert_array_equal(hashing.fwht(np.asfortranarray(x)), expected)
+    wide = rng.integers(-100, 100, size=(6, 32))
+    np.testing.assert_array_equal(hashing.fwht(wide[:, ::2]), wide[:, ::2] @ _sylvester(16).T)
+
+
+def test_fwht_refuses_a_length_not_a_power_of_two():
+    with pytest.raises(ValueError, match="power of two, got 12"):
+        hashing.fwht(np.zeros(12))
