@@ -401,11 +401,11 @@ def read_range(task: RangeTask, policy, keep: Sequence[str] = (), *, account: bo
                    max_job_bytes, refused, spill, spilled, progress, opener, pool)
         for key, writer in spilled.items():  # sorted and written while the range was read
             out.ids.extend((key, bucket, piece) for bucket, piece in writer.finish())
-    finally:
-        for writer in spilled.values():
-            writer.close()
+    finally:  # the thread ends first: no write runs into a closed file
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        for writer in spilled.values():
+            writer.close()
     out.read_ms = int(1000 * (time.perf_counter() - started))
     return out
 
@@ -415,6 +415,7 @@ def _read_into(out: RangeRead, task: RangeTask, policy, keep, account, count, id
                pool) -> None:
     """The body of :func:`read_range`: the range's chunks into ``out`` (and the id
     hashes into the range's :class:`IdSpill` writers, ``spilled``, by key)."""
+    ahead: list = []  # the writes of all the range's keys waiting on the spill thread
     held = 0  # the memory of the keys this range counts (key_memory), within max_job_bytes
     for parsed in scan_range(task, policy, keep, progress=progress if account else None,
                              opener=opener):
@@ -435,7 +436,7 @@ def _read_into(out: RangeRead, task: RangeTask, policy, keep, account, count, id
                 out.census[key] = out.census.get(key, 0) + len(batch)
             if ids and spill is not None:  # sorted and written on a thread as they come
                 if key not in spilled:
-                    spilled[key] = IdSpill(spill, task.index, key, pool)
+                    spilled[key] = IdSpill(spill, task.index, key, pool, ahead)
                 if batch.id_hashes is not None:
                     spilled[key].add(batch.id_hashes)
                 else:  # hashed on the spill thread (keep has ID_COLUMN)
@@ -521,10 +522,12 @@ class IdSpill:
     write run on a thread of their own while the range goes on being read and counted
     (NumPy's sort and the write release the interpreter lock); with one, in the caller.
     ``pool``: a one-thread executor to share (the writers of one range's keys), else the
-    writer starts its own. :meth:`finish` gives the ``(bucket, SpilledIds)`` pieces,
-    :meth:`close` stops an own thread (always call it)."""
+    writer starts its own; ``ahead``: the list of writes waiting on it, shared by those
+    writers, so that at most :data:`_SPILL_AHEAD` wait in all. :meth:`finish` gives the
+    ``(bucket, SpilledIds)`` pieces, :meth:`close` stops an own thread (always call it)."""
 
-    def __init__(self, folder: str, index: int, key, pool=None) -> None:
+    def __init__(self, folder: str, index: int, key, pool=None,
+                 ahead: list | None = None) -> None:
         import os
 
         digest = hashlib.blake2b(_key_text(key).encode("utf-8"), digest_size=8).hexdigest()
@@ -533,6 +536,7 @@ class IdSpill:
         self._rows = 0
         self._runs: list[np.ndarray] = []  # each run's edges, as rows of the file
         self._pending: list[Any] = []  # the writes submitted and not yet waited for
+        self._ahead: list[Any] = [] if ahead is None else ahead
         self._own = pool is None
         self._pool = _spill_pool() if pool is None else pool
 
@@ -564,18 +568,21 @@ class IdSpill:
                                                               threads=False)))
 
     def _submit(self, function, *args) -> None:
-        """Queue one write; at most :data:`_SPILL_AHEAD` wait on the thread (the memory of
-        as many chunks' ids), else the caller waits for the oldest."""
+        """Queue one write; at most :data:`_SPILL_AHEAD` wait on the thread, whichever
+        writers of the range queued them (the memory of as many chunks' ids), else the
+        caller waits for the oldest."""
         waiting = []
         for pending in self._pending:
             if pending.done():
                 pending.result()  # raises what the write raised
             else:
                 waiting.append(pending)
-        waiting.append(self._pool.submit(function, *args))
-        self._pending = waiting
-        while len(self._pending) > _SPILL_AHEAD:
-            self._pending.pop(0).result()
+        future = self._pool.submit(function, *args)
+        self._pending = [*waiting, future]
+        self._ahead[:] = [pending for pending in self._ahead if not pending.done()]
+        self._ahead.append(future)
+        while len(self._ahead) > _SPILL_AHEAD:
+            self._ahead.pop(0).result()
 
     def finish(self) -> list[tuple[int, SpilledIds]]:
         """Wait for the writes, close the file; the ``(bucket, SpilledIds)`` of every

@@ -606,6 +606,8 @@ def id_column_hashes(array: pa.Array, rows: np.ndarray, key: bytes | None,
     """The id hashes of ``rows`` of a ``report_id`` column (``Parsed.id_columns``), with
     the run's key (``AcceptancePolicy.id_key``): what the batch's ``id_hashes`` would have
     been. ``threads=False``: in the calling thread alone."""
+    if rows.size == len(array) and not bool(np.all(rows[1:] > rows[:-1])):
+        array, rows = array.take(pa.array(rows)), np.arange(rows.size)  # all, reordered
     if not threads:
         picked = array if rows.size == len(array) else array.take(pa.array(rows))
         return dedup.string_hashes(*offsets_and_data(picked), key)

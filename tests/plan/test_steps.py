@@ -512,3 +512,36 @@ def test_a_spill_write_that_fails_is_raised_by_the_read(files, tmp_path, monkeyp
     with pytest.raises(OSError, match="no space left"):
         steps.read_range(task, AcceptancePolicy(), ("id_hashes",), ids=True,
                          spill=str(tmp_path))
+
+
+def test_the_writes_waiting_on_the_spill_thread_are_bounded_across_a_ranges_keys(tmp_path):
+    # one thread writes for every key of a range: at most _SPILL_AHEAD writes wait in all,
+    # so a range whose chunks bring new keys cannot queue without end
+    import concurrent.futures
+    import threading
+
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    gate = threading.Event()
+    pool.submit(gate.wait)  # the thread is busy until the gate opens
+    ahead: list = []
+    writers = []
+    hashes = np.arange(10, dtype=np.uint64)
+    try:
+        writers += [steps.IdSpill(str(tmp_path), 0, ("grr", ("domain_size", 2 + i)), pool,
+                                  ahead) for i in range(3)]
+        for writer in writers[:steps._SPILL_AHEAD]:  # one write each: within the bound
+            writer.add(hashes)
+        third = threading.Thread(target=writers[-1].add, args=(hashes,))
+        third.start()
+        third.join(0.3)
+        assert third.is_alive()  # a third writer's first write waits for the thread
+        gate.set()
+        third.join(10)
+        assert not third.is_alive()
+        pieces = [writer.finish() for writer in writers]
+        assert all(pieces) and len(ahead) <= steps._SPILL_AHEAD
+    finally:
+        gate.set()
+        for writer in writers:
+            writer.close()
+        pool.shutdown(wait=True)

@@ -152,3 +152,23 @@ def test_the_id_column_gives_the_rows_whose_hashes_the_batches_would_hold():
     assert empty.batches == {} and empty.id_columns == {}
     with pytest.raises(ValueError, match="keep must name"):
         parse_table(table, policy=policy, keep=("id_hash",))
+
+
+@pytest.mark.parametrize("threads", [True, False])
+def test_the_id_column_hashes_follow_the_rows_order_when_they_cover_the_column(threads):
+    # every row of the column, reordered: the hashes come in the rows' order, not the column's
+    import pyarrow as pa
+
+    from ldpflow.core import dedup
+    from ldpflow.wire.parse import id_column_hashes
+
+    ids = [f"id-{i}" * (1 + i % 4) for i in range(50)]
+    column = pa.array(ids)
+    key = bytes(range(16))
+    rows = np.random.default_rng(5).permutation(len(ids))
+    one_by_one = np.array([dedup.string_hashes(np.array([0, len(ids[i])]),
+                                               np.frombuffer(ids[i].encode(), np.uint8), key)[0]
+                           for i in rows])
+    assert np.array_equal(id_column_hashes(column, rows, key, threads), one_by_one)
+    assert np.array_equal(id_column_hashes(column, np.arange(50), key, threads),
+                          one_by_one[np.argsort(rows)])
