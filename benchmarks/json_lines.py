@@ -1,7 +1,7 @@
 """JSON lines against ``pyarrow.json.read_json``: the wire layer's read, and the estimate job.
 
     python benchmarks/json_lines.py [--users 10000000] [--input DIR] [--workdir DIR]
-        [--repeat 3] [--skip read_one_thread,estimate] [--engine beam]
+        [--repeat 3] [--skip read_one_thread,estimate] [--engine auto]
 
 OLH reports, d = 1024, epsilon = 1, written by ``ldpflow simulate --format json`` (16
 shards; or the ``reports-*.jsonl`` of ``--input``). Three measurements, each in its own

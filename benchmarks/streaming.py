@@ -150,6 +150,7 @@ class _PublisherProcess:
              "--publish_topic", topic, "--publish_batch_bytes", str(batch_bytes)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         if self._process.stdout.readline().strip() != "ready":
+            self.close()
             raise RuntimeError("the publisher process did not start")
 
     def start(self):
@@ -160,9 +161,19 @@ class _PublisherProcess:
         """``(publish seconds, publisher CPU seconds)`` once it has published."""
         line = self._process.stdout.readline()
         self._process.wait(timeout=60)
-        os.unlink(self._path)
+        if not line.strip():
+            raise RuntimeError(f"the publisher process ended (exit {self._process.returncode})"
+                               " without its figures")
         done = json.loads(line)
         return done["publish_s"], done["cpu_s"]
+
+    def close(self):
+        """Stop the process if it still runs, remove its messages' file (always call it)."""
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        if os.path.exists(self._path):
+            os.unlink(self._path)
 
 
 def emulator_path(total, per_message, deduplicate=True, backlog=False,
@@ -184,34 +195,40 @@ def emulator_path(total, per_message, deduplicate=True, backlog=False,
         separate = publisher_process and not backlog
         publisher = None if separate else _publisher(batch_bytes)
         publisher_cpu = None
+        child = None
 
         def publish():
             began = time.perf_counter()
             _publish_all(publisher, emulator.topic("reports"), messages)
             return time.perf_counter() - began
 
-        if backlog:
-            published = publish()
-            result, built = _start_job(argv, deduplicate)
-            began, cpu = time.perf_counter(), time.process_time()
-            jvm = emulator.cpu_seconds()
-        elif separate:
-            child = _PublisherProcess(emulator.topic("reports"), messages, batch_bytes)
-            result, built = _start_job(argv, deduplicate)
-            began, cpu = time.perf_counter(), time.process_time()
-            jvm = emulator.cpu_seconds()
-            child.start()
-        else:
-            result, built = _start_job(argv, deduplicate)
-            began, cpu = time.perf_counter(), time.process_time()
-            jvm = emulator.cpu_seconds()
-            published = publish()
-        best = _await_pane(check, total)
-        elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
-        jvm = emulator.cpu_seconds() - jvm
-        if separate:
-            published, publisher_cpu = child.result()
-        cancel_streaming(result, emulator.topic("reports"))
+        try:
+            if backlog:
+                published = publish()
+                result, built = _start_job(argv, deduplicate)
+                began, cpu = time.perf_counter(), time.process_time()
+                jvm = emulator.cpu_seconds()
+            elif separate:
+                child = _PublisherProcess(emulator.topic("reports"), messages, batch_bytes)
+                result, built = _start_job(argv, deduplicate)
+                began, cpu = time.perf_counter(), time.process_time()
+                jvm = emulator.cpu_seconds()
+                child.start()
+            else:
+                result, built = _start_job(argv, deduplicate)
+                began, cpu = time.perf_counter(), time.process_time()
+                jvm = emulator.cpu_seconds()
+                published = publish()
+            best = _await_pane(check, total)
+            elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
+            jvm = emulator.cpu_seconds() - jvm
+            if separate:
+                published, publisher_cpu = child.result()
+            cancel_streaming(result, emulator.topic("reports"))
+        finally:
+            if child is not None:
+                child.close()
+
     figures = {"path": "pubsub_backlog" if backlog else "pubsub_emulator", "reports": total,
                "per_message": per_message, "publish_batch_bytes": batch_bytes,
                "publisher": "process" if separate else "this process", "estimated": best,
