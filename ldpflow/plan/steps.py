@@ -548,29 +548,27 @@ class IdSpill:
 
     def add(self, hashes: np.ndarray) -> None:
         """Spill one array of id hashes (taken as it is: the caller does not change it)."""
-        if not len(hashes):
-            return
-        if self._pool is None:
-            self._write(hashes)
-        else:  # one worker: the runs are written in order, one after the other
+        if len(hashes):
             self._submit(self._write, hashes)
 
     def add_column(self, column, rows: np.ndarray, key: bytes | None) -> None:
         """Spill the id hashes of ``rows`` of a ``report_id`` column (a parse's
         ``id_columns``; ``key``: the run's id key), computed on the writer's thread
         (:func:`ldpflow.wire.parse.id_column_hashes`): the same hashes, the same file."""
-        if not len(rows):
-            return
-        if self._pool is None:
-            self._write(id_column_hashes(column, rows, key, threads=False))
-        else:
-            self._submit(lambda: self._write(id_column_hashes(column, rows, key,
-                                                              threads=False)))
+        if len(rows):
+            self._submit(self._write_column, column, rows, key)
+
+    def _write_column(self, column, rows: np.ndarray, key: bytes | None) -> None:
+        self._write(id_column_hashes(column, rows, key, threads=False))
 
     def _submit(self, function, *args) -> None:
-        """Queue one write; at most :data:`_SPILL_AHEAD` wait on the thread, whichever
+        """Run one write here with no thread; else queue it (one worker: the runs are
+        written in order), at most :data:`_SPILL_AHEAD` waiting on the thread, whichever
         writers of the range queued them (the memory of as many chunks' ids), else the
         caller waits for the oldest."""
+        if self._pool is None:
+            function(*args)
+            return
         waiting = []
         for pending in self._pending:
             if pending.done():

@@ -606,17 +606,18 @@ def id_column_hashes(array: pa.Array, rows: np.ndarray, key: bytes | None,
     """The id hashes of ``rows`` of a ``report_id`` column (``Parsed.id_columns``), with
     the run's key (``AcceptancePolicy.id_key``): what the batch's ``id_hashes`` would have
     been. ``threads=False``: in the calling thread alone."""
-    if rows.size == len(array) and not bool(np.all(rows[1:] > rows[:-1])):
-        array, rows = array.take(pa.array(rows)), np.arange(rows.size)  # all, reordered
-    if not threads:
-        picked = array if rows.size == len(array) else array.take(pa.array(rows))
-        return dedup.string_hashes(*offsets_and_data(picked), key)
-    return _id_hashes(array, rows, key)
+    return _id_hashes(array, rows, key, threads)
 
 
-def _id_hashes(array: pa.Array, rows: np.ndarray, key: bytes | None = None) -> np.ndarray:
-    picked = array if rows.size == len(array) else array.take(pa.array(rows))
+def _id_hashes(array: pa.Array, rows: np.ndarray, key: bytes | None = None,
+               threads: bool = True) -> np.ndarray:
+    """The keyed hashes of ``array[rows]``, in the order of ``rows`` (the column as it is
+    when ``rows`` is every row in order)."""
+    whole = rows.size == len(array) and bool(np.all(rows[1:] > rows[:-1]))
+    picked = array if whole else array.take(pa.array(rows))
     offsets, data_array = offsets_and_data(picked)
+    if not threads:
+        return dedup.string_hashes(offsets, data_array, key)
     parts = parallel.map_slices(  # large columns: hashed in threads, slice by slice
         lambda part: dedup.string_hashes(offsets[part.start:part.stop + 1], data_array, key),
         len(picked))
