@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import glob
 import logging
-import os
 import re
-import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -389,23 +386,14 @@ def _exit_on_os_failure(exc: BaseException, prog: str) -> None:
     raise SystemExit(1) from None
 
 
-def _staging_in(output: str) -> set[str]:
-    return set(glob.glob(os.path.join(glob.escape(output.rstrip("/")), ".staging-*")))
-
-
 @contextlib.contextmanager
-def plan_failures(output: str, prog: str):
+def plan_failures(prog: str):
     """A job plan's run (``--engine local|dask|spark``) failing as a Beam run does
-    (:func:`run_pipeline`): the staging folders it made under ``output`` (its partial
-    files) are removed, so the previous output stays as it was, and a failure of the file
-    system (a full disk, ...) is one line and exit status 1. The plan writes local paths
-    only (``docs/engines.md``)."""
-    before = _staging_in(output)
+    (:func:`run_pipeline`): the run has removed its own staging folder (its partial files;
+    :func:`ldpflow.plan.outputs.staged`), so the previous output stays as it was, and a
+    failure of the file system (a full disk, ...) is one line and exit status 1."""
     try:
         yield
     except BaseException as exc:
-        for folder in sorted(_staging_in(output) - before):
-            shutil.rmtree(folder, ignore_errors=True)
-            _LOGGER.info("%s: removed the failed run's staging folder %s", prog, folder)
         _exit_on_os_failure(exc, prog)
         raise

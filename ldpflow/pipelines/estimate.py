@@ -148,7 +148,7 @@ def _run_plan(args, methods: list[str], backend, labelling: dict) -> dict:
         raise usage_error(_PROG, f"--input {args.input!r} matched no files")
     policy = acceptance_policy(args, _PROG)
     check_output(args.output, _PROG)  # the last check, as on Beam (it creates the folder)
-    with plan_failures(args.output, _PROG), start_backend(args, _PROG, backend) as engine:
+    with plan_failures(_PROG), start_backend(args, _PROG, backend) as engine:
         return run_estimate(engine, _plan_job(args, methods, policy, tasks, engine, labelling))
 
 

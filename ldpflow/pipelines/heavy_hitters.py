@@ -378,7 +378,7 @@ def _run_plan(opts, protocol: hh.HeavyHitterProtocol, expect: dict[str, Any],
                           progress=ProgressSpec(uuid.uuid4().hex, size),
                           rule=rule, fmt=opts.input_format,
                           started=started, input_bytes=size)
-    with plan_failures(opts.output, _PROG), start_backend(opts, _PROG, backend) as engine:
+    with plan_failures(_PROG), start_backend(opts, _PROG, backend) as engine:
         summary = run_heavy_hitters(engine, job)
     for pass_index, by_key in enumerate(summary["passes"]):
         for key, figures in by_key.items():

@@ -905,14 +905,15 @@ def run_heavy_hitters(backend: Backend, job: HeavyHittersJob) -> dict[str, Any]:
         os.makedirs(job.output, exist_ok=True)  # beside the staging folder (dedup's too)
         spill = tempfile.mkdtemp(prefix=".ldpflow-passes-", dir=job.output)
     try:
-        return _run_heavy_hitters(backend, job, spill)
+        with outputs.staged(job.output) as staging:  # removed if the run fails
+            return _run_heavy_hitters(backend, job, spill, staging)
     finally:
         if spill is not None:
             shutil.rmtree(spill, ignore_errors=True)
 
 
-def _run_heavy_hitters(backend: Backend, job: HeavyHittersJob, spill: str | None
-                       ) -> dict[str, Any]:
+def _run_heavy_hitters(backend: Backend, job: HeavyHittersJob, spill: str | None,
+                       staging: str) -> dict[str, Any]:
     started = time.perf_counter()
     marks: dict[str, float] = {}
 
@@ -920,7 +921,6 @@ def _run_heavy_hitters(backend: Backend, job: HeavyHittersJob, spill: str | None
         marks[name] = round(time.perf_counter() - started, 3)
 
     protocol, rule, policy = job.protocol, job.rule, job.policy
-    staging = outputs.staging_folder(job.output)
     tasks = estimate_plan.plan_ranges(job.input, job.fmt, _range_bytes(job, backend))
     mark("plan_ranges")
     parts = backend.persist(backend.map(backend.parallelize(task_lists(tasks, backend)),

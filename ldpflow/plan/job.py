@@ -460,11 +460,17 @@ def _count_reports(backend: Backend, job: EstimateJob, staging: str, spill: str 
 def run_estimate(backend: Backend, job: EstimateJob) -> dict[str, Any]:
     """Run the plan on ``backend``; returns the run's counts, as the Beam job's ``run``:
     ``{"output", "state", "seconds", "timings_ms", "records", "reports_estimated",
-    "duplicates", "capped", "dead_letters", "engine"}``."""
+    "duplicates", "capped", "dead_letters", "engine"}``. A failed run removes its staging
+    folder (:func:`ldpflow.plan.outputs.staged`) and raises."""
+    started = time.perf_counter()
+    with outputs.staged(job.output) as staging:  # removed if the run fails
+        return _run_estimate(backend, job, staging, started)
+
+
+def _run_estimate(backend: Backend, job: EstimateJob, staging: str, started: float
+                  ) -> dict[str, Any]:
     from ldpflow.wire.results import estimates_document, utc_now
 
-    started = time.perf_counter()
-    staging = outputs.staging_folder(job.output)
     counted = count_reports(backend, job, staging)
     from ldpflow.plan.progress import finished
 

@@ -11,16 +11,18 @@ it was. Local (or mounted) paths.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import shutil
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ldpflow.wire import outputs
 
-__all__ = ["estimates_files", "dead_letter_file", "staging_folder", "write_staged",
+__all__ = ["estimates_files", "dead_letter_file", "staging_folder", "staged", "write_staged",
            "commit_outputs"]
 
 DEAD_LETTERS = outputs.DEAD_LETTERS
@@ -56,6 +58,19 @@ def dead_letter_file(source: str, lines: Iterable[str]) -> tuple[str, bytes, int
 def staging_folder(output: str) -> str:
     """A fresh folder under ``output`` where one run writes before :func:`commit_outputs`."""
     return f"{output.rstrip('/')}/.staging-{uuid.uuid4().hex}"
+
+
+@contextlib.contextmanager
+def staged(output: str):
+    """A run's staging folder (:func:`staging_folder`, made when first written): if the
+    run fails, that folder (its partial files) is removed before the error goes on, and no
+    other: a run beside it on the same output keeps its own."""
+    staging = staging_folder(output)
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def write_staged(staging: str, name: str, data: bytes) -> str:

@@ -262,3 +262,63 @@ def test_a_full_disk_on_the_heavy_hitter_plan_is_one_line_and_leaves_no_staging(
                        "unchanged: [Errno 28] No space left on device")
     assert staging_left(out) == []
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+
+
+def _a_concurrent_run_stages_then_the_disk_fills(monkeypatch, out):
+    """While this run writes, another run on the same output makes its staging folder
+    (with a file in it); then this run's disk fills. Returns the other run's folder."""
+    from ldpflow.plan import outputs
+
+    other = out / ".staging-0123456789abcdef0123456789abcdef"
+    real = outputs.write_staged
+
+    def full(staging, name, data):
+        other.mkdir(exist_ok=True)
+        (other / "estimates.json").write_bytes(b"{}")
+        real(staging, name, data[:10])  # a partial file in this run's staging folder
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(outputs, "write_staged", full)
+    return other
+
+
+@pytest.mark.parametrize("job", ["estimate", "heavy-hitters"])
+def test_a_failed_plan_run_removes_its_own_staging_not_a_concurrent_runs(
+        job, tmp_path, reports, capsys, monkeypatch):
+    """A failed run removes the staging folder it made, and only that one: a folder another
+    run made meanwhile under the same output (its files on their way) is left to that run."""
+    source = reports
+    if job == "heavy-hitters":
+        source = tmp_path / "pem"
+        simulate.run(["--oracle=pem", "--bits=8", "--k=2", "--epsilon=4", "--domain_size=20",
+                      "--users=200", f"--output={source}", "--shards=1"])
+    out = tmp_path / "out"
+    argv = [job, f"--input={source}/*.avro", f"--output={out}", "--quiet", "--engine=local"]
+    if job == "estimate":
+        argv.append("--methods=base")
+    assert cli.main(argv) == 0
+    other = _a_concurrent_run_stages_then_the_disk_fills(monkeypatch, out)
+    capsys.readouterr()
+    assert cli.main(argv) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "[Errno 28] No space left on device")
+    assert staging_left(out) == [other.name]  # this run's own folder is gone
+    assert (other / "estimates.json").read_bytes() == b"{}"
+
+
+def test_the_plan_run_functions_remove_their_staging_themselves(tmp_path, reports,
+                                                                monkeypatch):
+    """Called as a library (``ldpflow.plan.job.run_estimate``, without the command line's
+    wrapper), a failed run leaves no staging folder of its own and raises its error."""
+    from ldpflow.plan.backend import LocalBackend
+    from ldpflow.plan.job import EstimateJob, run_estimate
+    from ldpflow.wire.parse import AcceptancePolicy
+
+    out = tmp_path / "lib"
+    out.mkdir()
+    other = _a_concurrent_run_stages_then_the_disk_fills(monkeypatch, out)
+    job = EstimateJob(input=f"{reports}/*.avro", output=str(out), methods=("base",),
+                      policy=AcceptancePolicy())
+    with pytest.raises(OSError, match="No space left on device"):
+        run_estimate(LocalBackend(), job)
+    assert staging_left(out) == [other.name]
