@@ -462,15 +462,14 @@ def run_estimate(backend: Backend, job: EstimateJob) -> dict[str, Any]:
     ``{"output", "state", "seconds", "timings_ms", "records", "reports_estimated",
     "duplicates", "capped", "dead_letters", "engine"}``. A failed run removes its staging
     folder (:func:`ldpflow.plan.outputs.staged`) and raises."""
-    started = time.perf_counter()
     with outputs.staged(job.output) as staging:  # removed if the run fails
-        return _run_estimate(backend, job, staging, started)
+        return _run_estimate(backend, job, staging)
 
 
-def _run_estimate(backend: Backend, job: EstimateJob, staging: str, started: float
-                  ) -> dict[str, Any]:
+def _run_estimate(backend: Backend, job: EstimateJob, staging: str) -> dict[str, Any]:
     from ldpflow.wire.results import estimates_document, utc_now
 
+    started = time.perf_counter()
     counted = count_reports(backend, job, staging)
     from ldpflow.plan.progress import finished
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import shutil
 import uuid
@@ -26,6 +27,8 @@ __all__ = ["estimates_files", "dead_letter_file", "staging_folder", "staged", "w
            "commit_outputs"]
 
 DEAD_LETTERS = outputs.DEAD_LETTERS
+
+_LOGGER = logging.getLogger(__name__)
 
 
 def estimates_files(document: Mapping[str, Any], run: Mapping[str, Any] | None
@@ -70,6 +73,7 @@ def staged(output: str):
         yield staging
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        _LOGGER.info("removed the failed run's staging folder %s", staging)
         raise
 
 
