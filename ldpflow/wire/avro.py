@@ -353,8 +353,7 @@ def _block_bytes(count: int, data: bytes, sync: bytes) -> bytes:
 def _block_parts(count: int, data, sync: bytes, extra: bytes = b"") -> list:
     """A block's bytes as parts to join (``data`` may be a memoryview: nothing is copied
     until the join), with ``extra`` bytes after ``data`` counted in its size."""
-    mat, lengths = _zigzag_varints(np.array([count, len(data) + len(extra)]))
-    return [mat[0, : lengths[0]].tobytes() + mat[1, : lengths[1]].tobytes(), data, extra, sync]
+    return [_varint(count) + _varint(len(data) + len(extra)), data, extra, sync]
 
 
 #: Whether polars reads a writer's schema, by the null-codec header (a few files at a time).
@@ -482,6 +481,20 @@ def _block_at(window: _Window, at: int, sync: bytes) -> bool:
 
 
 # -- writing -----------------------------------------------------------------------------------
+def _varint(value: int) -> bytes:
+    """One Avro long as its zigzag varint bytes (a block's count and size, a header's
+    lengths: the vectorised :func:`_zigzag_varints` costs more than this for one value)."""
+    if not -(1 << 63) <= value < 1 << 63:
+        raise OverflowError(f"{value} does not fit an Avro long")
+    z = ((value << 1) ^ (value >> 63)) & 0xFFFF_FFFF_FFFF_FFFF
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
 def _zigzag_varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Avro longs: a (n, 10) uint8 matrix of zigzag varint bytes and each row's length."""
     v = values.astype(np.int64)
@@ -603,15 +616,10 @@ def _header(schema: dict, codec: str, sync: bytes) -> bytes:
     meta = {"avro.schema": json.dumps(schema, separators=(",", ":")).encode("utf-8"),
             "avro.codec": codec.encode("utf-8")}
     out = bytearray(MAGIC)
-
-    def varint(v: int) -> bytes:
-        mat, lengths = _zigzag_varints(np.array([v]))
-        return mat[0, : lengths[0]].tobytes()
-
-    out += varint(len(meta))
+    out += _varint(len(meta))
     for key, value in meta.items():
-        out += varint(len(key)) + key.encode("utf-8") + varint(len(value)) + value
-    out += varint(0) + sync
+        out += _varint(len(key)) + key.encode("utf-8") + _varint(len(value)) + value
+    out += _varint(0) + sync
     return bytes(out)
 
 
@@ -650,9 +658,8 @@ class ContainerWriter:
             part = table.slice(lo, step)
             data = _encode_rows(part, self._schema)
             data = _compress(data, self._codec, self._level)
-            mat, lengths = _zigzag_varints(np.array([part.num_rows, len(data)]))
-            self._stream.write(mat[0, : lengths[0]].tobytes() + mat[1, : lengths[1]].tobytes()
-                               + data + self._sync)
+            self._stream.write(_varint(part.num_rows) + _varint(len(data)) + data
+                               + self._sync)
 
     def close(self) -> None:
         self._start()  # an empty file is still a valid container

@@ -88,6 +88,22 @@ def _flat(parsed):
     return out
 
 
+def test_one_varint_is_the_vectorised_encoding_and_reads_back():
+    edges = [0, 1, -1, 63, -64, 64, -65, 127, 128, 8191, 8192, (1 << 31) - 1, -(1 << 31),
+             (1 << 62), -(1 << 62) - 1, (1 << 63) - 1, -(1 << 63)]
+    values = np.concatenate([np.array(edges, dtype=np.int64),
+                             np.random.default_rng(3).integers(-(1 << 63), (1 << 63) - 1,
+                                                               2000, dtype=np.int64)])
+    mat, lengths = avro._zigzag_varints(values)
+    for v, row, length in zip(values.tolist(), mat, lengths.tolist(), strict=True):
+        encoded = avro._varint(v)
+        assert encoded == row[:length].tobytes(), v
+        assert avro._read_varint(encoded, 0) == (v, len(encoded))
+    for bad in (1 << 63, -(1 << 63) - 1):
+        with pytest.raises(OverflowError):
+            avro._varint(bad)
+
+
 @pytest.mark.parametrize("codec", avro.CODECS)
 def test_the_sentinel_container_is_the_bytes_of_the_reference_construction(codec):
     data = _container(codec)
