@@ -81,6 +81,7 @@ def _parsed_chunks(stream, source, start, end, policy, keep, ahead=False):
         tried = reading.read_ahead(tried)
     cache: dict = {}
     number = 1 if start == 0 else 0  # line numbers are known when reading from the start
+    _reading(+1)
     try:
         for chunk in tried:
             yield from _json_chunk(chunk, number, source, policy, keep, cache)
@@ -92,6 +93,7 @@ def _parsed_chunks(stream, source, start, end, policy, keep, ahead=False):
             del data
     finally:
         tried.close()
+        _reading(-1)
 
 
 class _Chunk:
@@ -297,12 +299,41 @@ def _read_up_to(stream, size: int, carry: bytes | bytearray = b""
 
 #: Chunk buffers done with, kept for the next chunk's read (at most :data:`_SPARE_BUFFERS`,
 #: of at least half a chunk each: as many as the stages hold at once, so a read never holds
-#: more buffers than before, and at most four stay, unused, once it ends). A buffer of
-#: 32 MiB and more is above glibc's largest mmap threshold: made afresh, each chunk's
-#: buffer is new pages, faulted in one by one as it is read into; a spare one is mapped.
+#: more buffers than before). A buffer of 32 MiB and more is above glibc's largest mmap
+#: threshold: made afresh, each chunk's buffer is new pages, faulted in one by one as it is
+#: read into; a spare one is mapped. They are kept while reads run (:data:`_READERS`, the
+#: reads under way in this process) and for :data:`_SPARE_IDLE_SECONDS` after the last one
+#: ends, so a job's next file starts with them, and are then freed: an idle process holds
+#: none (up to 128 MiB did stay after a read).
 _SPARE: list[bytearray] = []
 _SPARE_BUFFERS = 4
+_SPARE_IDLE_SECONDS = 2.0
 _SPARE_LOCK = threading.Lock()
+_READERS = 0
+_FREEING: threading.Timer | None = None
+
+
+def _reading(change: int) -> None:
+    """One read begins (+1) or ends (-1): the spare buffers are freed once no read has run
+    for :data:`_SPARE_IDLE_SECONDS` (a read that begins meanwhile keeps them)."""
+    global _READERS, _FREEING
+    with _SPARE_LOCK:
+        _READERS = max(0, _READERS + change)
+        if _FREEING is not None:
+            _FREEING.cancel()
+            _FREEING = None
+        if _READERS == 0 and _SPARE:
+            _FREEING = threading.Timer(_SPARE_IDLE_SECONDS, _free_spares)
+            _FREEING.daemon = True
+            _FREEING.start()
+
+
+def _free_spares() -> None:
+    global _FREEING
+    with _SPARE_LOCK:
+        if _READERS == 0:
+            _SPARE.clear()
+        _FREEING = None
 
 
 def _buffer(size: int) -> bytearray:

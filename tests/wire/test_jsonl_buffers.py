@@ -4,17 +4,24 @@ read without them gives."""
 
 from __future__ import annotations
 
+import io
+import time
+
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from ldpflow.wire import jsonl
+from ldpflow.wire.parse import AcceptancePolicy
 from tests.wire.test_jsonl import _hostile_file, _read_all
 
 
 @pytest.fixture(autouse=True)
 def _no_spares_left(monkeypatch):
     monkeypatch.setattr(jsonl, "_SPARE", [])
+    monkeypatch.setattr(jsonl, "_READERS", 0)
+    monkeypatch.setattr(jsonl, "_FREEING", None)
+    monkeypatch.setattr(jsonl, "_SPARE_IDLE_SECONDS", 0.0)  # freed at once (see below)
     yield
 
 
@@ -83,6 +90,52 @@ def test_reads_with_spare_buffers_give_what_reads_without_them_give(monkeypatch,
         return made
 
     monkeypatch.setattr(jsonl, "_buffer", spy)
-    for _ in range(3):  # the later reads start with the buffers the earlier ones left
+    for _ in range(3):
         assert _read_all(data, keep) == expected
+        assert jsonl._READERS == 0
+        _wait_freed()
     assert sum(reused) > len(reused) // 2
+
+
+def test_spare_buffers_live_while_a_read_runs_and_are_freed_by_the_last_to_end(monkeypatch):
+    monkeypatch.setenv("LDPFLOW_THREADS", "1")
+    monkeypatch.setattr(jsonl, "_JSON_CHUNK_BYTES", 1000)
+    data = b"".join(b'{"report_id":"r%d","oracle":"grr"}\n' % i for i in range(400))
+    policy = AcceptancePolicy()
+
+    def chunks():
+        return jsonl.read_chunks(io.BytesIO(data), "in.jsonl", 0, None, policy, ())
+
+    first, second = chunks(), chunks()
+    next(first), next(first)  # its first chunk's buffer given back, taken by the next
+    assert jsonl._READERS == 1
+    next(second), next(second)
+    assert jsonl._READERS == 2
+    list(first)  # one read ends, the other still runs: its last buffer stays a spare
+    assert jsonl._READERS == 1 and jsonl._SPARE
+    second.close()  # abandoned part way: it ends too, and the last frees them
+    assert jsonl._READERS == 0
+    _wait_freed()
+
+
+def _wait_freed(timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while (jsonl._SPARE or jsonl._FREEING is not None) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert jsonl._SPARE == [] and jsonl._FREEING is None
+
+
+def test_a_read_that_begins_while_the_spares_wait_to_be_freed_keeps_them(monkeypatch):
+    monkeypatch.setattr(jsonl, "_SPARE_IDLE_SECONDS", 60.0)
+    monkeypatch.setattr(jsonl, "_JSON_CHUNK_BYTES", 1000)
+    jsonl._reading(+1)
+    jsonl._give_back(bytearray(1000))
+    jsonl._reading(-1)  # the last read ended: the spares wait to be freed
+    waiting = jsonl._FREEING
+    assert waiting is not None and waiting.is_alive() and len(jsonl._SPARE) == 1
+    jsonl._reading(+1)  # the next file's read: the freeing is called off
+    waiting.join(5)
+    assert not waiting.is_alive() and len(jsonl._SPARE) == 1 and jsonl._FREEING is None
+    monkeypatch.setattr(jsonl, "_SPARE_IDLE_SECONDS", 0.0)
+    jsonl._reading(-1)
+    _wait_freed()
