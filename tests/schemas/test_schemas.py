@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 
 import fastavro
 import numpy as np
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ldpflow
-from ldpflow.schemas import SCHEMAS, load_schema, schema_json
+from ldpflow.schemas import SCHEMAS, compact_schema, load_schema, schema_json
 from tests import wire_support as formats
 from tests.wire_support import reports_to_records
 
@@ -34,6 +35,37 @@ def test_schema_loads_and_optional_fields_have_defaults(name):
 def test_unknown_schema_is_refused():
     with pytest.raises(ValueError, match="schema must be one of report, estimate, got 'x'"):
         schema_json("x")
+
+
+def _keys(node):
+    if isinstance(node, dict):
+        return set(node) | {k for v in node.values() for k in _keys(v)}
+    if isinstance(node, list):
+        return {k for v in node for k in _keys(v)}
+    return set()
+
+
+@pytest.mark.parametrize("name", SCHEMAS)
+def test_the_compact_schema_is_the_schema_without_its_docs(name):
+    full, compact = schema_json(name), compact_schema(name)
+    assert "doc" in _keys(full) and "doc" not in _keys(compact)
+    # the same schema once docs are left out: names, types, defaults, order
+    assert fastavro.schema.to_parsing_canonical_form(fastavro.parse_schema(compact)) == \
+        fastavro.schema.to_parsing_canonical_form(fastavro.parse_schema(full))
+    assert [(f["name"], f.get("default", "none")) for f in compact["fields"]] == \
+        [(f["name"], f.get("default", "none")) for f in full["fields"]]
+    assert len(json.dumps(compact)) < len(json.dumps(full)) / 2
+    assert "doc" in _keys(schema_json(name))  # the source is left as it was
+
+
+def test_a_default_holding_a_doc_key_is_data_and_kept():
+    from ldpflow.schemas import _undocumented
+
+    node = {"type": "record", "name": "R", "doc": "gone", "fields": [
+        {"name": "m", "doc": "gone", "type": {"type": "map", "values": "string"},
+         "default": {"doc": "kept"}}]}
+    assert _undocumented(node) == {"type": "record", "name": "R", "fields": [
+        {"name": "m", "type": {"type": "map", "values": "string"}, "default": {"doc": "kept"}}]}
 
 
 @pytest.mark.parametrize("name", list(ldpflow.ORACLES))
