@@ -701,6 +701,8 @@ PUBSUB_WHERE = Group("where", (
 
 #: The default of `ldpflow pubsub publish --event_times`.
 DEFAULT_EVENT_TIMES = "window:60"
+#: The Avro block codecs a message may be written with (``ldpflow.wire.avro.CODECS``).
+MESSAGE_CODECS = ("null", "deflate", "snappy")
 
 _PUBSUB = {
     "create": Command(
@@ -739,6 +741,9 @@ _PUBSUB = {
                       "the job needs --allowed_lateness to count it)."),
             Flag("message_format", choices=("avro", "json"), default="avro",
                  help="Message body: an Avro container or JSON lines."),
+            Flag("message_codec", choices=MESSAGE_CODECS, default="deflate",
+                 help="The Avro messages' block codec: deflate (a third of the bytes of "
+                      "null), null (uncompressed) or snappy."),
             Flag("timestamp_attribute",
                  help="Also set this attribute of each message to its earliest event time "
                       "(ms since the epoch), for ldpflow stream --timestamp_attribute."),

@@ -446,14 +446,15 @@ def rewrite_event_times(times, now_ms: int, mode: str = DEFAULT_EVENT_TIMES):
     return _onto(times, start, span - 1)
 
 
-def _messages(table, batch_size: int, fmt: str) -> Iterator[tuple[bytes, object]]:
+def _messages(table, batch_size: int, fmt: str, codec: str
+              ) -> Iterator[tuple[bytes, object]]:
     """``(body, rows)`` of the table cut into messages, each at most MAX_MESSAGE_BYTES."""
     from ldpflow.wire import formats
 
     pending = [table.slice(lo, batch_size) for lo in range(0, table.num_rows, batch_size)]
     while pending:
         part = pending.pop(0)
-        body = formats.encode_message(part, fmt)
+        body = formats.encode_message(part, fmt, codec)
         if len(body) > MAX_MESSAGE_BYTES:
             if part.num_rows == 1:
                 raise PubSubFailure(f"one report encodes to {len(body)} bytes, more than a "
@@ -515,7 +516,8 @@ def _publish(args: argparse.Namespace, where: str) -> int:
         pending.clear()
 
     for table in tables:
-        for body, part in _messages(table, args.batch_size, args.message_format):
+        for body, part in _messages(table, args.batch_size, args.message_format,
+                                    args.message_codec):
             attributes = {}
             if args.timestamp_attribute and part.num_rows:
                 earliest = pc.min(part.column("event_time")).as_py()

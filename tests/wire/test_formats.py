@@ -171,3 +171,60 @@ def test_json_lines_of_a_slice_leave_null_bits_out():
     assert len(lines) == 5 and b'"bits"' not in lines[1]
     assert all(b'"bits":"' in line and b'"bits":""' not in line
                for i, line in enumerate(lines) if i != 1)
+
+
+@pytest.mark.parametrize("codec", ["null", "deflate", "snappy"])
+@pytest.mark.parametrize("schema", ["compact", "full"])
+def test_messages_of_every_codec_and_either_schema_decode_to_the_same_reports(codec, schema):
+    from ldpflow.schemas import compact_schema, schema_json
+    from ldpflow.wire import avro
+
+    _, _, table = _table("olh", n=700)
+    body = avro.encode_container(
+        table, compact_schema("report") if schema == "compact" else schema_json("report"),
+        codec=codec)
+    reference = avro.encode_container(table, schema_json("report"), codec="null")
+    keep = ("id_hashes", "report_ids", "event_times")
+
+    def flat(data):
+        out = []
+        for parsed in formats.decode_message(data, "m", None, keep):
+            assert not parsed.dead_letters
+            for key, batch in parsed.batches.items():
+                out.append((key, {c: v.tolist() for c, v in batch.reports.columns.items()},
+                            batch.id_hashes.tolist(), batch.report_ids.tolist(),
+                            batch.event_times.tolist()))
+        return out
+
+    assert flat(body) == flat(reference) and sum(len(b[3]) for b in flat(body)) == 700
+
+
+def test_messages_are_deflated_with_the_compact_schema_by_default():
+    from ldpflow.pipelines import options
+    from ldpflow.schemas import compact_schema
+    from ldpflow.wire import avro, messages
+
+    _, _, table = _table("grr", n=1000)
+    body = formats.encode_message(table)
+    header = avro.read_header(io.BytesIO(body))
+    assert header.codec == messages.MESSAGE_CODEC == "deflate"
+    assert header.schema == compact_schema("report") and header.end < 3500
+    assert len(body) < len(formats.encode_message(table, codec="null")) / 2
+    assert options.MESSAGE_CODECS == avro.CODECS  # ldpflow pubsub publish --message_codec
+    with pytest.raises(ValueError, match="message codec must be one of null, deflate, snappy, "
+                                         "got 'xz'"):
+        formats.encode_message(table, codec="xz")
+
+
+def test_a_deflated_message_whose_block_is_damaged_is_one_dead_letter_of_its_reports():
+    from ldpflow.wire import avro
+
+    _, _, table = _table("grr", n=1000)
+    body = bytearray(formats.encode_message(table))
+    header = avro.read_header(io.BytesIO(bytes(body)))
+    (block,) = list(avro.iter_blocks(io.BytesIO(bytes(body)), header))
+    body[block.offset + len(block.raw) // 2] ^= 0xFF  # inside the deflated data
+    parsed = formats.decode_message(bytes(body), "pubsub:m")
+    dead = [d for p in parsed for d in p.dead_letters]
+    assert sum(p.reports for p in parsed) == 0
+    assert sum(d.count for d in dead) == 1000 and all(d.source == "pubsub:m" for d in dead)
