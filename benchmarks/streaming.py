@@ -4,7 +4,11 @@ deduplication on and off.
     python benchmarks/streaming.py [--reports 200000] [--per_message 1000]
         [--paths pubsub_emulator,pubsub_backlog,teststream,stages] [--dedup on,off]
         [--repeats 3] [--stage_bundle 300] [--teststream_bundle 1]
-        [--publish_batch_bytes 9000000] [--publisher process]
+        [--publish_batch_bytes 9000000] [--publisher process] [--message_codec deflate]
+
+The messages are what ``formats.encode_message`` makes (the report schema without its docs
+in each header; blocks deflated by default, ``--message_codec null`` for uncompressed ones;
+each result gives the codec and the mean ``message_bytes``).
 
 ``pubsub_emulator`` (live): starts the emulator, starts ``ldpflow stream``
 (BundleBasedDirectRunner, one worker), publishes the reports as Avro batches of
@@ -59,6 +63,11 @@ import numpy as np
 import ldpflow
 from ldpflow.pipelines.pubsub_client import READER_BUNDLE_MESSAGES
 from ldpflow.wire import formats
+from ldpflow.wire.messages import MESSAGE_CODEC as DEFAULT_MESSAGE_CODEC
+
+#: The Avro messages' block codec (``--message_codec``; the library's default, deflate, unless
+#: told otherwise: ``null`` gives the uncompressed messages of the earlier figures).
+MESSAGE_CODEC = DEFAULT_MESSAGE_CODEC
 
 
 def make_messages(total, per_message, start_ms, window_ms, seed=1):
@@ -68,7 +77,7 @@ def make_messages(total, per_message, start_ms, window_ms, seed=1):
     table = formats.reports_table(oracle, reports, formats.numbered_ids("r", 0, total),
                                   formats.numbered_ids("u", 0, total),
                                   start_ms + rng.integers(0, window_ms, total))
-    return [formats.encode_message(table.slice(lo, per_message))
+    return [formats.encode_message(table.slice(lo, per_message), codec=MESSAGE_CODEC)
             for lo in range(0, total, per_message)]
 
 
@@ -363,7 +372,12 @@ def main(argv=None):
     parser.add_argument("--publish_topic", help=argparse.SUPPRESS)
     parser.add_argument("--teststream_bundle", type=int, default=1,
                         help="messages a bundle (one add_elements) in the teststream path")
+    parser.add_argument("--message_codec", choices=("null", "deflate", "snappy"),
+                        default=DEFAULT_MESSAGE_CODEC,
+                        help="the Avro messages' block codec (default: the library's)")
     args = parser.parse_args(argv)
+    global MESSAGE_CODEC
+    MESSAGE_CODEC = args.message_codec
     if args.publish_from:  # the live path's publisher process
         publish_child(args.publish_from, args.publish_topic, args.publish_batch_bytes)
         return
@@ -380,7 +394,11 @@ def main(argv=None):
             runs = [paths[path](args.reports, args.per_message, setting == "on")
                     for _ in range(args.repeats)]
             result = sorted(runs, key=lambda r: r["reports_per_s"])[len(runs) // 2]
+            sample = make_messages(min(args.reports, 10 * args.per_message), args.per_message,
+                                   0, 60_000)
             result.update(dedup=setting, runs_reports_per_s=[r["reports_per_s"] for r in runs],
+                          message_codec=MESSAGE_CODEC,
+                          message_bytes=round(sum(map(len, sample)) / len(sample)),
                           load_before=round(load_before, 2),
                           load_after=round(os.getloadavg()[0], 2), cores=os.cpu_count(),
                           max_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
