@@ -331,9 +331,11 @@ def _reading(change: int) -> None:
 def _free_spares() -> None:
     global _FREEING
     with _SPARE_LOCK:
+        if _FREEING is not threading.current_thread():  # called off, or a later one waits
+            return
+        _FREEING = None
         if _READERS == 0:
             _SPARE.clear()
-        _FREEING = None
 
 
 def _buffer(size: int) -> bytearray:

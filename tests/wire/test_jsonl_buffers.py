@@ -136,6 +136,14 @@ def test_a_read_that_begins_while_the_spares_wait_to_be_freed_keeps_them(monkeyp
     jsonl._reading(+1)  # the next file's read: the freeing is called off
     waiting.join(5)
     assert not waiting.is_alive() and len(jsonl._SPARE) == 1 and jsonl._FREEING is None
+    jsonl._free_spares()  # a timer that fired as it was called off: it frees nothing
+    assert len(jsonl._SPARE) == 1
+    jsonl._reading(-1)
+    later = jsonl._FREEING
+    jsonl._reading(+1)
+    jsonl._reading(-1)  # a newer timer replaces it; the older one, firing, frees nothing
+    assert jsonl._FREEING is not later and len(jsonl._SPARE) == 1
+    jsonl._reading(+1)
     monkeypatch.setattr(jsonl, "_SPARE_IDLE_SECONDS", 0.0)
     jsonl._reading(-1)
     _wait_freed()
