@@ -54,15 +54,21 @@ def clean_venv(path: pathlib.Path) -> pathlib.Path:
     return python
 
 
+def _clean_env() -> dict:
+    """This environment without ``PYTHONPATH``/``PYTHONHOME``: a checkout on the path (with
+    its ``ldpflow.egg-info``) would make pip see ldpflow installed in the clean virtualenv,
+    and install nothing there."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+
+
 def pip_install(python: pathlib.Path, target: pathlib.Path | str, cwd: pathlib.Path) -> None:
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
-                    "--no-deps", str(target)], check=True, cwd=cwd)
+                    "--no-deps", str(target)], check=True, cwd=cwd, env=_clean_env())
 
 
 def run(args: list, cwd: pathlib.Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    proc = subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run([str(a) for a in args], cwd=cwd, env=_clean_env(),
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"{args}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
     return proc
 
