@@ -62,7 +62,7 @@ import numpy as np
 
 import ldpflow
 from ldpflow.pipelines.pubsub_client import READER_BUNDLE_MESSAGES
-from ldpflow.wire import formats
+from ldpflow.wire import avro, formats
 from ldpflow.wire.messages import MESSAGE_CODEC as DEFAULT_MESSAGE_CODEC
 
 #: The Avro messages' block codec (``--message_codec``; the library's default, deflate, unless
@@ -372,7 +372,7 @@ def main(argv=None):
     parser.add_argument("--publish_topic", help=argparse.SUPPRESS)
     parser.add_argument("--teststream_bundle", type=int, default=1,
                         help="messages a bundle (one add_elements) in the teststream path")
-    parser.add_argument("--message_codec", choices=("null", "deflate", "snappy"),
+    parser.add_argument("--message_codec", choices=avro.CODECS,
                         default=DEFAULT_MESSAGE_CODEC,
                         help="the Avro messages' block codec (default: the library's)")
     args = parser.parse_args(argv)
@@ -388,17 +388,18 @@ def main(argv=None):
              "pubsub_backlog": lambda n, m, d: backlog_path(n, m, d, args.publish_batch_bytes),
              "teststream": lambda n, m, d: teststream_path(n, m, d, args.teststream_bundle),
              "stages": lambda n, m, d: stages_path(n, m, d, args.stage_bundle)}
+    sample = make_messages(min(args.reports, 10 * args.per_message), args.per_message, 0,
+                           60_000)  # the messages' mean size, reported with every result
+    message_bytes = round(sum(map(len, sample)) / len(sample))
     for path in args.paths.split(","):
         for setting in args.dedup.split(","):
             load_before = os.getloadavg()[0]
             runs = [paths[path](args.reports, args.per_message, setting == "on")
                     for _ in range(args.repeats)]
             result = sorted(runs, key=lambda r: r["reports_per_s"])[len(runs) // 2]
-            sample = make_messages(min(args.reports, 10 * args.per_message), args.per_message,
-                                   0, 60_000)
             result.update(dedup=setting, runs_reports_per_s=[r["reports_per_s"] for r in runs],
                           message_codec=MESSAGE_CODEC,
-                          message_bytes=round(sum(map(len, sample)) / len(sample)),
+                          message_bytes=message_bytes,
                           load_before=round(load_before, 2),
                           load_after=round(os.getloadavg()[0], 2), cores=os.cpu_count(),
                           max_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
