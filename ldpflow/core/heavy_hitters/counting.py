@@ -58,15 +58,18 @@ def _subset_counts(index_rows: np.ndarray, index_bits: int,
     index below ``2**index_bits``. For each report and each subset ``u`` of its ``b`` rows,
     the XOR of the rows in ``u`` is counted once: the empty subset's ``n`` zeros directly,
     the others by one ``bincount`` of ``n (2**b - 1)`` entries (in chunks of about
-    :data:`_SCATTER_ENTRIES`). The rows are built so that the sign of an entry is carried by
-    index bits (:func:`prefix_scatter`), so the counts are unsigned. ``work``, if given, is
+    :data:`_SCATTER_ENTRIES`, or of the counters' number when larger: each chunk's
+    ``bincount`` allocates and fills all of them). The rows are built so that the sign of
+    an entry is carried by index bits (:func:`prefix_scatter`), so the counts are
+    unsigned. ``work``, if given, is
     the ``(2**b - 1, m)`` intp array the subsets are written to (reused across calls: a
     fresh one costs page faults); chunks are then of ``m`` reports.
     """
     b, n = index_rows.shape
     size = 1 << index_bits
-    if work is None:
-        work = np.empty(((1 << b) - 1, min(n, max(1, _SCATTER_ENTRIES >> b))), dtype=np.intp)
+    if work is None:  # chunks up to the counters' size: a chunk more costs a bincount of them
+        entries = max(_SCATTER_ENTRIES, size)
+        work = np.empty(((1 << b) - 1, min(n, max(1, entries >> b))), dtype=np.intp)
     chunk = work.shape[1]
     if n <= chunk:  # one chunk: bincount's output is the total (no second pass over it)
         w = work[:, :n]

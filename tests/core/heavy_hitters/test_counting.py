@@ -82,6 +82,21 @@ def test_report_chunks_equal_one_chunk(entries, monkeypatch):
     np.testing.assert_array_equal(whole, _naive(seeds, buckets, prefixes, 15, 6, 32))
 
 
+def test_a_full_domain_counts_in_one_chunk_while_its_counters_outnumber_the_entries(
+        monkeypatch):
+    """Each chunk's bincount allocates and fills every counter: a full domain of 2**10
+    counters counts 30 reports x 31 entries (more than a chunk's 64) in one bincount."""
+    seeds, buckets, _ = _reports(30, 32, 3)
+    monkeypatch.setattr(counting, "_SCATTER_ENTRIES", 64)
+    calls = []
+    real = np.bincount
+    monkeypatch.setattr(np, "bincount", lambda x, **k: calls.append(x.size) or real(x, **k))
+    support = _support(seeds, buckets, np.zeros(1, np.uint64), 9, 9, 32)
+    assert calls == [30 * 31]
+    np.testing.assert_array_equal(support,
+                                  _naive(seeds, buckets, np.zeros(1, np.uint64), 9, 9, 32))
+
+
 def test_no_reports_or_no_prefixes_count_zero():
     seeds, buckets, rng = _reports(0, 8, 1)
     prefixes = _prefixes(rng, 5, 3)
