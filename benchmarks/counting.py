@@ -3,6 +3,7 @@
     python benchmarks/counting.py [--n 62500] [--value_bits 36] [--hash_range 32]
         [--prefixes 128] [--eta 14] [--repeat 3] [--shapes pem|treehist|one]
         [--function prefix_scatter|candidate_support|support_counts]
+        [--method auto|batched|segments]
 
 One JSON line per shape: the median wall and CPU (user + system, this process) seconds of
 ``--repeat`` runs (and the least CPU seconds, the figure a loaded machine distorts least)
@@ -16,7 +17,11 @@ of 22 bits extended by 14, passes 2 and 3 64 prefixes of 36 and 50 bits extended
 ``--shapes treehist`` those of TreeHist (about 28,000 reports a chunk, 8-bit steps, 36 to
 94 prefixes); ``--shapes one`` (the default) the shape of the flags. ``support_counts``
 times the transform the driver applies to a pass's summed counts
-(``hashing.support_counts``) on the ``(prefixes, 2**eta)`` shape.
+(``hashing.support_counts``) on the ``(prefixes, 2**eta)`` shape. ``--method`` forces
+``prefix_scatter``'s way of counting (``batched``: one scatter per batch of prefixes;
+``segments``: the entries sorted by suffix index) instead of its own choice
+(``counting.segments_pay``), to compare the two on the same shapes (the ``exact``
+digests agree).
 """
 
 from __future__ import annotations
@@ -65,6 +70,15 @@ def _digest(out: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(out, dtype=np.int64).tobytes()).hexdigest()[:16]
 
 
+def _method(n: int, value_bits: int, prefixes: int, eta: int, hash_range: int) -> str:
+    """How ``prefix_scatter`` counts this shape (a full domain: one scatter)."""
+    if eta == value_bits:
+        return "full_domain"
+    b = hash_range.bit_length() - 1
+    batch = counting.batch_size(prefixes, n, b, eta)
+    return "segments" if counting.segments_pay(prefixes, eta, batch) else "batched"
+
+
 def run_shape(function: str, n: int, value_bits: int, prefixes: int, eta: int,
               hash_range: int, repeat: int, seed: int) -> dict:
     seeds, buckets, chosen = _inputs(n, value_bits, prefixes, eta, hash_range, seed)
@@ -95,6 +109,7 @@ def run_shape(function: str, n: int, value_bits: int, prefixes: int, eta: int,
         "wall_seconds": round(statistics.median(walls), 4),
         "cpu_seconds": round(statistics.median(cpus), 4),
         "cpu_min_seconds": round(min(cpus), 4),
+        "method": _method(n, value_bits, int(chosen.size), eta, hash_range),
         "exact": _digest(out), "threads": os.environ.get("LDPFLOW_THREADS"),
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
@@ -112,7 +127,12 @@ def main(argv=None) -> None:
     parser.add_argument("--shapes", choices=("one", *SHAPES), default="one")
     parser.add_argument("--function", default="prefix_scatter",
                         choices=("prefix_scatter", "candidate_support", "support_counts"))
+    parser.add_argument("--method", choices=("auto", "batched", "segments"), default="auto",
+                        help="prefix_scatter's way of counting (default: its own choice)")
     args = parser.parse_args(argv)
+    if args.method != "auto":
+        forced = args.method == "segments"
+        counting.segments_pay = lambda *_: forced
     shapes = (SHAPES[args.shapes] if args.shapes != "one"
               else [(args.n, args.value_bits, args.prefixes, args.eta)])
     totals = {"wall_seconds": 0.0, "cpu_seconds": 0.0, "cpu_min_seconds": 0.0}

@@ -15,6 +15,13 @@ transform per prefix give the same exact counts as ``d`` separate scatters. Batc
 counted in threads (:func:`ldpflow.core.parallel.map_items`, ``LDPFLOW_THREADS``). A full
 domain (:func:`full_domain_support`) is the case of the single empty prefix.
 
+With wide suffixes (``eta >= 10``, as PEM's passes) and more prefixes than one batch, the
+same vectors come cheaper from the entries sorted by suffix index (:func:`_segment_scatter`):
+one sort of a block's entries, then per 64 prefixes a gather of their projection words and
+segment sums of their bits as lanes of one word, sequential passes instead of one random
+scatter per batch of ``d`` (:func:`segments_pay` chooses; measured in
+``benchmarks/counting.py --method``).
+
 Small candidate sets are counted by evaluating the hash (:func:`hashed_support`,
 ``n |C|`` evaluations); the naive users x candidates grid
 (:func:`ldpflow.core.hashing.naive_support_counts`) is the tests' oracle.
@@ -206,6 +213,9 @@ def prefix_scatter(seeds: np.ndarray, buckets: np.ndarray, prefixes: np.ndarray,
     byte_index = _byte_indices(rows, prefix_bits - eta)
     del rows
     prefixes = np.asarray(prefixes, dtype=_U64)
+    if segments_pay(prefixes.size, eta, batch):
+        _segment_scatter(low, sign, byte_index, prefixes, eta, out)
+        return out
     batches = [(first, min(batch, prefixes.size - first))
                for first in range(0, prefixes.size, batch)]
 
@@ -229,6 +239,149 @@ def prefix_scatter(seeds: np.ndarray, buckets: np.ndarray, prefixes: np.ndarray,
     # batches write disjoint rows of out: in threads when there is enough of them
     parallel.map_items(count, batches, len(batches) * (seeds.size << b))
     return out
+
+
+# Sort keys of the segment method: a subset XOR's suffix index above its entry's position.
+_POSITION_BITS = 22
+# The least reports a block of the segment method holds (fewer: per-call overhead).
+# Threads split a pass's blocks (each summing into rows of its own) only while the rows are at
+# most this many entries (32 MiB); else they split its 64-prefix groups.
+_MAX_BLOCK_SUMS = 1 << 22
+_MIN_BLOCK = 4096
+# Entries a suffix index gets on average in a block (8-bit lanes hold up to 255).
+_LANE_FILL = 96
+
+
+def segments_pay(num_prefixes: int, eta: int, batch: int) -> bool:
+    """Whether :func:`_segment_scatter` counts these prefixes for less than the batched
+    scatter (:func:`_subset_counts` per batch of ``batch``).
+
+    The batched scatter makes ``num_prefixes / batch`` random-access passes over the
+    entries into ``2**(batch + eta)`` counters (about 2 ns an entry at ``2**18``); the
+    segment method one sort of the entries and, per 64 prefixes, one gather and about 24
+    sequential passes (8 lanes' shift, mask and segment sum, about 0.3 ns each). Measured
+    (``benchmarks/counting.py --method``, one thread): the segment method is about as fast
+    at ``eta = 10`` (batches of up to 11 prefixes) and 1.3 to 1.8 times faster on the PEM
+    job's shapes (``eta = 12`` to ``15``, 64 or 128 prefixes); at ``eta = 8`` (TreeHist)
+    the batched scatter's counters are few and cache-resident and it batches 13 prefixes,
+    and it stays faster.
+    """
+    return num_prefixes > batch and 10 <= eta <= 64 - _POSITION_BITS
+
+
+def _lane_bits(longest: int) -> int:
+    """The narrowest lane (8, 16 or 32 bits) whose sums of one bit over a segment of
+    ``longest`` entries cannot carry into the next lane."""
+    for bits in (8, 16, 32):
+        if longest < 1 << bits:
+            return bits
+    raise ValueError(f"a segment of {longest} entries is too long for 32-bit lanes")
+
+
+def _segment_scatter(low: np.ndarray, sign: np.ndarray, byte_index: list[np.ndarray],
+                     prefixes: np.ndarray, eta: int, out: np.ndarray) -> None:
+    """:func:`prefix_scatter`'s vectors ``F_j`` by sorting the entries by suffix index.
+
+    ``F_j[w] = N_w - 2 O_j[w]`` (plus ``n`` at ``w = 0``, the empty subsets), where ``N_w``
+    counts the non-empty subset XORs ``e`` whose suffix bits are ``w`` and ``O_j[w]`` those
+    of them whose projected bit ``j`` (sign included) is set. A block of reports' ``(2**b -
+    1) n`` entries is sorted once by suffix index (sort keys: the index above the entry's
+    position), so that each ``w`` is one segment; for each 64 prefixes the entries'
+    projection words are gathered into that order and ``O_j`` is a segment sum of bit
+    ``j``: eight bits at a time, as lanes of 8 bits of one word (the word shifted by ``s``
+    and masked to bits ``s, s + 8, ...``; a lane sums at most its segment's length, which
+    chooses 8-, 16- or 32-bit lanes per block, :func:`_lane_bits`). Exact integers
+    throughout; the same vectors as the batched scatter (tests). ``low``: the suffix rows
+    ``(b, n)`` (int64); ``sign``: all ones where a row's sign bit is set (int64);
+    ``byte_index``: the prefix rows' bytes (:func:`_byte_indices`).
+
+    Threads (:func:`ldpflow.core.parallel.map_items`) take runs of 64-prefix groups, each
+    writing its own rows of ``out``; with fewer groups than threads, runs of blocks, each
+    thread summing into rows of its own (one more ``(prefixes, 2**eta)`` array a thread,
+    while that is at most :data:`_MAX_BLOCK_SUMS` entries) that are added at the end.
+    """
+    b, n = low.shape
+    m = (1 << b) - 1
+    block = max(1, min((1 << _POSITION_BITS) // m, max(_MIN_BLOCK, (_LANE_FILL << eta) // m)))
+    block = -(-n // -(-n // block))  # blocks of about equal reports
+    blocks = [(start, min(n, start + block)) for start in range(0, n, block)]
+    groups = [(first, min(first + 64, prefixes.size)) for first in range(0, prefixes.size, 64)]
+    low, sign = low.view(_U64), sign.view(_U64)
+    edges = np.arange((1 << eta) + 1, dtype=_U64) << _U64(_POSITION_BITS)
+
+    def count(parts: Sequence[tuple[int, int]], run: Sequence[tuple[int, int]],
+              ones: np.ndarray) -> np.ndarray:
+        """Add ``O_j`` of the blocks ``parts`` to ``ones`` (the rows of the groups ``run``,
+        from the first one's) and return their ``N_w``."""
+        entries = m * min(block, n)
+        key = np.empty(entries, dtype=_U64)
+        words = np.empty(entries, dtype=_U64)
+        ordered = np.empty(entries, dtype=_U64)
+        position = np.arange(entries, dtype=_U64)
+        totals = np.zeros(1 << eta, dtype=np.int64)
+        base = run[0][0]
+        for start, stop in parts:
+            width = stop - start
+            e = m * width
+            k = key[:e]
+            _subset_xors(low[:, start:stop], k.reshape(m, width))
+            k <<= _U64(_POSITION_BITS)
+            k |= position[:e]
+            k.sort()
+            bounds = np.searchsorted(k, edges)
+            k &= _U64((1 << _POSITION_BITS) - 1)
+            order = k.view(np.int64)
+            counts = np.diff(bounds)
+            totals += counts
+            filled = np.flatnonzero(counts)
+            starts = bounds[filled]
+            lane = _lane_bits(int(counts.max()))
+            spread = _U64(sum(1 << (lane * q) for q in range(64 // lane)))
+            index = [part[:, start:stop] for part in byte_index]
+            got, t = ordered[:e], words[:e]  # the words, once gathered, hold the lanes
+            for first, last in run:
+                word = _projection_word(index, prefixes[first:last])
+                word ^= sign[:, start:stop]
+                w = words[:e].reshape(m, width)
+                _subset_xors(word, w)
+                np.take(w.reshape(-1), order, out=got)
+                sums = np.empty((lane, filled.size), dtype=_U64)
+                for shift in range(min(lane, last - first)):
+                    np.right_shift(got, _U64(shift), out=t)
+                    t &= spread
+                    np.add.reduceat(t, starts, out=sums[shift])
+                for q in range(64 // lane):  # prefix first + lane q + s: lane q of sums[s]
+                    lo = first + lane * q
+                    if lo >= last:
+                        break
+                    hi = min(last, lo + lane)
+                    part = (sums[: hi - lo] >> _U64(lane * q)) & _U64((1 << lane) - 1)
+                    ones[lo - base : hi - base, filled] += part.astype(np.int64)
+        return totals
+
+    by_blocks = (len(groups) < parallel.threads() and len(blocks) > 1
+                 and out.size <= _MAX_BLOCK_SUMS)
+    found: list[tuple[np.ndarray, np.ndarray | None]] = []  # (N_w, a thread's own rows)
+
+    def run_groups(run: Sequence[tuple[int, int]]) -> None:
+        found.append((count(blocks, run, out[run[0][0]:]), None))
+
+    def run_blocks(run: Sequence[tuple[int, int]]) -> None:
+        own = out if run[0] == blocks[0] else np.zeros_like(out)
+        found.append((count(run, groups, own), None if own is out else own))
+
+    parallel.map_items(run_blocks if by_blocks else run_groups, blocks if by_blocks else groups,
+                       len(groups) * (n << b))
+    if by_blocks:
+        totals = np.sum([t for t, _ in found], axis=0)
+        for _, own in found:
+            if own is not None:
+                out += own
+    else:
+        totals = found[0][0]  # each run of groups counted every block
+    totals[0] += n  # the empty subsets
+    out *= -2
+    out += totals
 
 
 def full_domain_support(seeds: npt.ArrayLike, buckets: npt.ArrayLike, bits: int,

@@ -1,7 +1,8 @@
 """Exact prefix counting (``ldpflow.core.heavy_hitters.counting``) against the naive grid
 (``hashing.naive_support_counts``) on every branch: the full domain, batches of every size
 across projection words, prefix widths that end inside a byte, ragged report chunks, one
-and no reports; and against digests of the counts the previous implementation gave."""
+and no reports, by either way of counting batches (the batched scatter and the sorted
+segments); and against digests of the counts the previous implementation gave."""
 
 from __future__ import annotations
 
@@ -216,3 +217,115 @@ def test_projection_memory_does_not_grow_with_the_prefixes(monkeypatch):
         peaks.append(tracemalloc.get_traced_memory()[1] - prefixes.size * 8 * (1 << 6))
         tracemalloc.stop()
     assert peaks[1] < 1.25 * peaks[0], peaks
+
+
+# The segment method (entries sorted by suffix index, bits summed as lanes): forced on
+# every shape, against the naive grid and the batched scatter.
+def _both(seeds, buckets, prefixes, prefix_bits, eta, hash_range, monkeypatch):
+    monkeypatch.setattr(counting, "segments_pay", lambda *args: False)
+    batched = counting.prefix_scatter(seeds, buckets, prefixes, prefix_bits, eta, hash_range)
+    monkeypatch.setattr(counting, "segments_pay", lambda *args: True)
+    segments = counting.prefix_scatter(seeds, buckets, prefixes, prefix_bits, eta, hash_range)
+    assert segments.shape == batched.shape and segments.dtype == np.int64
+    return batched, segments
+
+
+# widths inside a byte and whole bytes, the top bit of a 64-bit value; 1, 63, 64, 65 and
+# 130 prefixes (groups of 64 with a short last one)
+@pytest.mark.parametrize("prefix_bits,eta,count", [(4, 3, 1), (10, 3, 63), (12, 2, 64),
+                                                   (20, 3, 65), (60, 4, 130), (64, 2, 130),
+                                                   (26, 10, 40)])
+def test_segments_equal_the_naive_grid_and_the_batches(prefix_bits, eta, count, monkeypatch):
+    seeds, buckets, rng = _reports(203, 16, prefix_bits * 7 + count)
+    prefixes = _prefixes(rng, prefix_bits - eta, count)[:count]
+    batched, segments = _both(seeds, buckets, prefixes, prefix_bits, eta, 16, monkeypatch)
+    np.testing.assert_array_equal(segments, batched)
+    np.testing.assert_array_equal(hashing.support_counts(segments, 16),
+                                  _naive(seeds, buckets, prefixes, prefix_bits, eta, 16))
+
+
+@pytest.mark.parametrize("block,n", [(1, 5), (7, 100), (64, 64), (64, 65), (4096, 1)])
+def test_segment_blocks_sum_to_one_block(block, n, monkeypatch):
+    """Ragged blocks of reports (one report a block, a last block of one) give the counts
+    of one block."""
+    seeds, buckets, rng = _reports(n, 32, block + n)
+    prefixes = _prefixes(rng, 9, 70)
+    monkeypatch.setattr(counting, "segments_pay", lambda *args: True)
+    whole = counting.prefix_scatter(seeds, buckets, prefixes, 15, 6, 32)
+    monkeypatch.setattr(counting, "_MIN_BLOCK", block)
+    monkeypatch.setattr(counting, "_LANE_FILL", 0)
+    np.testing.assert_array_equal(counting.prefix_scatter(seeds, buckets, prefixes, 15, 6, 32),
+                                  whole)
+    np.testing.assert_array_equal(hashing.support_counts(whole, 32),
+                                  _naive(seeds, buckets, prefixes, 15, 6, 32))
+
+
+@pytest.mark.parametrize("same_seed,eta,n,lane", [(False, 10, 300, 8), (True, 10, 300, 16),
+                                                  (True, 10, 3000, 16), (True, 1, 40_000, 32)])
+def test_segment_lanes_widen_with_the_longest_segment(same_seed, eta, n, lane, monkeypatch):
+    """One seed for every report puts each subset's entries in one segment of n: lanes of
+    8 bits while every segment is shorter than 256, then 16 and 32 bits; exact counts."""
+    seeds, buckets, rng = _reports(n, 8, n + eta)
+    if same_seed:
+        seeds[:] = seeds[0]
+    prefixes = _prefixes(rng, 5, 20)
+    monkeypatch.setattr(counting, "_MIN_BLOCK", n)
+    chosen = []
+    real = counting._lane_bits
+    monkeypatch.setattr(counting, "_lane_bits", lambda longest: chosen.append(real(longest))
+                        or chosen[-1])
+    batched, segments = _both(seeds, buckets, prefixes, 5 + eta, eta, 8, monkeypatch)
+    assert set(chosen) == {lane}
+    np.testing.assert_array_equal(segments, batched)
+    np.testing.assert_array_equal(hashing.support_counts(segments, 8),
+                                  _naive(seeds, buckets, prefixes, 5 + eta, eta, 8))
+
+
+def test_lane_bits_hold_the_longest_segment():
+    assert [counting._lane_bits(x) for x in (0, 255, 256, 65535, 65536, 2**32 - 1)] == [
+        8, 8, 16, 16, 32, 32]
+    with pytest.raises(ValueError, match="segment"):
+        counting._lane_bits(2**32)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("count,most_sums,split", [(200, 1 << 22, "groups"),
+                                                   (40, 1 << 22, "blocks"),
+                                                   (40, 0, "groups")])
+def test_segments_counted_in_threads_equal_one_thread(threads, count, most_sums, split,
+                                                      monkeypatch):
+    """Runs of 64-prefix groups, or with fewer groups than threads runs of blocks (each
+    thread's own rows added at the end; not when those rows would exceed the bound), split
+    over threads, give the counts of one thread."""
+    from ldpflow.core import parallel
+
+    seeds, buckets, rng = _reports(150, 8, threads + count)
+    prefixes = _prefixes(rng, 12, count)[:count]
+    monkeypatch.setattr(counting, "segments_pay", lambda *args: True)
+    monkeypatch.setattr(counting, "_MIN_BLOCK", 16)
+    monkeypatch.setattr(counting, "_LANE_FILL", 0)
+    monkeypatch.setattr(counting, "_MAX_BLOCK_SUMS", most_sums)
+    monkeypatch.setenv("LDPFLOW_THREADS", "1")
+    one = counting.prefix_scatter(seeds, buckets, prefixes, 22, 10, 8)
+    monkeypatch.setenv("LDPFLOW_THREADS", str(threads))
+    monkeypatch.setattr(parallel, "MIN_ROWS", 1)
+    runs = []
+    real = parallel.map_items
+    monkeypatch.setattr(parallel, "map_items", lambda f, items, work: runs.append(
+        (f.__name__, len(items))) or real(f, items, work))
+    np.testing.assert_array_equal(counting.prefix_scatter(seeds, buckets, prefixes, 22, 10, 8),
+                                  one)
+    want_split = "groups" if threads == 1 else split
+    assert runs == [("run_" + want_split, -(-count // 64) if want_split == "groups" else 10)]
+    np.testing.assert_array_equal(hashing.support_counts(one, 8),
+                                  _naive(seeds, buckets, prefixes, 22, 10, 8))
+
+
+def test_segments_are_chosen_for_wide_suffixes_and_several_batches():
+    """The PEM job's passes (128 or 64 prefixes extended by 14 bits) take the segment
+    method; TreeHist's 8-bit steps, one batch of prefixes and suffixes too wide for the
+    sort keys keep the batched scatter."""
+    assert counting.segments_pay(128, 14, 4) and counting.segments_pay(64, 10, 11)
+    assert not counting.segments_pay(94, 8, 13)
+    assert not counting.segments_pay(4, 14, 4)
+    assert not counting.segments_pay(100, 64 - counting._POSITION_BITS + 1, 1)
