@@ -70,13 +70,24 @@ def _digest(out: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(out, dtype=np.int64).tobytes()).hexdigest()[:16]
 
 
-def _method(n: int, value_bits: int, prefixes: int, eta: int, hash_range: int) -> str:
-    """How ``prefix_scatter`` counts this shape (a full domain: one scatter)."""
-    if eta == value_bits:
+def _method(call, full_domain: bool) -> str:
+    """How ``prefix_scatter`` counted in ``call()``: seen from the call (a full domain is
+    one scatter; else the sorted segments if it used them, the batched scatter if not)."""
+    if full_domain:
         return "full_domain"
-    b = hash_range.bit_length() - 1
-    batch = counting.batch_size(prefixes, n, b, eta)
-    return "segments" if counting.segments_pay(prefixes, eta, batch) else "batched"
+    used = []
+    real = counting._segment_scatter
+
+    def spy(*args):
+        used.append(True)
+        return real(*args)
+
+    counting._segment_scatter = spy
+    try:
+        call()
+    finally:
+        counting._segment_scatter = real
+    return "segments" if used else "batched"
 
 
 def run_shape(function: str, n: int, value_bits: int, prefixes: int, eta: int,
@@ -109,7 +120,8 @@ def run_shape(function: str, n: int, value_bits: int, prefixes: int, eta: int,
         "wall_seconds": round(statistics.median(walls), 4),
         "cpu_seconds": round(statistics.median(cpus), 4),
         "cpu_min_seconds": round(min(cpus), 4),
-        "method": _method(n, value_bits, int(chosen.size), eta, hash_range),
+        "method": (_method(call, eta == value_bits) if function == "prefix_scatter"
+                   else None),
         "exact": _digest(out), "threads": os.environ.get("LDPFLOW_THREADS"),
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
