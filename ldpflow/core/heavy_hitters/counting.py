@@ -308,16 +308,16 @@ def _segment_scatter(low: np.ndarray, sign: np.ndarray, byte_index: list[np.ndar
     groups = [(first, min(first + 64, prefixes.size)) for first in range(0, prefixes.size, 64)]
     low, sign = low.view(_U64), sign.view(_U64)
     edges = np.arange((1 << eta) + 1, dtype=_U64) << _U64(_POSITION_BITS)
+    entries = m * min(block, n)
+    position = np.arange(entries, dtype=_U64)  # read by every thread, written by none
 
     def count(parts: Sequence[tuple[int, int]], run: Sequence[tuple[int, int]],
               ones: np.ndarray) -> np.ndarray:
         """Add ``O_j`` of the blocks ``parts`` to ``ones`` (the rows of the groups ``run``,
         from the first one's) and return their ``N_w``."""
-        entries = m * min(block, n)
         key = np.empty(entries, dtype=_U64)
         words = np.empty(entries, dtype=_U64)
         ordered = np.empty(entries, dtype=_U64)
-        position = np.arange(entries, dtype=_U64)
         totals = np.zeros(1 << eta, dtype=np.int64)
         base = run[0][0]
         for start, stop in parts:

@@ -154,6 +154,18 @@ def test_scatter_vectors_are_bit_for_bit_the_previous_ones(case, digest):
     assert hashlib.sha256(F.astype(np.int64).tobytes()).hexdigest() == digest
 
 
+def _one_thread_then(threads, count, monkeypatch):
+    """``count()`` on one thread; then ``threads`` threads for what follows, from any size
+    of work (``LDPFLOW_THREADS``, ``parallel.MIN_ROWS``)."""
+    from ldpflow.core import parallel
+
+    monkeypatch.setenv("LDPFLOW_THREADS", "1")
+    one = count()
+    monkeypatch.setenv("LDPFLOW_THREADS", str(threads))
+    monkeypatch.setattr(parallel, "MIN_ROWS", 1)
+    return one
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_batches_counted_in_threads_equal_one_thread(threads, monkeypatch):
     """Batches of prefixes split over threads (LDPFLOW_THREADS) write the same counts."""
@@ -162,10 +174,8 @@ def test_batches_counted_in_threads_equal_one_thread(threads, monkeypatch):
     seeds, buckets, rng = _reports(150, 8, threads)
     prefixes = _prefixes(rng, 12, 50)
     monkeypatch.setattr(counting, "batch_size", lambda *args: 3)
-    monkeypatch.setenv("LDPFLOW_THREADS", "1")
-    one = counting.prefix_scatter(seeds, buckets, prefixes, 17, 5, 8)
-    monkeypatch.setenv("LDPFLOW_THREADS", str(threads))
-    monkeypatch.setattr(parallel, "MIN_ROWS", 1)
+    one = _one_thread_then(threads, lambda: counting.prefix_scatter(
+        seeds, buckets, prefixes, 17, 5, 8), monkeypatch)
     calls = []
     real = parallel._pool
     monkeypatch.setattr(parallel, "_pool", lambda workers: calls.append(workers) or
@@ -305,10 +315,8 @@ def test_segments_counted_in_threads_equal_one_thread(threads, count, most_sums,
     monkeypatch.setattr(counting, "_MIN_BLOCK", 16)
     monkeypatch.setattr(counting, "_LANE_FILL", 0)
     monkeypatch.setattr(counting, "_MAX_BLOCK_SUMS", most_sums)
-    monkeypatch.setenv("LDPFLOW_THREADS", "1")
-    one = counting.prefix_scatter(seeds, buckets, prefixes, 22, 10, 8)
-    monkeypatch.setenv("LDPFLOW_THREADS", str(threads))
-    monkeypatch.setattr(parallel, "MIN_ROWS", 1)
+    one = _one_thread_then(threads, lambda: counting.prefix_scatter(
+        seeds, buckets, prefixes, 22, 10, 8), monkeypatch)
     runs = []
     real = parallel.map_items
     monkeypatch.setattr(parallel, "map_items", lambda f, items, work: runs.append(
