@@ -7,29 +7,35 @@ the result is the same as a single-threaded count, bit for bit.
 
 The number of threads is ``LDPFLOW_THREADS`` if set (1 turns this off), else the number of
 cores this process may use, at most 4. Batches under :data:`MIN_ROWS` rows are counted
-in the calling thread.
+in the calling thread. The pool's own threads count on one thread each (:func:`threads` is
+1 there): work they are given does not fan out again, so that no thread waits on a pool its
+own caller has filled, and the cores are not shared by more threads than they are.
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
-__all__ = ["threads", "MIN_ROWS", "map_slices", "map_items", "map_parts"]
+__all__ = ["threads", "MIN_ROWS", "map_slices", "map_items", "map_parts", "map_ordered"]
 
 #: Below this many rows, one thread counts the batch (thread start-up would cost more).
 MIN_ROWS = 1 << 18
 _POOL: concurrent.futures.ThreadPoolExecutor | None = None
 _LOCK = threading.Lock()
+_LOCAL = threading.local()  # .worker: set in the pool's threads
 T = TypeVar("T")
 S = TypeVar("S")
 
 
 def threads() -> int:
-    """How many threads count one batch."""
+    """How many threads count one batch (1 in the pool's own threads)."""
+    if getattr(_LOCAL, "worker", False):
+        return 1
     configured = os.environ.get("LDPFLOW_THREADS")
     if configured:
         try:
@@ -48,8 +54,13 @@ def _pool(workers: int) -> concurrent.futures.ThreadPoolExecutor:
     global _POOL
     with _LOCK:
         if _POOL is None or _POOL._max_workers < workers:  # noqa: SLF001
-            _POOL = concurrent.futures.ThreadPoolExecutor(workers, "ldpflow-count")
+            _POOL = concurrent.futures.ThreadPoolExecutor(workers, "ldpflow-count",
+                                                          initializer=_mark_worker)
         return _POOL
+
+
+def _mark_worker() -> None:
+    _LOCAL.worker = True
 
 
 def map_slices(function: Callable[[slice], T], rows: int) -> Sequence[T]:
@@ -81,6 +92,29 @@ def map_parts(function: Callable[[S], T], parts: Sequence[S], workers: int) -> l
     if workers <= 1 or len(parts) <= 1:
         return [function(part) for part in parts]
     return _run_all(function, parts, workers)
+
+
+def map_ordered(function: Callable[[S], T], items: Iterable[S], workers: int) -> Iterator[T]:
+    """``function`` of each of ``items``, the results in order, up to ``workers`` at once on
+    the pool (each on one thread, :func:`threads`); ``items`` are taken no further ahead
+    than that, so at most ``workers`` of them and their results are held at once. In the
+    calling thread when ``workers`` is 1. Every call started has ended before an error is
+    raised or the iterator is closed."""
+    if workers <= 1:
+        for item in items:
+            yield function(item)
+        return
+    pool = _pool(workers)
+    running: collections.deque = collections.deque()
+    try:
+        for item in items:
+            running.append(pool.submit(function, item))
+            if len(running) >= workers:
+                yield running.popleft().result()
+        while running:
+            yield running.popleft().result()
+    finally:
+        concurrent.futures.wait(running)
 
 
 def _bounds(size: int, workers: int) -> list[tuple[int, int]]:
