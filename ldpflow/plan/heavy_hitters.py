@@ -408,6 +408,10 @@ RANGE_BYTES = 16 << 20
 #: Reports counted by one call of ``accumulate`` at most (a call has a fixed cost: PEM's
 #: scatter over its projected counters, SFP's sums), as the Beam job's counting tasks.
 MAX_REPORTS_PER_COUNT = 1 << 20
+#: The most rows of a spill piece one thread counts while others count theirs
+#: (:func:`read_spilled`): a multiple of :data:`ldpflow.plan.packed.SPILL_BLOCK`, small
+#: enough that the threads end together.
+THREAD_PIECE_ROWS = 4 * packed.SPILL_BLOCK
 _BUCKETS = 1 << steps.ID_BUCKET_BITS
 
 
@@ -650,8 +654,8 @@ def _range_chunks(task: RangeTask, policy, opener=None, progress=None) -> Iterat
 
 
 def _ahead() -> bool:
-    """Whether a task reads the next range (or spill piece) on a thread while it counts
-    this one: when this process may use more than one thread (``LDPFLOW_THREADS``,
+    """Whether a task reads the next range on a thread while it counts this one: when
+    this process may use more than one thread (``LDPFLOW_THREADS``,
     :func:`ldpflow.core.parallel.threads`; one on Dask and Spark workers, whose cores the
     other workers use)."""
     return parallel.threads() > 1
@@ -759,20 +763,31 @@ def read_spilled(pieces: Sequence[SpillPiece], pass_index: int,
                  ) -> HeavyHittersPart:
     """Pass ``pass_index`` of the spilled rows of ``pieces`` (:func:`spill_tasks`), one piece a
     count, added into one running sum per key: the tallies :func:`read_ranges` gives of
-    the same rows read from the input."""
+    the same rows read from the input.
+
+    With more than one thread (:func:`ldpflow.core.parallel.threads`), the pieces are cut
+    into parts of at most :data:`THREAD_PIECE_ROWS` rows, each read and counted whole on one
+    thread, as many at once as there are threads (:func:`ldpflow.core.parallel.map_ordered`):
+    every step of a count (the hash rows, the sort, the sums) runs in parallel, not only
+    its inner loops. The sums are integers, added in the pieces' order: the same tallies."""
     cache: dict = {}
+    for key, *_ in pieces:  # made here, read by the threads
+        _protocol(key, cache)
+    workers = parallel.threads()
+    if workers > 1:
+        pieces = [(key, group, path, lo, min(stop, lo + THREAD_PIECE_ROWS))
+                  for key, group, path, start, stop in pieces
+                  for lo in range(start, stop, THREAD_PIECE_ROWS)]
+
+    def tally(piece: SpillPiece) -> tuple[tuple, PassTally | None]:
+        key, group, path, start, stop = piece
+        reports, extra = packed.read_spill(path, start, stop)
+        return key, _spilled_tally(key, group, reports, extra, pass_index, states, cache)
+
     tallies: dict[tuple, PassTally] = {}
-    read = (((key, group), packed.read_spill(path, start, stop))
-            for key, group, path, start, stop in pieces)
-    if _ahead() and len(pieces) > 1:  # the next piece read (and checked) while this one counts
-        read = read_ahead(read)
-    try:
-        for (key, group), (reports, extra) in read:
-            tally = _spilled_tally(key, group, reports, extra, pass_index, states, cache)
-            if tally is not None:
-                tallies[key] = tallies[key].merge(tally) if key in tallies else tally
-    finally:
-        read.close()  # a generator, or the read-ahead over it: either stops here
+    for key, tally_ in parallel.map_ordered(tally, pieces, workers):
+        if tally_ is not None:
+            tallies[key] = tallies[key].merge(tally_) if key in tallies else tally_
     return HeavyHittersPart(tallies, [])
 
 

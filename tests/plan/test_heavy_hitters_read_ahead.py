@@ -1,7 +1,8 @@
-"""The heavy-hitter plan reads the next range (and the next spill piece) on a thread while
-it counts this one (``LDPFLOW_THREADS`` > 1): the same sums, records, dead letters (in
-order) and document as reading one range after the other, errors raised where they were,
-and never more than one chunk read ahead."""
+"""The heavy-hitter plan reads the next range on a thread while it counts this one, and
+counts the later passes' spill pieces in parts on several threads (``LDPFLOW_THREADS`` >
+1): the same sums, records, dead letters (in order) and document as reading one range
+after the other, errors raised where they were, and never more than one chunk read
+ahead."""
 
 from __future__ import annotations
 
@@ -227,3 +228,35 @@ def test_a_damaged_spill_piece_is_a_clear_error_reading_ahead(tmp_path, monkeypa
     assert len(pieces_read) == 2
     assert _no_reader_left()
     assert not os.path.exists(tmp_path / "out" / "heavy_hitters.json")
+
+
+def test_spill_pieces_are_counted_in_parts_on_threads(tmp_path, monkeypatch):
+    """With two threads the later passes' pieces are cut into parts of at most
+    ``THREAD_PIECE_ROWS`` rows, read and counted on the pool's threads two at a time: the
+    same summary and files as one thread counting whole pieces."""
+    pattern, protocol = _write(tmp_path)
+    monkeypatch.setattr(packed, "SPILL_BLOCK", 64)
+    monkeypatch.setattr(plan, "THREAD_PIECE_ROWS", 128)
+    original = packed.read_spill
+    runs = {}
+    for threads in ("1", "2"):
+        reads: list[tuple[str, int]] = []
+
+        def read_spill(path, start, stop, reads=reads):
+            reads.append((threading.current_thread().name, stop - start))
+            return original(path, start, stop)
+
+        with monkeypatch.context() as patch:
+            patch.setenv("LDPFLOW_THREADS", threads)
+            patch.setattr(packed, "read_spill", read_spill)
+            summary = plan.run_heavy_hitters(
+                LocalBackend(), _job(pattern, tmp_path / threads, protocol, range_bytes=None))
+        for name in ("seconds", "timings_ms", "output"):
+            summary.pop(name)
+        runs[threads] = summary, _outputs(tmp_path / threads), reads
+    (one, files_one, reads_one), (two, files_two, reads_two) = runs["1"], runs["2"]
+    assert one == two and files_one == files_two
+    assert sum(rows for _, rows in reads_one) == sum(rows for _, rows in reads_two) > 0
+    assert max(rows for _, rows in reads_one) > 128  # one thread: whole pieces
+    assert max(rows for _, rows in reads_two) <= 128 and len(reads_two) > len(reads_one)
+    assert {name.split("_")[0] for name, _ in reads_two} == {"ldpflow-count"}
