@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from ldpflow.core import validation
+from ldpflow.core import parallel, validation
 
 __all__ = [
     "GOLDEN_GAMMA",
@@ -283,11 +283,19 @@ def hash_grid(
     return _apply(rows, offsets, np.asarray(values).astype(_U64).reshape(1, -1))
 
 
+#: Entries of the rows :func:`fwht` transforms at once (2 MiB of int64: the levels stay in
+#: a core's cache instead of streaming the whole array through memory once a level).
+_FWHT_ENTRIES = 1 << 18
+
+
 def fwht(x: np.ndarray) -> np.ndarray:
     """The unnormalised fast Walsh-Hadamard transform ``H_N x`` along the last axis.
 
     ``H_N[i, j] = (-1)**popcount(i & j)`` (Sylvester order); ``N`` a power of two. Integer
-    input stays integer (exact). Returns a new array.
+    input stays integer (exact). Returns a new array. The levels are done a few short rows
+    at a time, or one block of a long row, of :data:`_FWHT_ENTRIES` entries (in threads
+    when large, :func:`ldpflow.core.parallel.map_items`); a long row's levels above its
+    blocks then combine the blocks.
     """
     x = np.array(x, copy=True, order="C")  # C order: the reshapes below are views
     size = x.shape[-1]
@@ -296,7 +304,25 @@ def fwht(x: np.ndarray) -> np.ndarray:
     if size <= 1:
         return x
     rows = x.reshape(-1, size)  # a view: the levels work in place
-    h = 1
+    low = min(size, _FWHT_ENTRIES)  # the levels below `low` a few rows (or one block) at once
+    blocks = rows.reshape(-1, low)
+    step = max(1, _FWHT_ENTRIES // low)
+    parts = [(lo, min(lo + step, blocks.shape[0])) for lo in range(0, blocks.shape[0], step)]
+
+    def transform(run) -> None:
+        for lo, hi in run:
+            _fwht_levels(blocks[lo:hi], 1)
+
+    parallel.map_items(transform, parts, rows.size)  # parts write disjoint rows
+    if low < size:  # a long row: the levels above, whole blocks added and subtracted
+        _fwht_levels(rows, low)
+    return x
+
+
+def _fwht_levels(rows: np.ndarray, h: int) -> None:
+    """The levels of :func:`fwht` from ``h`` up (``h = 1``: all of them) of each row of the
+    C-ordered 2-d ``rows``, in place."""
+    size = rows.shape[1]
     while 4 * h <= size:  # two levels at once (H_4 = H_2 (x) H_2): half the passes
         y = rows.reshape(rows.shape[0], size // (4 * h), 4, h)
         a, b, c, d = y[:, :, 0], y[:, :, 1], y[:, :, 2], y[:, :, 3]
@@ -311,7 +337,6 @@ def fwht(x: np.ndarray) -> np.ndarray:
         a = y[:, :, 0].copy()
         y[:, :, 0] += y[:, :, 1]
         y[:, :, 1] = a - y[:, :, 1]
-    return x
 
 
 _CHUNK = 1 << 16

@@ -77,6 +77,27 @@ def test_fwht_is_the_sylvester_matrix_product(size, lead):
     np.testing.assert_array_equal(x, before)  # the input is left as it was
 
 
+@pytest.mark.parametrize("entries", [1, 2, 4, 8, 32])  # blocks of 1 to 32 entries
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_fwht_in_blocks_and_threads_is_the_matrix_product(entries, threads, monkeypatch):
+    """Rows transformed a few at a time, a long row block by block and then across its
+    blocks (an odd and an even number of levels above them), in one thread or two: the
+    same product."""
+    from ldpflow.core import parallel
+
+    monkeypatch.setattr(hashing, "_FWHT_ENTRIES", entries)
+    monkeypatch.setattr(parallel, "MIN_ROWS", 1)
+    monkeypatch.setenv("LDPFLOW_THREADS", threads)
+    calls = []
+    run_all = parallel._run_all
+    monkeypatch.setattr(parallel, "_run_all", lambda *a, **k: calls.append(1) or run_all(*a, **k))
+    rng = np.random.default_rng(entries)
+    for shape in [(7, 4), (5, 16), (3, 64), (1, 128), (2, 3, 32)]:
+        x = rng.integers(-10**6, 10**6, size=shape)
+        np.testing.assert_array_equal(hashing.fwht(x), x @ _sylvester(shape[-1]).T)
+    assert bool(calls) == (threads == "2")  # the threads were used when there were two
+
+
 def test_fwht_of_a_fortran_ordered_or_strided_input():
     rng = np.random.default_rng(3)
     x = rng.integers(-100, 100, size=(2, 3, 16))
