@@ -404,23 +404,31 @@ def parent_weighted_sigmas(parents: npt.ArrayLike, valid: npt.ArrayLike,
     if keys.shape != mask.shape:
         raise ValueError(f"parents must have the candidates' shape {mask.shape}, got "
                          f"{keys.shape}")
-    out = np.full(mask.size, math.inf)
-    if not mask.any():
-        return out
-    inverse, parents_count = _group_inverse(keys)
-    per_parent = np.bincount(inverse, weights=mask, minlength=parents_count)
-    shares = np.count_nonzero(per_parent)
-    # the share of one candidate, as 1 / (its parent's divisor): V, or 2 and 2 (V - 1);
-    # computed per parent (for its ending candidate and for the others), then spread
-    divisor_end = divisor_other = per_parent
     end = None
     if ends is not None:
         end = np.asarray(ends, dtype=bool).reshape(-1)
         if end.shape != mask.shape:
             raise ValueError(f"ends must have the candidates' shape {mask.shape}, got "
                              f"{end.shape}")
+    if not mask.any():
+        return np.full(mask.size, math.inf)
+    # per run of equal parents (a pass's candidates come in runs of one parent's
+    # extensions), then per parent: only the runs' keys are sorted, and one array of the
+    # candidates' size is made (the cut), not one per step
+    starts = np.concatenate([[0], np.flatnonzero(keys[1:] != keys[:-1]) + 1])
+    lengths = np.diff(np.append(starts, keys.size))
+    distinct, run_parent = np.unique(keys[starts], return_inverse=True)
+    run_parent = run_parent.reshape(-1)
+    per_parent = np.bincount(run_parent, weights=np.add.reduceat(mask, starts, dtype=np.intp),
+                             minlength=distinct.size)
+    shares = np.count_nonzero(per_parent)
+    # the share of one candidate, as 1 / (its parent's divisor): V, or 2 and 2 (V - 1);
+    # computed per parent (for its ending candidate and for the others), then spread
+    divisor_end = divisor_other = per_parent
+    if end is not None:
         end = end & mask
-        split = np.bincount(inverse, weights=end, minlength=parents_count) > 0
+        split = np.bincount(run_parent, weights=np.add.reduceat(end, starts, dtype=np.intp),
+                            minlength=distinct.size) > 0
         split &= per_parent > 1
         divisor_end = np.where(split, 2.0, per_parent)
         divisor_other = np.where(split, 2.0 * (per_parent - 1), per_parent)
@@ -428,24 +436,13 @@ def parent_weighted_sigmas(parents: npt.ArrayLike, valid: npt.ArrayLike,
                              return_inverse=True)
     z = np.array([-statistics.NormalDist().inv_cdf(alpha / (shares * float(v))) if v else
                   math.inf for v in sizes])  # (0: a parent without valid candidates)
-    z_end, z_other = z[where[:parents_count]], z[where[parents_count:]]
-    cut = z_other[inverse] if end is None else np.where(end, z_end[inverse],
-                                                         z_other[inverse])
-    out[mask] = cut[mask]
-    return out
-
-
-def _group_inverse(keys: np.ndarray) -> tuple[np.ndarray, int]:
-    """``np.unique(keys, return_inverse=True)``'s inverse and the number of distinct keys, in
-    time linear in the runs of equal keys (a pass's candidates come in runs of one parent's
-    extensions): the runs' keys are sorted, not every key."""
-    if keys.size == 0:
-        return np.zeros(0, dtype=np.intp), 0
-    starts = np.flatnonzero(keys[1:] != keys[:-1]) + 1
-    starts = np.concatenate([[0], starts])
-    distinct, run_inverse = np.unique(keys[starts], return_inverse=True)
-    lengths = np.diff(np.append(starts, keys.size))
-    return np.repeat(run_inverse.reshape(-1), lengths), distinct.size
+    z_end, z_other = z[where[:distinct.size]], z[where[distinct.size:]]
+    cut = np.repeat(z_other[run_parent], lengths)
+    if end is not None:
+        at = np.flatnonzero(end)  # the run of each ending candidate, and its parent
+        cut[at] = z_end[run_parent[np.searchsorted(starts, at, side="right") - 1]]
+    np.copyto(cut, math.inf, where=~mask)
+    return cut
 
 
 def check_significance(value: Any) -> float:
