@@ -766,18 +766,24 @@ def read_spilled(pieces: Sequence[SpillPiece], pass_index: int,
     the same rows read from the input.
 
     With more than one thread (:func:`ldpflow.core.parallel.threads`), the pieces are cut
-    into parts of at most :data:`THREAD_PIECE_ROWS` rows, each read and counted whole on one
-    thread, as many at once as there are threads (:func:`ldpflow.core.parallel.map_ordered`):
+    into parts of whole blocks, at most :data:`THREAD_PIECE_ROWS` rows and at least one part
+    a thread when the rows allow, each read and counted whole on one thread, as many at
+    once as there are threads (:func:`ldpflow.core.parallel.map_ordered`; a single part is
+    counted in the calling thread, on every thread):
     every step of a count (the hash rows, the sort, the sums) runs in parallel, not only
     its inner loops. The sums are integers, added in the pieces' order: the same tallies."""
     cache: dict = {}
     for key, *_ in pieces:  # made here, read by the threads
         _protocol(key, cache)
     workers = parallel.threads()
-    if workers > 1:
-        pieces = [(key, group, path, lo, min(stop, lo + THREAD_PIECE_ROWS))
-                  for key, group, path, start, stop in pieces
-                  for lo in range(start, stop, THREAD_PIECE_ROWS)]
+    if workers > 1:  # parts of whole blocks, at least one a thread when there are enough
+        block = packed.SPILL_BLOCK
+        total = sum(stop - start for *_, start, stop in pieces)
+        size = max(block, min(THREAD_PIECE_ROWS, -(-total // (workers * block)) * block))
+        pieces = [(key, group, path, lo, min(stop, lo + size))
+                  for key, group, path, start, stop in pieces for lo in range(start, stop, size)]
+        if len(pieces) == 1:  # one part: counted here, on every thread
+            workers = 1
 
     def tally(piece: SpillPiece) -> tuple[tuple, PassTally | None]:
         key, group, path, start, stop = piece
