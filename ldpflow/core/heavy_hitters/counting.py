@@ -128,23 +128,36 @@ def _byte_indices(high: np.ndarray, width: int) -> list[np.ndarray]:
             for q in range(max(1, -(-width // 8)))]
 
 
-def _projection_word(byte_index: list[np.ndarray], prefixes: np.ndarray) -> np.ndarray:
+def _projection_word(byte_index: list[np.ndarray], prefixes: np.ndarray,
+                     tables: list[np.ndarray] | None = None) -> np.ndarray:
     """``parity(high & c_j)`` in bit ``j`` (uint64, the shape of ``high``) for up to 64
     prefixes ``c_j``, from the bytes of ``high`` (:func:`_byte_indices`).
 
     All prefixes at once by byte tables (the Four Russians method): the parity of
     ``high & c`` is the XOR over the bytes of ``high`` of the parity of that byte with
     ``c``'s byte, so one table of 256 words per byte position and one lookup per byte
-    replace one pass per prefix.
+    replace one pass per prefix. ``tables``: those of ``prefixes``
+    (:func:`_projection_tables`), when made once for several calls.
     """
+    if tables is None:
+        tables = _projection_tables(prefixes, len(byte_index))
+    word = np.zeros(byte_index[0].shape, dtype=_U64)
+    for index, table in zip(byte_index, tables, strict=True):
+        word ^= np.take(table, index)
+    return word
+
+
+def _projection_tables(prefixes: np.ndarray, positions: int) -> list[np.ndarray]:
+    """For each of ``positions`` byte positions, the 256 words whose bit ``j`` is the parity
+    of that byte value with ``prefixes[j]``'s byte there (:func:`_projection_word`)."""
     values = np.arange(256, dtype=_U64)
     shifts = np.arange(prefixes.size, dtype=_U64)
-    word = np.zeros(byte_index[0].shape, dtype=_U64)
-    for q, index in enumerate(byte_index):
+    tables = []
+    for q in range(positions):
         cbytes = (prefixes >> _U64(8 * q)) & _U64(255)
         parity = (np.bitwise_count(values[:, None] & cbytes[None, :]) & np.uint8(1)).astype(_U64)
-        word ^= np.take(np.bitwise_or.reduce(parity << shifts[None, :], axis=1), index)
-    return word
+        tables.append(np.bitwise_or.reduce(parity << shifts[None, :], axis=1))
+    return tables
 
 
 def scatter_cost(num_prefixes: int, n: int, hash_bits: int, eta: int, d: int) -> float:
@@ -309,7 +322,10 @@ def _segment_scatter(low: np.ndarray, sign: np.ndarray, byte_index: list[np.ndar
     low, sign = low.view(_U64), sign.view(_U64)
     edges = np.arange((1 << eta) + 1, dtype=_U64) << _U64(_POSITION_BITS)
     entries = m * min(block, n)
-    position = np.arange(entries, dtype=_U64)  # read by every thread, written by none
+    # read by every thread, written by none: the entries' positions, each group's tables
+    position = np.arange(entries, dtype=_U64)
+    tables = {first: _projection_tables(prefixes[first:last], len(byte_index))
+              for first, last in groups}
 
     def count(parts: Sequence[tuple[int, int]], run: Sequence[tuple[int, int]],
               ones: np.ndarray) -> np.ndarray:
@@ -340,7 +356,7 @@ def _segment_scatter(low: np.ndarray, sign: np.ndarray, byte_index: list[np.ndar
             index = [part[:, start:stop] for part in byte_index]
             got, t = ordered[:e], words[:e]  # the words, once gathered, hold the lanes
             for first, last in run:
-                word = _projection_word(index, prefixes[first:last])
+                word = _projection_word(index, prefixes[first:last], tables[first])
                 word ^= sign[:, start:stop]
                 w = words[:e].reshape(m, width)
                 _subset_xors(word, w)
